@@ -1,0 +1,64 @@
+"""Exercise registry and checks: ``EXERCISES``, ``run(exercise_id, candidate)``.
+
+Each notebook's exercises live in their own module ``course_utils/checks/nbXX_*.py`` exposing
+``EXERCISES: list[Exercise]``; this package collects them all, in notebook order.
+See :mod:`course_utils.checks.core` for how a check works.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from course_utils.checks.core import (
+    ERROR,
+    FAILED,
+    NOT_ATTEMPTED,
+    PASSED,
+    STATUSES,
+    TIMEOUT,
+    Case,
+    CheckResult,
+    Exercise,
+    Mistake,
+    check,
+    collect_outputs,
+    judge,
+)
+
+
+def _discover() -> dict[str, Exercise]:
+    found: dict[str, Exercise] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if not info.name.startswith("nb"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for ex in getattr(module, "EXERCISES", []):
+            if ex.id in found:
+                raise RuntimeError(f"exercise id {ex.id} registered twice ({module.__name__})")
+            found[ex.id] = ex
+    return dict(sorted(found.items(), key=lambda kv: tuple(int(p) for p in kv[0].split("."))))
+
+
+REGISTRY: dict[str, Exercise] = _discover()
+EXERCISES: list[Exercise] = list(REGISTRY.values())
+
+
+def get(exercise_id: str) -> Exercise:
+    """The exercise with this id; a ``KeyError`` listing the known ids otherwise."""
+    try:
+        return REGISTRY[exercise_id]
+    except KeyError:
+        raise KeyError(f"no exercise {exercise_id!r}; known: {', '.join(REGISTRY)}") from None
+
+
+def run(exercise_id: str, candidate, seed: int = 0) -> CheckResult:
+    """Check ``candidate`` (the student's function or class) against exercise ``exercise_id``."""
+    return check(get(exercise_id), candidate, seed=seed)
+
+
+__all__ = [
+    "EXERCISES", "REGISTRY", "get", "run", "check", "collect_outputs", "judge",
+    "Case", "CheckResult", "Exercise", "Mistake",
+    "PASSED", "FAILED", "NOT_ATTEMPTED", "ERROR", "TIMEOUT", "STATUSES",
+]

@@ -1,0 +1,201 @@
+"""The exercise-check machinery: exercises, cases, mistakes, results.
+
+An exercise is checked in three steps that can run in different processes:
+
+1. ``cases = exercise.make_cases(seed)`` — seeded random inputs (a list of :class:`Case`),
+   drawn at grade time so no answer can be hard-coded.
+2. ``outputs = exercise.call(candidate, case)`` — runs the student's function or class on one
+   case and returns plain data: a ``dict[str, torch.Tensor]``. In the official grader this is
+   the only step that runs inside the student's kernel; the tensors are written without pickle.
+3. ``judge(exercise, cases, outputs)`` — in a trusted process: computes the reference outputs
+   with ``exercise.call(exercise.reference, case)``, compares, and on a mismatch runs every
+   known :class:`Mistake` through the same ``call`` to name the likely error in the hint.
+
+``run(exercise_id, candidate)`` does all three in-process: that is what check cells use.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+Outputs = dict[str, torch.Tensor]
+
+PASSED, FAILED, NOT_ATTEMPTED, ERROR, TIMEOUT = "passed", "failed", "not_attempted", "error", "timeout"
+STATUSES = (PASSED, FAILED, NOT_ATTEMPTED, ERROR, TIMEOUT)
+
+
+@dataclass
+class Case:
+    """One seeded input to an exercise: a name for messages and the arguments (plain data)."""
+
+    name: str
+    inputs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A classic wrong answer, written as code with the student's signature, and its hint."""
+
+    name: str  # e.g. "missing 1/sqrt(d) scaling"
+    hint: str  # what to fix, in the words a student understands
+    impl: Callable[..., Any]
+
+
+def allclose_compare(case: Case, got: Outputs, expected: Outputs, *, rtol: float = 1e-5,
+                     atol: float = 1e-6) -> str | None:
+    """Default comparison: same keys, shapes and dtypes, values within tolerance.
+
+    Returns ``None`` when they agree, else a message saying what differs (first key only).
+    """
+    for key, exp in expected.items():
+        if key not in got:
+            return f"case '{case.name}': no output '{key}'"
+        g = got[key]
+        if not isinstance(g, torch.Tensor):
+            return f"case '{case.name}': '{key}' should be a torch.Tensor, got {type(g).__name__}"
+        if tuple(g.shape) != tuple(exp.shape):
+            return (f"case '{case.name}': '{key}' has shape {tuple(g.shape)}, "
+                    f"expected {tuple(exp.shape)}")
+        if g.dtype != exp.dtype and not (g.is_floating_point() and exp.is_floating_point()):
+            return f"case '{case.name}': '{key}' has dtype {g.dtype}, expected {exp.dtype}"
+        if exp.dtype == torch.bool or not exp.is_floating_point():
+            if not torch.equal(g.to(exp.dtype), exp):
+                return f"case '{case.name}': '{key}' differs from the expected values"
+            continue
+        g64, e64 = g.detach().double().cpu(), exp.detach().double().cpu()
+        if torch.isnan(g64).any() and not torch.isnan(e64).any():
+            return f"case '{case.name}': '{key}' contains NaN"
+        if not torch.allclose(g64, e64, rtol=rtol, atol=atol, equal_nan=True):
+            err = (g64 - e64).abs().nan_to_num(float("inf")).max().item()
+            return f"case '{case.name}': '{key}' differs from the expected values (max error {err:.3g})"
+    return None
+
+
+@dataclass
+class Exercise:
+    """A graded exercise.
+
+    ``function`` is the name the student defines in the notebook (a function or a class);
+    ``reference`` is the verified implementation with the same signature; ``call`` runs a
+    candidate (student's, reference or mistake) on one case and returns plain tensors.
+    """
+
+    id: str
+    title: str
+    points: int
+    notebook: str  # file name in solutions/, e.g. "03_scaled_dot_product.ipynb"
+    function: str
+    reference: Callable[..., Any]
+    make_cases: Callable[[int], list[Case]]
+    call: Callable[[Any, Case], Outputs]
+    mistakes: Sequence[Mistake] = field(default_factory=tuple)
+    compare: Callable[[Case, Outputs, Outputs], str | None] = allclose_compare
+    hint: str = ""  # generic hint when no known mistake matches
+
+    def __repr__(self) -> str:
+        return f"Exercise({self.id!r}, {self.title!r}, points={self.points}, function={self.function!r})"
+
+
+@dataclass
+class CheckResult:
+    """The verdict on one exercise: ``status`` is one of :data:`STATUSES`."""
+
+    exercise_id: str
+    title: str
+    status: str
+    points: float
+    max_points: float
+    message: str
+    mistake: str | None = None  # name of the matched Mistake, if any
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    def verdict_line(self) -> str:
+        """The one deterministic line a check cell prints."""
+        label = {PASSED: "PASSED", FAILED: "FAILED", NOT_ATTEMPTED: "not attempted",
+                 ERROR: "ERROR", TIMEOUT: "TIMEOUT"}[self.status]
+        pts = f"{self.points:g}/{self.max_points:g} points"
+        return f"[{self.exercise_id}] {self.title}: {label} ({pts})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.exercise_id, "title": self.title, "points": self.points,
+                "max_points": self.max_points, "status": self.status, "message": self.message}
+
+
+def collect_outputs(exercise: Exercise, candidate: Any, cases: Sequence[Case]
+                    ) -> tuple[str, list[Outputs], str]:
+    """Run ``candidate`` on every case (step 2). Returns ``(status, outputs, message)``.
+
+    ``status`` is ``passed`` when every case ran (correctness is judged later),
+    ``not_attempted`` when the stub still raises ``NotImplementedError``, and ``error`` with
+    the exception (last frames of the traceback) otherwise.
+    """
+    outputs: list[Outputs] = []
+    for case in cases:
+        try:
+            out = exercise.call(candidate, case)
+        except NotImplementedError:
+            return NOT_ATTEMPTED, outputs, "not attempted yet: the stub still raises NotImplementedError"
+        except Exception as exc:  # the student's code may raise anything
+            tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
+            return ERROR, outputs, (f"case '{case.name}': your code raised "
+                                    f"{type(exc).__name__}: {exc}\n" + "".join(tb[-3:]).rstrip())
+        outputs.append({k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v)
+                        for k, v in out.items()})
+    return PASSED, outputs, ""
+
+
+def judge(exercise: Exercise, cases: Sequence[Case], outputs: Sequence[Outputs]) -> CheckResult:
+    """Compare a candidate's outputs with the reference (step 3) and name the likely mistake."""
+    for case, got in zip(cases, outputs, strict=True):
+        expected = exercise.call(exercise.reference, case)
+        problem = exercise.compare(case, got, expected)
+        if problem is None:
+            continue
+        mistake = diagnose(exercise, case, got)
+        if mistake is not None:
+            message = f"{problem}. Likely mistake: {mistake.name}. Hint: {mistake.hint}"
+        else:
+            message = problem + (f". Hint: {exercise.hint}" if exercise.hint else "")
+        return CheckResult(exercise.id, exercise.title, FAILED, 0, exercise.points, message,
+                           mistake.name if mistake else None)
+    return CheckResult(exercise.id, exercise.title, PASSED, exercise.points, exercise.points,
+                       f"all {len(cases)} cases agree with the reference")
+
+
+def diagnose(exercise: Exercise, case: Case, got: Outputs) -> Mistake | None:
+    """The first known mistake whose output on ``case`` matches ``got``, or ``None``."""
+    for mistake in exercise.mistakes:
+        try:
+            wrong = exercise.call(mistake.impl, case)
+        except Exception:
+            continue
+        if exercise.compare(case, got, wrong) is None:
+            return mistake
+    return None
+
+
+def check(exercise: Exercise, candidate: Any, seed: int = 0) -> CheckResult:
+    """Steps 1-3 in this process: the self-check students run from a check cell."""
+    cases = exercise.make_cases(seed)
+    status, outputs, message = collect_outputs(exercise, candidate, cases)
+    if status != PASSED:
+        return CheckResult(exercise.id, exercise.title, status, 0, exercise.points, message)
+    return judge(exercise, cases, outputs)
+
+
+def generator(seed: int) -> torch.Generator:
+    """A CPU generator for drawing a check's random inputs."""
+    return torch.Generator().manual_seed(int(seed))
+
+
+def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Seeded standard-normal tensor (float64 by default: checks compare in double precision)."""
+    return torch.randn(*shape, generator=gen, dtype=dtype)

@@ -1,0 +1,92 @@
+"""Run profiles (``ci`` / ``cpu`` / ``gpu``), device choice and seeding.
+
+The profile decides how big every experiment is. It is ``gpu`` when CUDA is available and
+``cpu`` otherwise; ``COURSE_PROFILE=ci|cpu|gpu`` overrides it (CI sets ``ci``).
+
+Notebooks never hard-code sizes: they ask ``pick(ci=..., cpu=..., gpu=...)`` or use a recipe
+in ``course_utils.recipes`` that does.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+import torch
+
+PROFILES = ("ci", "cpu", "gpu")
+ENV_VAR = "COURSE_PROFILE"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The active run profile: its name, the device it uses and where the choice came from."""
+
+    name: str
+    device: torch.device
+    source: str  # "COURSE_PROFILE" or "auto-detected"
+
+    def __str__(self) -> str:
+        return f"profile={self.name} device={self.device} ({self.source})"
+
+
+def best_device() -> torch.device:
+    """CUDA if present, else Apple's MPS, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def profile_name() -> str:
+    """The active profile's name: ``COURSE_PROFILE`` if set, else ``gpu`` with CUDA, else ``cpu``."""
+    value = os.environ.get(ENV_VAR, "").strip().lower()
+    if value:
+        if value not in PROFILES:
+            raise ValueError(
+                f"{ENV_VAR}={value!r} is not a profile; choose one of {', '.join(PROFILES)}"
+            )
+        return value
+    return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def current() -> Profile:
+    """The active :class:`Profile`. ``ci`` and ``cpu`` run on the CPU even when a GPU exists."""
+    name = profile_name()
+    source = ENV_VAR if os.environ.get(ENV_VAR, "").strip() else "auto-detected"
+    device = best_device() if name == "gpu" else torch.device("cpu")
+    return Profile(name=name, device=device, source=source)
+
+
+def pick(*, ci: T, cpu: T, gpu: T | None = None) -> T:
+    """Return the value for the active profile (``gpu`` falls back to ``cpu`` when not given).
+
+    >>> steps = pick(ci=200, cpu=2000, gpu=5000)
+    """
+    name = profile_name()
+    if name == "ci":
+        return ci
+    if name == "gpu" and gpu is not None:
+        return gpu
+    return cpu
+
+
+def seed_everything(seed: int = 0) -> torch.Generator:
+    """Seed Python, NumPy and torch (CPU and CUDA) and return a CPU ``torch.Generator`` seeded alike."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def describe() -> str:
+    """One line naming the profile and device, printed at the top of every notebook."""
+    p = current()
+    return f"Running the '{p.name}' profile on {p.device} ({p.source}); torch {torch.__version__}"

@@ -1,0 +1,475 @@
+"""Transformer layers: multi-head attention, the MLP, encoder and decoder blocks, a KV cache.
+
+Shapes: ``B`` batch, ``T`` query length, ``S`` key length, ``D`` model width (``d_model``),
+``H`` heads, ``Dh = D / H`` per-head width.
+
+Masks follow :mod:`course_utils.attention`: bool, ``True`` = may attend, broadcastable to
+(B, H, T, S); ``key_padding_mask`` is (B, S) with ``True`` = real token. (PyTorch's
+``nn.MultiheadAttention`` uses the *opposite* convention for ``key_padding_mask``: there
+``True`` = padding. Convert with ``~mask``.)
+
+Every module copies its weights from the matching PyTorch module with ``from_torch`` and is
+tested to give the same outputs.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import _check_mask, combine_masks, fast_attention, scaled_dot_product_attention
+
+__all__ = [
+    "split_heads",
+    "merge_heads",
+    "KVCache",
+    "MultiHeadAttention",
+    "MLP",
+    "TransformerBlock",
+    "TransformerDecoderBlock",
+]
+
+
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """(B, T, D) -> (B, H, T, D/H): reshape the last dim into heads, then move heads forward.
+
+    Works on any leading dims: (..., T, D) -> (..., H, T, D/H).
+    """
+    if x.ndim < 2 or x.shape[-1] % n_heads != 0:
+        raise ValueError(
+            f"expected x of shape (B, T, D) with D divisible by n_heads={n_heads}, "
+            f"got {tuple(x.shape)}"
+        )
+    *lead, T, D = x.shape
+    x = x.reshape(*lead, T, n_heads, D // n_heads)  # (B, T, H, Dh)
+    return x.transpose(-3, -2)  # (B, H, T, Dh)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """(B, H, T, Dh) -> (B, T, H*Dh), the inverse of :func:`split_heads`."""
+    if x.ndim < 3:
+        raise ValueError(f"expected x of shape (B, H, T, Dh), got {tuple(x.shape)}")
+    *lead, H, T, Dh = x.shape
+    x = x.transpose(-3, -2)  # (B, T, H, Dh)
+    return x.reshape(*lead, T, H * Dh)  # (B, T, D); reshape copies if not contiguous
+
+
+class KVCache:
+    """Keys and values of the tokens seen so far, for one attention layer.
+
+    ``update(k, v)`` appends the new tokens' k, v (B, H, T_new, Dh) along the time axis and
+    returns everything cached, (B, H, S, Dh). Pass it to ``MultiHeadAttention(..., cache=c)``:
+    the layer then projects only the new tokens and the causal mask is offset by ``len(c)``.
+    Use one cache per layer (e.g. ``[KVCache() for _ in blocks]``).
+    """
+
+    def __init__(self) -> None:
+        self.k: Tensor | None = None  # (B, H, S, Dh)
+        self.v: Tensor | None = None  # (B, H, S, Dh)
+
+    def __len__(self) -> int:
+        """Number of cached time steps S."""
+        return 0 if self.k is None else self.k.shape[-2]
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append k, v (B, H, T_new, Dh); return all cached (k, v), each (B, H, S, Dh)."""
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            if k.shape[:-2] != self.k.shape[:-2] or k.shape[-1] != self.k.shape[-1]:
+                raise ValueError(
+                    f"expected k of shape (B, H, T_new, Dh) = (*{tuple(self.k.shape[:-2])}, T_new, "
+                    f"{self.k.shape[-1]}) to match the cache, got {tuple(k.shape)}"
+                )
+            self.k = torch.cat([self.k, k], dim=-2)
+            self.v = torch.cat([self.v, v], dim=-2)
+        return self.k, self.v
+
+    def reset(self) -> None:
+        """Forget everything (start a new sequence)."""
+        self.k = self.v = None
+
+    def __repr__(self) -> str:
+        shape = None if self.k is None else tuple(self.k.shape)
+        return f"KVCache(len={len(self)}, k_shape={shape})"
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with a fused QKV projection (self or cross attention).
+
+    Parameters: ``qkv`` = Linear(D, 3D) whose weight rows are [W_q; W_k; W_v] (the layout of
+    ``nn.MultiheadAttention.in_proj_weight``), ``out`` = Linear(D, D) (W_O).
+    ``dropout`` is applied to the attention weights in training mode.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, *, bias: bool = True, dropout: float = 0.0):
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError(
+                f"expected d_model divisible by n_heads, got d_model={d_model}, n_heads={n_heads}"
+            )
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.dropout = dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def _project(self, x: Tensor, context: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """q from x (B, T, D); k, v from context (B, S, D) (x itself for self attention)."""
+        D = self.d_model
+        if context is None:
+            return self.qkv(x).split(D, dim=-1)  # 3 x (B, T, D): one matmul for all three
+        w_q, w_kv = self.qkv.weight.split([D, 2 * D])  # (D, D), (2D, D)
+        b_q, b_kv = (None, None) if self.qkv.bias is None else self.qkv.bias.split([D, 2 * D])
+        q = F.linear(x, w_q, b_q)  # (B, T, D)
+        k, v = F.linear(context, w_kv, b_kv).split(D, dim=-1)  # 2 x (B, S, D)
+        return q, k, v
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        cache: KVCache | None = None,
+        fast: bool | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """x (B, T, D), context (B, S, D) or None (self attention) -> out (B, T, D).
+
+        attn_mask: bool (True = may attend) or float (added), broadcastable to (B, H, T, S).
+        key_padding_mask: (B, S) bool, True = real token. is_causal: query i sees keys <= i
+        (offset by the cache length when decoding with ``cache``).
+        need_weights: also return the per-head weights (B, H, T, S); average over dim 1 for
+        ``nn.MultiheadAttention``'s default. fast: None = F.scaled_dot_product_attention unless
+        weights are needed; False = the manual path.
+        """
+        if x.ndim != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"expected x of shape (B, T, D) with D == {self.d_model}, got {tuple(x.shape)}"
+            )
+        if context is not None:
+            if (
+                context.ndim != 3
+                or context.shape[0] != x.shape[0]
+                or context.shape[-1] != self.d_model
+            ):
+                raise ValueError(
+                    f"expected context of shape (B, S, D) = ({x.shape[0]}, S, {self.d_model}), "
+                    f"got {tuple(context.shape)}"
+                )
+            if cache is not None:
+                raise ValueError("cache is for self attention: pass context=None with a KVCache")
+        B, T, _ = x.shape
+        q, k, v = self._project(x, context)
+        q = split_heads(q, self.n_heads)  # (B, H, T, Dh)
+        k = split_heads(k, self.n_heads)  # (B, H, S, Dh)
+        v = split_heads(v, self.n_heads)  # (B, H, S, Dh)
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, H, S_past + T, Dh)
+        S = k.shape[-2]
+
+        if attn_mask is not None:
+            _check_mask(attn_mask, torch.Size((B, self.n_heads, T, S)))
+        mask = combine_masks(
+            attn_mask, key_padding_mask, is_causal=is_causal, T=T, S=S, device=x.device
+        )  # None, or broadcastable to (B, H, T, S)
+        dropout_p = self.dropout if self.training else 0.0
+        if fast is not False and not need_weights:
+            y = fast_attention(q, k, v, mask, dropout_p=dropout_p)  # (B, H, T, Dh)
+            weights = None
+        else:
+            y, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p)
+        y = self.out(merge_heads(y))  # (B, T, D)
+        return (y, weights) if need_weights else y
+
+    @classmethod
+    def from_torch(cls, mha: nn.MultiheadAttention) -> MultiHeadAttention:
+        """A MultiHeadAttention with the weights of ``mha`` (same embed dim for q, k, v; no
+        bias_k / add_zero_attn). Our inputs are batch-first whatever ``mha.batch_first`` says."""
+        if not mha._qkv_same_embed_dim or mha.bias_k is not None or mha.add_zero_attn:
+            raise ValueError(
+                "expected an nn.MultiheadAttention with kdim == vdim == embed_dim, "
+                "add_bias_kv=False and add_zero_attn=False"
+            )
+        bias = mha.in_proj_bias is not None
+        ours = cls(mha.embed_dim, mha.num_heads, bias=bias, dropout=mha.dropout)
+        w = mha.in_proj_weight
+        ours = ours.to(device=w.device, dtype=w.dtype)
+        with torch.no_grad():
+            ours.qkv.weight.copy_(w)
+            ours.out.weight.copy_(mha.out_proj.weight)
+            if bias:
+                ours.qkv.bias.copy_(mha.in_proj_bias)
+                ours.out.bias.copy_(mha.out_proj.bias)
+        return ours
+
+
+_ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward network: fc2(dropout(act(fc1(x)))).
+
+    x (..., D) -> (..., D), hidden width ``d_ff``; activation "relu" or "gelu" (exact gelu,
+    as ``nn.TransformerEncoderLayer(activation="gelu")``).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        activation: str = "relu",
+        dropout: float = 0.0,
+        bias: bool = True,
+    ):
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"expected activation in {sorted(_ACTIVATIONS)}, got {activation!r}")
+        self.fc1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.act = _ACTIVATIONS[activation]()
+        self.dropout = nn.Dropout(dropout)
+        self.fc2 = nn.Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (..., D) -> (..., D)."""
+        return self.fc2(self.dropout(self.act(self.fc1(x))))  # (..., d_ff) inside
+
+
+def _torch_activation_name(layer: nn.Module) -> str:
+    """'relu' or 'gelu' for an nn.TransformerEncoderLayer / DecoderLayer."""
+    act = layer.activation
+    if act is F.relu or isinstance(act, nn.ReLU):
+        return "relu"
+    if act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
+        return "gelu"
+    raise ValueError(f"expected a relu or gelu activation, got {act!r}")
+
+
+def _copy_linear(dst: nn.Linear, src: nn.Linear) -> None:
+    dst.weight.copy_(src.weight)
+    if src.bias is not None:
+        dst.bias.copy_(src.bias)
+
+
+def _copy_norm(dst: nn.LayerNorm, src: nn.LayerNorm) -> None:
+    dst.weight.copy_(src.weight)
+    if src.bias is not None:
+        dst.bias.copy_(src.bias)
+
+
+class TransformerBlock(nn.Module):
+    """Encoder block: self attention + MLP, each with a residual connection and LayerNorm.
+
+    post-norm (``norm_first=False``, the 2017 paper): x = norm1(x + attn(x)); x = norm2(x + mlp(x))
+    pre-norm  (``norm_first=True``, GPT-2 and most modern models):
+        x = x + attn(norm1(x)); x = x + mlp(norm2(x))
+    Submodules ``attn``, ``norm1``, ``norm2``, ``mlp`` (``fc1``, ``fc2``); ``dropout`` is used on
+    the attention weights, inside the MLP and on both residual branches (as PyTorch does).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        *,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+        activation: str = "relu",
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+    ):
+        super().__init__()
+        self.norm_first = norm_first
+        self.attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout)
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.mlp = MLP(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+
+    def _sa(self, x: Tensor, need_weights: bool, **kwargs) -> tuple[Tensor, Tensor | None]:
+        out = self.attn(x, need_weights=need_weights, **kwargs)
+        y, w = out if need_weights else (out, None)
+        return self.dropout1(y), w
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        attn_mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+        fast: bool | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """x (B, T, D) -> (B, T, D), or (out, weights (B, H, T, S)) with ``need_weights``.
+
+        Masks as in :class:`MultiHeadAttention` (key_padding_mask: True = real token).
+        """
+        kw = dict(
+            attn_mask=attn_mask,
+            key_padding_mask=key_padding_mask,
+            is_causal=is_causal,
+            cache=cache,
+            fast=fast,
+        )
+        if self.norm_first:
+            a, w = self._sa(self.norm1(x), need_weights, **kw)
+            x = x + a
+            x = x + self.dropout2(self.mlp(self.norm2(x)))
+        else:
+            a, w = self._sa(x, need_weights, **kw)
+            x = self.norm1(x + a)
+            x = self.norm2(x + self.dropout2(self.mlp(x)))
+        return (x, w) if need_weights else x
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerEncoderLayer) -> TransformerBlock:
+        """A TransformerBlock with the configuration and weights of ``layer``."""
+        sa = layer.self_attn
+        ours = cls(
+            sa.embed_dim,
+            sa.num_heads,
+            layer.linear1.out_features,
+            dropout=layer.dropout.p,
+            norm_first=layer.norm_first,
+            activation=_torch_activation_name(layer),
+            layer_norm_eps=layer.norm1.eps,
+            bias=layer.linear1.bias is not None,
+        )
+        w = layer.linear1.weight
+        ours = ours.to(device=w.device, dtype=w.dtype)
+        ours.attn = MultiHeadAttention.from_torch(sa)
+        with torch.no_grad():
+            _copy_norm(ours.norm1, layer.norm1)
+            _copy_norm(ours.norm2, layer.norm2)
+            _copy_linear(ours.mlp.fc1, layer.linear1)
+            _copy_linear(ours.mlp.fc2, layer.linear2)
+        return ours
+
+
+class TransformerDecoderBlock(nn.Module):
+    """Decoder block: causal self attention, cross attention to ``memory``, MLP.
+
+    post-norm: x = norm1(x + self_attn(x)); x = norm2(x + cross_attn(x, memory));
+    x = norm3(x + mlp(x)). pre-norm applies each norm to the branch input instead.
+    Submodules ``self_attn``, ``cross_attn``, ``norm1``, ``norm2``, ``norm3``, ``mlp``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        *,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+        activation: str = "relu",
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+    ):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout)
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.mlp = MLP(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        *,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        is_causal: bool = True,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+        fast: bool | None = None,
+    ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
+        """x (B, T, D), memory (B, S, D) -> (B, T, D).
+
+        tgt_mask / tgt_key_padding_mask (B, T) apply to self attention (causal by default;
+        ``cache`` caches its keys/values); memory_mask / memory_key_padding_mask (B, S) to cross
+        attention. True = may attend / real token. With ``need_weights`` returns
+        (out, {"self": (B, H, T, T), "cross": (B, H, T, S)}).
+        """
+
+        def self_block(h: Tensor) -> tuple[Tensor, Tensor | None]:
+            out = self.self_attn(
+                h,
+                attn_mask=tgt_mask,
+                key_padding_mask=tgt_key_padding_mask,
+                is_causal=is_causal,
+                cache=cache,
+                need_weights=need_weights,
+                fast=fast,
+            )
+            y, w = out if need_weights else (out, None)
+            return self.dropout1(y), w
+
+        def cross_block(h: Tensor) -> tuple[Tensor, Tensor | None]:
+            out = self.cross_attn(
+                h,
+                memory,
+                attn_mask=memory_mask,
+                key_padding_mask=memory_key_padding_mask,
+                need_weights=need_weights,
+                fast=fast,
+            )
+            y, w = out if need_weights else (out, None)
+            return self.dropout2(y), w
+
+        if self.norm_first:
+            a, w_self = self_block(self.norm1(x))
+            x = x + a
+            c, w_cross = cross_block(self.norm2(x))
+            x = x + c
+            x = x + self.dropout3(self.mlp(self.norm3(x)))
+        else:
+            a, w_self = self_block(x)
+            x = self.norm1(x + a)
+            c, w_cross = cross_block(x)
+            x = self.norm2(x + c)
+            x = self.norm3(x + self.dropout3(self.mlp(x)))
+        return (x, {"self": w_self, "cross": w_cross}) if need_weights else x
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerDecoderLayer) -> TransformerDecoderBlock:
+        """A TransformerDecoderBlock with the configuration and weights of ``layer``."""
+        sa = layer.self_attn
+        ours = cls(
+            sa.embed_dim,
+            sa.num_heads,
+            layer.linear1.out_features,
+            dropout=layer.dropout.p,
+            norm_first=layer.norm_first,
+            activation=_torch_activation_name(layer),
+            layer_norm_eps=layer.norm1.eps,
+            bias=layer.linear1.bias is not None,
+        )
+        w = layer.linear1.weight
+        ours = ours.to(device=w.device, dtype=w.dtype)
+        ours.self_attn = MultiHeadAttention.from_torch(sa)
+        ours.cross_attn = MultiHeadAttention.from_torch(layer.multihead_attn)
+        with torch.no_grad():
+            _copy_norm(ours.norm1, layer.norm1)
+            _copy_norm(ours.norm2, layer.norm2)
+            _copy_norm(ours.norm3, layer.norm3)
+            _copy_linear(ours.mlp.fc1, layer.linear1)
+            _copy_linear(ours.mlp.fc2, layer.linear2)
+        return ours

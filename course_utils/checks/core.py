@@ -117,6 +117,9 @@ class CheckResult:
     def passed(self) -> bool:
         return self.status == PASSED
 
+    def _ipython_display_(self) -> None:
+        """Show nothing when a check cell's last line returns this: the verdict is printed."""
+
     def verdict_line(self) -> str:
         """The one deterministic line a check cell prints."""
         label = {PASSED: "PASSED", FAILED: "FAILED", NOT_ATTEMPTED: "not attempted",
@@ -140,7 +143,9 @@ def collect_outputs(exercise: Exercise, candidate: Any, cases: Sequence[Case]
     outputs: list[Outputs] = []
     for case in cases:
         try:
-            out = exercise.call(candidate, case)
+            # A copy: an in-place edit of its inputs by the candidate must not reach the
+            # reference, which runs on the same case afterwards (judge) in this process.
+            out = exercise.call(candidate, Case(case.name, _clone(case.inputs)))
         except NotImplementedError:
             return NOT_ATTEMPTED, outputs, "not attempted yet: the stub still raises NotImplementedError"
         except Exception as exc:  # the student's code may raise anything
@@ -150,6 +155,17 @@ def collect_outputs(exercise: Exercise, candidate: Any, cases: Sequence[Case]
         outputs.append({k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v)
                         for k, v in out.items()})
     return PASSED, outputs, ""
+
+
+def _clone(value: Any) -> Any:
+    """A copy of a case's inputs: tensors cloned, containers rebuilt, anything else shared."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_clone(v) for v in value)
+    return value
 
 
 def judge(exercise: Exercise, cases: Sequence[Case], outputs: Sequence[Outputs]) -> CheckResult:
@@ -186,9 +202,13 @@ def check(exercise: Exercise, candidate: Any, seed: int = 0) -> CheckResult:
     """Steps 1-3 in this process: the self-check students run from a check cell."""
     cases = exercise.make_cases(seed)
     status, outputs, message = collect_outputs(exercise, candidate, cases)
-    if status != PASSED:
-        return CheckResult(exercise.id, exercise.title, status, 0, exercise.points, message)
-    return judge(exercise, cases, outputs)
+    if status == PASSED:
+        return judge(exercise, cases, outputs)
+    if outputs:  # cases are judged in order: a wrong value before the raising case comes first
+        earlier = judge(exercise, cases[: len(outputs)], outputs)
+        if earlier.status == FAILED:
+            return earlier
+    return CheckResult(exercise.id, exercise.title, status, 0, exercise.points, message)
 
 
 def generator(seed: int) -> torch.Generator:

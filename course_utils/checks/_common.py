@@ -1,0 +1,190 @@
+"""Helpers shared by the per-notebook check modules (``nbNN_*.py``).
+
+Not an exercise module itself (its name does not start with ``nb``): sizes and tolerances,
+turning a student's return value into plain tensors with a clear error, building a student's
+``nn.Module`` with given weights, and watching which tensors a candidate allocates.
+
+Case inputs stay flat and plain (``str -> Tensor | int | float | bool | None``) so a grader can
+hand them to another process without pickle; module weights travel as ``"w:<param name>"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from course_utils.checks.core import Case, Outputs, allclose_compare
+
+Compare = Callable[[Case, Outputs, Outputs], "str | None"]
+
+WEIGHT_PREFIX = "w:"
+
+
+# ----------------------------------------------------------------------------- sizes
+
+
+def size(gen: torch.Generator, low: int, high: int) -> int:
+    """A seeded integer in [low, high] (both included)."""
+    return int(torch.randint(low, high + 1, (1,), generator=gen).item())
+
+
+def distinct_sizes(gen: torch.Generator, k: int, low: int, high: int) -> list[int]:
+    """``k`` different seeded integers in [low, high]: keeps T, S, Dk, Dv apart so that a
+    mistake like "scaled by sqrt(Dv) instead of sqrt(Dk)" changes the numbers."""
+    if high - low + 1 < k:
+        raise ValueError(f"cannot draw {k} distinct sizes from [{low}, {high}]")
+    perm = torch.randperm(high - low + 1, generator=gen)[:k]
+    return [low + int(i) for i in perm]
+
+
+def lengths_mask(gen: torch.Generator, B: int, S: int, *, min_len: int = 1) -> Tensor:
+    """A padding mask (B, S), True at real tokens; lengths in [min_len, S], one row full."""
+    lengths = torch.randint(min_len, S + 1, (B,), generator=gen)
+    lengths[size(gen, 0, B - 1)] = S
+    return torch.arange(S)[None, :] < lengths[:, None]
+
+
+def random_mask(gen: torch.Generator, *shape: int, p_keep: float = 0.6,
+                full_rows: bool = False) -> Tensor:
+    """A random bool mask (..., T, S), True = may attend. Every row keeps at least one key
+    unless ``full_rows``, which then masks the first row of every (T, S) slice completely."""
+    mask = torch.rand(*shape, generator=gen) < p_keep
+    keep = torch.randint(0, shape[-1], shape[:-1], generator=gen)
+    mask.scatter_(-1, keep[..., None], True)  # one allowed key per row at least
+    if full_rows:
+        mask[..., 0, :] = False
+    return mask
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def as_tensor(value: Any, what: str) -> Tensor:
+    """``value`` if it is a tensor, else a TypeError a student can act on."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{what} should be a torch.Tensor, got {type(value).__name__}")
+    return value
+
+
+def as_pair(value: Any, fn: str, names: tuple[str, str]) -> tuple[Tensor, Tensor]:
+    """Unpack a ``(a, b)`` return value, checking it is a pair of tensors."""
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        got = type(value).__name__ + (f" of length {len(value)}"
+                                      if isinstance(value, (tuple, list)) else "")
+        raise TypeError(f"{fn} should return a pair ({names[0]}, {names[1]}), got a {got}")
+    return as_tensor(value[0], names[0]), as_tensor(value[1], names[1])
+
+
+def close(rtol: float = 1e-5, atol: float = 1e-6, *, rtol32: float = 1e-4,
+          atol32: float = 1e-5) -> Compare:
+    """``allclose_compare`` with these tolerances (``rtol32``/``atol32`` when an expected
+    output is float32 or lower), plus a word on dtype when the candidate's is less precise."""
+
+    def compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
+        low = any(e.is_floating_point() and torch.finfo(e.dtype).bits <= 32
+                  for e in expected.values())
+        problem = allclose_compare(case, got, expected, rtol=rtol32 if low else rtol,
+                                   atol=atol32 if low else atol)
+        if problem is None:
+            return None
+        for key, exp in expected.items():
+            g = got.get(key)
+            if (isinstance(g, torch.Tensor) and g.is_floating_point() and exp.is_floating_point()
+                    and torch.finfo(g.dtype).bits < torch.finfo(exp.dtype).bits):
+                problem += (f" (your '{key}' is {g.dtype}, expected {exp.dtype}: compute in "
+                            f"the inputs' dtype instead of creating tensors with a fixed one)")
+                break
+        return problem
+
+    return compare
+
+
+# ----------------------------------------------------------------------------- modules
+
+
+def weights_of(module: nn.Module) -> dict[str, Tensor]:
+    """A module's parameters as flat case inputs ``{"w:<name>": tensor}``."""
+    return {WEIGHT_PREFIX + name: p.detach().clone() for name, p in module.named_parameters()}
+
+
+def random_weights(gen: torch.Generator, shapes: dict[str, tuple[int, ...]],
+                   scale: dict[str, float] | None = None) -> dict[str, Tensor]:
+    """Seeded float64 weights ``{"w:<name>": tensor}``: N(0, 1/fan_in) for matrices,
+    N(0, 0.1) for vectors, N(1, 0.1) for LayerNorm scales (names ending in ``norm*.weight``)."""
+    out = {}
+    for name, shape in shapes.items():
+        t = torch.randn(*shape, generator=gen, dtype=torch.float64)
+        if len(shape) >= 2:
+            t = t / shape[-1] ** 0.5
+        elif "." in name and name.split(".")[-2].startswith("norm") and name.endswith("weight"):
+            t = 1.0 + 0.1 * t
+        else:
+            t = 0.1 * t
+        if scale and name in scale:
+            t = t * scale[name]
+        out[WEIGHT_PREFIX + name] = t
+    return out
+
+
+def build_module(cls: Any, args: tuple, kwargs: dict[str, Any], inputs: dict[str, Any],
+                 class_name: str) -> nn.Module:
+    """``cls(*args, **kwargs)`` in float64 eval mode with the case's weights copied in.
+
+    Built under a forked RNG so a check never moves the notebook's random stream. A weight the
+    module lacks (renamed submodule) or of another shape is a ValueError naming it.
+    """
+    with torch.random.fork_rng(devices=[]):
+        module = cls(*args, **kwargs)
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"{class_name}(...) should build an nn.Module, got {type(module).__name__}")
+    module = module.double().eval()
+    with torch.no_grad():
+        for key, value in inputs.items():
+            if not key.startswith(WEIGHT_PREFIX):
+                continue
+            name = key[len(WEIGHT_PREFIX):]
+            try:
+                param = module.get_parameter(name)
+            except AttributeError:
+                raise ValueError(
+                    f"your {class_name} has no parameter '{name}' of shape {tuple(value.shape)}: "
+                    f"keep the __init__ the notebook gives (same submodule names)") from None
+            if param.shape != value.shape:
+                raise ValueError(
+                    f"your {class_name}'s parameter '{name}' has shape {tuple(param.shape)}, "
+                    f"expected {tuple(value.shape)}: keep the __init__ the notebook gives")
+            param.copy_(value)
+    return module
+
+
+# ----------------------------------------------------------------------------- allocations
+
+
+class AllocationTracker(TorchDispatchMode):
+    """Records the largest floating-point tensor any operation allocates while active.
+
+    Views share their base's storage, so the size counted is the storage's (in elements):
+    expanding or reshaping a small tensor does not count as allocating a large one.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+        self.largest_shape: tuple[int, ...] = ()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                try:
+                    n = t.untyped_storage().nbytes() // t.element_size()
+                except (RuntimeError, NotImplementedError):  # no storage (meta, sparse, ...)
+                    n = t.numel()
+                if n > self.largest:
+                    self.largest, self.largest_shape = n, tuple(t.shape)
+        return out

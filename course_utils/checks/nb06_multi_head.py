@@ -1,0 +1,298 @@
+"""Checks for notebook 06 (multi-head attention): 06.1 split_heads, 06.2 merge_heads,
+06.3 the MultiHeadAttention module.
+
+06.3 is a class. The notebook gives its ``__init__(self, d_model, n_heads)`` with
+``self.qkv = nn.Linear(d_model, 3 * d_model)`` (rows: W_q, W_k, W_v, the layout of
+``nn.MultiheadAttention.in_proj_weight``) and ``self.out = nn.Linear(d_model, d_model)``; the
+student writes ``forward(self, x, attn_mask=None)`` (B, T, D) -> (B, T, D). The check builds the
+class, copies seeded weights into ``qkv`` and ``out`` and compares with
+``course_utils.layers.MultiHeadAttention``.
+
+To add an exercise: define its cases, call and mistakes below, then append it to ``EXERCISES``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from course_utils import attention, layers
+from course_utils.checks._common import (
+    as_tensor,
+    build_module,
+    close,
+    distinct_sizes,
+    lengths_mask,
+    random_mask,
+    random_weights,
+    size,
+)
+from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
+from course_utils.checks.nb03_scaled_dot_product import MASK_MISTAKES_HINTS
+
+NOTEBOOK = "06_multi_head.ipynb"
+
+# ----------------------------------------------------------------------------- 06.1 split_heads
+
+
+def _split_cases(seed: int) -> list[Case]:
+    g = generator(seed)
+    B, T, H, Dh = distinct_sizes(g, 4, 2, 6)  # all different: a wrong axis changes the result
+    return [
+        Case("(B, T, D) with B, T, H, Dh all different", {"x": randn(g, B, T, H * Dh), "H": H}),
+        Case("one sequence, one token", {"x": randn(g, 1, 1, H * Dh), "H": H}),
+        Case("one head (H = 1)", {"x": randn(g, B, T, Dh), "H": 1}),
+        Case("one dimension per head (Dh = 1)", {"x": randn(g, B, T, H), "H": H}),
+    ]
+
+
+def _split_call(candidate, case: Case) -> dict[str, Tensor]:
+    i = case.inputs
+    return {"heads": as_tensor(candidate(i["x"], i["H"]), "split_heads(x, H)")}
+
+
+def _split_no_transpose(x: Tensor, H: int) -> Tensor:
+    B, T, D = x.shape
+    return x.reshape(B, H, T, D // H)
+
+
+def _split_strided(x: Tensor, H: int) -> Tensor:
+    B, T, D = x.shape
+    return x.reshape(B, T, D // H, H).permute(0, 3, 1, 2)
+
+
+def _split_no_move(x: Tensor, H: int) -> Tensor:
+    B, T, D = x.shape
+    return x.reshape(B, T, H, D // H)
+
+
+def _split_transposed_rows(x: Tensor, H: int) -> Tensor:
+    B, T, D = x.shape
+    return x.reshape(B, T, H, D // H).permute(0, 2, 3, 1)
+
+
+SPLIT_MISTAKES = [
+    Mistake("heads split without transpose (plain reshape to (B, H, T, Dh))",
+            "reshape to (B, T, H, Dh) first (each token's D features cut into H pieces), then "
+            "move the head axis forward with .transpose(1, 2); reshaping straight to "
+            "(B, H, T, Dh) mixes features of different tokens", _split_no_transpose),
+    Mistake("heads take strided columns (reshape to (B, T, Dh, H))",
+            "head h owns the contiguous columns h*Dh:(h+1)*Dh: reshape to (B, T, H, Dh), "
+            "not (B, T, Dh, H)", _split_strided),
+    Mistake("head axis not moved forward (returned (B, T, H, Dh))",
+            "after reshaping to (B, T, H, Dh), transpose(1, 2) gives (B, H, T, Dh)",
+            _split_no_move),
+    Mistake("returned (B, H, Dh, T)",
+            "transpose only the T and H axes: (B, T, H, Dh).transpose(1, 2) -> (B, H, T, Dh)",
+            _split_transposed_rows),
+]
+
+SPLIT = Exercise(
+    id="06.1",
+    title="Split into heads",
+    points=1,
+    notebook=NOTEBOOK,
+    function="split_heads",
+    reference=layers.split_heads,
+    make_cases=_split_cases,
+    call=_split_call,
+    mistakes=SPLIT_MISTAKES,
+    compare=close(),
+    hint="(B, T, D) -> reshape (B, T, H, D // H) -> transpose(1, 2) -> (B, H, T, D // H)",
+)
+
+# ----------------------------------------------------------------------------- 06.2 merge_heads
+
+
+def _merge_cases(seed: int) -> list[Case]:
+    g = generator(seed)
+    B, T, H, Dh = distinct_sizes(g, 4, 2, 6)
+    return [
+        Case("(B, H, T, Dh) with B, T, H, Dh all different", {"x": randn(g, B, H, T, Dh)}),
+        Case("non-contiguous input (a transposed view)",
+             {"x": randn(g, B, T, H, Dh).transpose(1, 2)}),
+        Case("one head (H = 1)", {"x": randn(g, B, 1, T, Dh)}),
+        Case("one token (T = 1)", {"x": randn(g, B, H, 1, Dh)}),
+    ]
+
+
+def _merge_call(candidate, case: Case) -> dict[str, Tensor]:
+    return {"merged": as_tensor(candidate(case.inputs["x"]), "merge_heads(x)")}
+
+
+def _merge_no_transpose(x: Tensor) -> Tensor:
+    B, H, T, Dh = x.shape
+    return x.reshape(B, T, H * Dh)
+
+
+def _merge_strided(x: Tensor) -> Tensor:
+    B, H, T, Dh = x.shape
+    return x.permute(0, 2, 3, 1).reshape(B, T, Dh * H)
+
+
+MERGE_MISTAKES = [
+    Mistake("heads merged without transpose (plain reshape to (B, T, D))",
+            "move the head axis back next to Dh first: x.transpose(1, 2) gives (B, T, H, Dh), "
+            "then reshape to (B, T, H * Dh); a plain reshape mixes tokens", _merge_no_transpose),
+    Mistake("merged in the wrong order (B, T, Dh, H)",
+            "concatenate whole heads: (B, H, T, Dh).transpose(1, 2) -> (B, T, H, Dh) -> "
+            "(B, T, H * Dh)", _merge_strided),
+    Mistake("heads summed instead of concatenated",
+            "the heads' outputs are concatenated (B, T, H * Dh), not added",
+            lambda x: x.sum(dim=1)),
+    Mistake("heads averaged instead of concatenated",
+            "the heads' outputs are concatenated (B, T, H * Dh), not averaged",
+            lambda x: x.mean(dim=1)),
+]
+
+MERGE = Exercise(
+    id="06.2",
+    title="Merge heads",
+    points=1,
+    notebook=NOTEBOOK,
+    function="merge_heads",
+    reference=layers.merge_heads,
+    make_cases=_merge_cases,
+    call=_merge_call,
+    mistakes=MERGE_MISTAKES,
+    compare=close(),
+    hint="(B, H, T, Dh) -> transpose(1, 2) -> (B, T, H, Dh) -> reshape (B, T, H * Dh) "
+         "(reshape, or .contiguous().view, since the transpose is not contiguous)",
+)
+
+# ----------------------------------------------------------------------------- 06.3 MultiHeadAttention
+
+
+def _mha_cases(seed: int) -> list[Case]:
+    g = generator(seed)
+    H, Dh = size(g, 2, 4), size(g, 2, 5)
+    D = H * Dh
+    B, T = size(g, 2, 3), size(g, 3, 7)
+    if T == Dh:
+        T += 1
+
+    def case(name: str, mask: Tensor | None = None, *, H: int = H, T: int = T) -> Case:
+        D = H * Dh
+        inputs = {"d_model": D, "n_heads": H, "x": randn(g, B, T, D),
+                  **random_weights(g, {"qkv.weight": (3 * D, D), "qkv.bias": (3 * D,),
+                                       "out.weight": (D, D), "out.bias": (D,)})}
+        if mask is not None:
+            inputs["attn_mask"] = mask
+        return Case(name, inputs)
+
+    return [
+        case("no mask"),
+        case("causal mask (T, T)", torch.ones(T, T, dtype=torch.bool).tril()),
+        case("key padding mask (B, 1, 1, T)", lengths_mask(g, B, T)[:, None, None, :]),
+        case("per-head mask (B, H, T, T)", random_mask(g, B, H, T, T)),
+        case("one head (H = 1)", H=1),
+        case("one token (T = 1)", T=1),
+    ]
+
+
+def _mha_call(candidate, case: Case) -> dict[str, Tensor]:
+    i = case.inputs
+    module = build_module(candidate, (i["d_model"], i["n_heads"]), {}, i, "MultiHeadAttention")
+    with torch.no_grad():
+        if "attn_mask" in i:
+            out = module(i["x"], attn_mask=i["attn_mask"])
+        else:
+            out = module(i["x"])
+    return {"output": as_tensor(out, "MultiHeadAttention(...)(x)")}
+
+
+def _mha_variant(*, split=None, merge=None, scale=None, chunk=None, weigh=None,
+                 project_out: bool = True):
+    """A MultiHeadAttention (same __init__ as the notebook's) with one thing changed."""
+
+    class Variant(nn.Module):
+        def __init__(self, d_model: int, n_heads: int):
+            super().__init__()
+            self.n_heads = n_heads
+            self.qkv = nn.Linear(d_model, 3 * d_model)
+            self.out = nn.Linear(d_model, d_model)
+
+        def forward(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+            H = self.n_heads
+            q, k, v = (chunk or _chunk_blocks)(self.qkv(x), H)
+            q, k, v = ((split or layers.split_heads)(t, H) for t in (q, k, v))
+            factor = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(q, x)
+            scores = q @ k.transpose(-2, -1) * factor
+            weights = (weigh or attention.masked_softmax)(scores, attn_mask)
+            y = (merge or layers.merge_heads)(weights @ v)
+            return self.out(y) if project_out else y
+
+    return Variant
+
+
+def _chunk_blocks(qkv: Tensor, H: int) -> tuple[Tensor, Tensor, Tensor]:
+    return qkv.chunk(3, dim=-1)
+
+
+def _chunk_per_head(qkv: Tensor, H: int) -> tuple[Tensor, Tensor, Tensor]:
+    B, T, D3 = qkv.shape
+    q, k, v = qkv.reshape(B, T, H, D3 // H).chunk(3, dim=-1)  # each (B, T, H, Dh)
+    return q.flatten(-2), k.flatten(-2), v.flatten(-2)
+
+
+def _softmax_fill(fill: float, invert: bool = False, dim: int = -1):
+    def weigh(scores: Tensor, mask: Tensor | None) -> Tensor:
+        if mask is not None:
+            scores = scores.masked_fill(mask if invert else ~mask, fill)
+        return torch.softmax(scores, dim=dim)
+
+    return weigh
+
+
+MHA_MISTAKES = [
+    Mistake("heads split without transpose (plain reshape to (B, H, T, Dh))",
+            SPLIT_MISTAKES[0].hint, _mha_variant(split=_split_no_transpose)),
+    Mistake("heads merged without transpose (plain reshape to (B, T, D))",
+            MERGE_MISTAKES[0].hint, _mha_variant(merge=_merge_no_transpose)),
+    Mistake("missing 1/sqrt(d_head) scaling",
+            "divide each head's scores by sqrt(Dh), Dh = d_model // n_heads",
+            _mha_variant(scale=lambda q, x: 1.0)),
+    Mistake("scaled by 1/sqrt(d_model) instead of 1/sqrt(d_head)",
+            "each head works in Dh = d_model // n_heads dimensions: scale by 1/sqrt(Dh)",
+            _mha_variant(scale=lambda q, x: 1 / math.sqrt(x.shape[-1]))),
+    Mistake("q, k, v cut per head from qkv instead of as three blocks [q | k | v]",
+            "self.qkv(x) is [q | k | v] along the last dim (three blocks of d_model, the "
+            "layout of nn.MultiheadAttention): q, k, v = self.qkv(x).chunk(3, dim=-1), "
+            "then split each into heads", _mha_variant(chunk=_chunk_per_head)),
+    Mistake("output projection missing",
+            "after merging the heads apply self.out (W_O) to mix them", _mha_variant(
+                project_out=False)),
+    Mistake("softmax over the query axis (dim=-2) instead of the keys (dim=-1)",
+            "normalise each query's scores over the keys: dim=-1",
+            _mha_variant(weigh=lambda s, m: attention.masked_softmax(s, m, dim=-2))),
+    Mistake("mask inverted (True treated as blocked)", MASK_MISTAKES_HINTS["inverted"],
+            _mha_variant(weigh=_softmax_fill(float("-inf"), invert=True))),
+    Mistake("mask inverted (True treated as blocked)", MASK_MISTAKES_HINTS["inverted"],
+            _mha_variant(weigh=lambda s, m: attention.masked_softmax(s, None if m is None else ~m))),
+    Mistake("masked scores filled with 0 instead of -inf", MASK_MISTAKES_HINTS["zero"],
+            _mha_variant(weigh=_softmax_fill(0.0))),
+    Mistake("mask applied after the softmax", MASK_MISTAKES_HINTS["after"],
+            _mha_variant(weigh=lambda s, m: torch.softmax(s, -1) * (1 if m is None else m))),
+    Mistake("mask ignored", "pass attn_mask on to the attention (True = may attend)",
+            _mha_variant(weigh=lambda s, m: torch.softmax(s, dim=-1))),
+]
+
+MHA = Exercise(
+    id="06.3",
+    title="MultiHeadAttention module",
+    points=4,
+    notebook=NOTEBOOK,
+    function="MultiHeadAttention",
+    reference=layers.MultiHeadAttention,
+    make_cases=_mha_cases,
+    call=_mha_call,
+    mistakes=MHA_MISTAKES,
+    compare=close(),
+    hint="q, k, v = self.qkv(x).chunk(3, dim=-1); split each into heads (B, H, T, Dh); scaled "
+         "dot-product attention per head with attn_mask (True = may attend); merge the heads "
+         "to (B, T, D); apply self.out",
+)
+
+EXERCISES = [SPLIT, MERGE, MHA]  # append this notebook's later exercises here

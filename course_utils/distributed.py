@@ -1,0 +1,335 @@
+"""Data-parallel training with ``torch.distributed`` ("buy more GPUs", notebook 11).
+
+Every process holds a full copy of the model and takes a different slice of each batch; after
+``backward`` the gradients are averaged across processes (an all-reduce), so every copy takes
+the same step — the same step as one process training on the whole batch.
+
+Two ways to start the processes:
+
+- ``torchrun --nproc_per_node=2 my_script.py`` sets ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...;
+  the script calls :func:`init_distributed` and then :func:`course_utils.training.train`,
+  which wraps the model in ``DistributedDataParallel`` and shards the batches by rank.
+  ``torchrun --nproc_per_node=2 -m course_utils.distributed`` runs a small demo.
+- :func:`spawn_data_parallel` starts them from Python (e.g. a notebook) with
+  ``torch.multiprocessing``'s ``spawn``. The function it runs must be importable (defined in a
+  module, not in the notebook), like :func:`demo_worker`.
+
+Backends: ``gloo`` on CPU, ``nccl`` on CUDA GPUs (one GPU per process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import queue as queue_module
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+__all__ = ["DistInfo", "init_distributed", "cleanup", "rank", "world_size", "is_main_process",
+           "shard", "all_reduce_mean", "spawn_data_parallel", "demo_problem", "demo_worker",
+           "DataParallelDemo", "data_parallel_demo"]
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """This process's place in the group: ``rank`` of ``world_size``, its ``device`` and ``backend``."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str | None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _default_backend(world: int = 1) -> str:
+    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world else "gloo"
+
+
+def init_distributed(backend: str | None = None) -> DistInfo:
+    """Join the process group described by the environment (as ``torchrun`` sets it).
+
+    Without ``WORLD_SIZE`` (a plain ``python`` run) nothing is initialised and this returns a
+    single-process :class:`DistInfo`. ``backend`` defaults to ``nccl`` with CUDA, else ``gloo``.
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")))
+    if dist.is_available() and dist.is_initialized():
+        backend = dist.get_backend()
+    else:
+        backend = backend or _default_backend(world)
+    device = (torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu"))
+    if world == 1 and not (dist.is_available() and dist.is_initialized()):
+        return DistInfo(0, 1, 0, device if backend == "nccl" else torch.device("cpu"), None)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        missing = [v for v in ("RANK", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
+        if missing:
+            raise RuntimeError(
+                f"WORLD_SIZE={world} but {', '.join(missing)} not set: start the processes with "
+                "torchrun (torchrun --nproc_per_node=2 script.py) or spawn_data_parallel(...)"
+            )
+        dist.init_process_group(backend=backend, rank=int(os.environ["RANK"]), world_size=world)
+    return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device, backend)
+
+
+def cleanup() -> None:
+    """Leave the process group (if any)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def rank() -> int:
+    """This process's rank (0 when not distributed)."""
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def world_size() -> int:
+    """Number of processes (1 when not distributed)."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def is_main_process() -> bool:
+    """True on rank 0 (and when not distributed): the process that prints and saves."""
+    return rank() == 0
+
+
+def shard(batch: Any, rank: int | None = None, world_size: int | None = None) -> Any:
+    """This rank's contiguous slice of a batch (dim 0): rows ``[r*B/W, (r+1)*B/W)``.
+
+    ``batch``: a tensor, a tuple/list/dict of tensors, or an indexable batch object (e.g.
+    ``Seq2SeqData``). Equal slices (B divisible by W) make data-parallel training equal to
+    full-batch training; otherwise the first slices get one row more.
+    """
+    from course_utils.data.tasks import _length, take
+
+    initialised = dist.is_available() and dist.is_initialized()
+    r = (dist.get_rank() if initialised else 0) if rank is None else rank
+    w = (dist.get_world_size() if initialised else 1) if world_size is None else world_size
+    if not 0 <= r < w:
+        raise ValueError(f"expected 0 <= rank < world_size, got rank={r}, world_size={w}")
+    n = _length(batch)
+    if n < w:
+        raise ValueError(f"a batch of {n} rows cannot be split across {w} processes")
+    idx = torch.tensor_split(torch.arange(n), w)[r]
+    return take(batch, slice(int(idx[0]), int(idx[-1]) + 1))
+
+
+def all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over all processes (``x`` itself when not distributed)."""
+    if world_size() == 1:
+        return x
+    y = x.detach().clone()
+    dist.all_reduce(y, op=dist.ReduceOp.SUM)
+    return y / world_size()
+
+
+# --------------------------------------------------------------------------------------------
+# Spawning processes from Python
+# --------------------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank_: int, world: int, port: int, backend: str, fn: Callable[..., Any],
+            args: tuple, results: Any, threads: int | None) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank_),
+                      LOCAL_RANK=str(rank_), WORLD_SIZE=str(world))
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        info = init_distributed(backend)
+        value = fn(info, *args)
+        # plain pickle copies tensors by value (no shared memory that dies with this process)
+        results.put((rank_, True, pickle.dumps(value)))
+    except BaseException:  # report every failure to the parent, which raises it
+        results.put((rank_, False, traceback.format_exc()))
+    finally:
+        cleanup()
+
+
+def spawn_data_parallel(fn: Callable[..., Any], world_size: int = 2, args: tuple = (), *,
+                        backend: str | None = None, timeout: float = 300.0,
+                        threads_per_process: int | None = 1) -> list[Any]:
+    """Run ``fn(info, *args)`` in ``world_size`` new processes joined in one process group.
+
+    ``info`` is the process's :class:`DistInfo`; inside ``fn``, :func:`course_utils.training.train`
+    trains data-parallel automatically. Returns the values of ``fn`` ordered by rank (they are
+    pickled, so return tensors, numbers, dicts, dataclasses). ``fn`` must be importable by
+    name (defined in a module): functions defined in a notebook cannot be sent to a spawned
+    process. ``backend``: ``nccl`` if there are enough GPUs, else ``gloo``.
+    Raises ``RuntimeError`` with the worker's traceback if a process fails.
+    """
+    import torch.multiprocessing as mp
+
+    if world_size < 1:
+        raise ValueError(f"expected world_size >= 1, got {world_size}")
+    if getattr(fn, "__module__", None) == "__main__" and "<locals>" not in getattr(fn, "__qualname__", ""):
+        main = __import__("__main__")
+        if not getattr(main, "__file__", None):
+            raise ValueError(
+                f"{fn.__name__} is defined in this notebook; spawned processes cannot import it. "
+                "Put it in a .py file and import it, or use course_utils.distributed.demo_worker"
+            )
+    backend = backend or _default_backend(world_size)
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_worker, args=(r, world_size, port, backend, fn, args, results,
+                                               threads_per_process), daemon=True)
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    collected: dict[int, tuple[bool, Any]] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(collected) < world_size:
+            try:
+                r, ok, payload = results.get(timeout=0.5)
+                collected[r] = (ok, payload)
+                if not ok:
+                    break
+            except queue_module.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    # a crashed worker may still have queued its report just before dying
+                    time.sleep(0.5)
+                    while not results.empty():
+                        r, ok, payload = results.get()
+                        collected[r] = (ok, payload)
+                    if all(ok for ok, _ in collected.values()):
+                        raise RuntimeError(
+                            f"a data-parallel worker died (exit code {dead[0].exitcode}) without "
+                            "reporting an error"
+                        ) from None
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"the {world_size} data-parallel workers did not finish in {timeout:.0f} s"
+                    ) from None
+    finally:
+        for p in procs:
+            p.join(timeout=10 if len(collected) == world_size else 1)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+    failures = [(r, payload) for r, (ok, payload) in sorted(collected.items()) if not ok]
+    if failures:
+        r, tb = failures[0]
+        raise RuntimeError(f"data-parallel worker rank {r} failed:\n{tb}")
+    return [pickle.loads(collected[r][1]) for r in range(world_size)]
+
+
+# --------------------------------------------------------------------------------------------
+# A small demo (notebook 11 and the tests): data-parallel == single-process on the full batch
+# --------------------------------------------------------------------------------------------
+def demo_problem(seed: int = 0, n: int = 64, d_in: int = 8, d_hidden: int = 32,
+                 dtype: torch.dtype = torch.float64) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """A seeded MLP regression problem: ``(model, (x (n, d_in), y (n, 1)))``."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d_in, generator=g, dtype=dtype)
+    w = torch.randn(d_in, 1, generator=g, dtype=dtype)
+    y = torch.sin(x @ w) + 0.1 * torch.randn(n, 1, generator=g, dtype=dtype)
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(d_in, d_hidden), nn.Tanh(), nn.Linear(d_hidden, 1)).to(dtype)
+    return model, (x, y)
+
+
+def _mse(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    x, y = batch
+    return ((model(x) - y) ** 2).mean()
+
+
+def demo_worker(info: DistInfo, steps: int = 20, batch_size: int = 16, lr: float = 1e-2,
+                seed: int = 0) -> dict[str, Any]:
+    """Train :func:`demo_problem` with :func:`course_utils.training.train` in this process.
+
+    Under a process group each rank takes its shard of every batch (same batches on every
+    rank: the generator is seeded alike). Returns ``{"rank", "world_size", "state", "loss"}``.
+    """
+    from course_utils.data.tasks import batches
+    from course_utils.training import train
+
+    model, (x, y) = demo_problem(seed)
+    model.to(info.device)
+    data = batches((x, y), batch_size, torch.Generator().manual_seed(seed), drop_last=True)
+    history = train(model, data, loss_fn=_mse, steps=steps, lr=lr, warmup=2, grad_clip=1.0,
+                    progress=False, data_parallel=info.world_size > 1)
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    return {"rank": info.rank, "world_size": info.world_size, "state": state,
+            "loss": history.train_loss}
+
+
+@dataclass
+class DataParallelDemo:
+    """Result of :func:`data_parallel_demo`: per-rank results, the single-process reference and
+    the largest parameter difference between them (``max_abs_diff``), plus timings."""
+
+    ranks: list[dict[str, Any]]
+    single: dict[str, Any]
+    max_abs_diff: float
+    parallel_seconds: float
+    single_seconds: float
+
+    def __repr__(self) -> str:
+        return (f"DataParallelDemo({len(self.ranks)} processes; final loss "
+                f"{self.ranks[0]['loss'][-1]:.5f} vs single process {self.single['loss'][-1]:.5f}; "
+                f"largest parameter difference {self.max_abs_diff:.2e})")
+
+
+def data_parallel_demo(world_size: int = 2, steps: int = 20, batch_size: int = 16,
+                       lr: float = 1e-2, seed: int = 0) -> DataParallelDemo:
+    """Train the demo MLP data-parallel in ``world_size`` processes and in this one alone.
+
+    ``batch_size`` is the global batch (each process gets ``batch_size / world_size`` rows).
+    """
+    if batch_size % world_size:
+        raise ValueError(f"expected batch_size divisible by world_size, got {batch_size} and {world_size}")
+    t0 = time.perf_counter()
+    ranks = spawn_data_parallel(demo_worker, world_size, (steps, batch_size, lr, seed),
+                                backend="gloo")
+    t1 = time.perf_counter()
+    single = demo_worker(DistInfo(0, 1, 0, torch.device("cpu"), None), steps, batch_size, lr, seed)
+    t2 = time.perf_counter()
+    diff = max((r["state"][k] - single["state"][k]).abs().max().item()
+               for r in ranks for k in single["state"])
+    return DataParallelDemo(ranks, single, diff, t1 - t0, t2 - t1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``torchrun --nproc_per_node=2 -m course_utils.distributed``: the demo under torchrun."""
+    parser = argparse.ArgumentParser(description="data-parallel demo (run it under torchrun)")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--backend", default=None)
+    args = parser.parse_args(argv)
+    info = init_distributed(args.backend)
+    try:
+        result = demo_worker(info, steps=args.steps, batch_size=args.batch_size)
+        if info.is_main:
+            print(f"rank 0 of {info.world_size} ({info.backend or 'single process'}): "
+                  f"loss {result['loss'][0]:.5f} -> {result['loss'][-1]:.5f}")
+            checksum = sum(float(v.double().sum()) for v in result["state"].values())
+            print(f"parameter checksum {checksum:.10f}")
+    finally:
+        cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

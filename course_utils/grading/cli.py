@@ -1,0 +1,271 @@
+"""``course grade``: the official grader's command line.
+
+    course grade SUBMISSION.ipynb... [--json F] [--junit F] [--feedback DIR] [--csv F]
+                 [--classroom F] [-j N] [--reference-dir DIR] [--assignment NAME]
+                 [--cell-timeout S] [--timeout S] [--memory-mb M] [--max-output-kb K]
+                 [--fail-under P] [--seed N] [--checks MODULE] [--executed DIR]
+
+Each submission runs in a fresh, resource-limited kernel; verdicts are decided in the grading
+process (see :mod:`course_utils.grading`). Exit codes (the highest that applies):
+
+- ``0`` every submission was graded (and, with ``--fail-under P``, scored at least P percent);
+- ``1`` a submission scored below ``--fail-under``;
+- ``2`` usage error or bad input: a file that is missing, not valid JSON, not a notebook, or
+  a notebook of another assignment (the others are still graded and reported, that one
+  with zero points);
+- ``3`` the grading machine failed: no kernel could start, or the installed course lacks a
+  check an assignment needs. Never the student's fault.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_BELOW, EXIT_BAD_INPUT, EXIT_GRADER = 0, 1, 2, 3
+
+EPILOG = """\
+exit codes (the highest that applies):
+  0  every submission graded (and at least --fail-under percent, if given)
+  1  a submission scored below --fail-under
+  2  usage error or bad input: missing file, malformed JSON, not a notebook, a notebook of
+     another assignment (the other submissions are still graded and reported)
+  3  the grading machine failed (no kernel could start, a check is missing from the course)
+
+what the grader does:
+  Each submission runs top to bottom in a fresh python3 kernel, in a temporary copy of its
+  folder, with COURSE_PROFILE from this environment (default ci), under an address-space
+  limit (--memory-mb), a per-cell and a total time limit and a cap on stored output. Check
+  cells are restored from the reference notebook (solutions/<name>.ipynb, or notebooks/),
+  so edited, moved or deleted check cells change nothing. At each check the kernel only
+  computes outputs on inputs drawn at grade time; this process compares them with the
+  verified implementation. Answers that merely re-export the course's own implementation
+  are flagged for review (points kept unless --zero-flagged).
+
+examples:
+  course grade notebooks/00_start_here.ipynb                 # a student checks their work
+  course grade submissions/*.ipynb --assignment 00_start_here -j 4 \\
+      --csv gradebook.csv --feedback feedback/ --json grades.json --junit grades.xml
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``course grade``."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("submissions", nargs="+", metavar="SUBMISSION.ipynb",
+                        help="notebooks to grade")
+    out = parser.add_argument_group("reports")
+    out.add_argument("--json", metavar="F", help="JSON report (an array for several submissions)")
+    out.add_argument("--junit", metavar="F", help="JUnit XML, exercise ids as test names")
+    out.add_argument("--feedback", metavar="DIR", help="Markdown feedback, one file per student")
+    out.add_argument("--csv", metavar="F", help="CSV gradebook, one row per submission")
+    out.add_argument("--classroom", metavar="F",
+                     help="GitHub Classroom autograding result (JSON; base64 it into "
+                          "<RUNNER>_RESULTS for autograding-grading-reporter)")
+    out.add_argument("--executed", metavar="DIR",
+                     help="also save each notebook as the grader executed it (capped outputs)")
+    out.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
+    what = parser.add_argument_group("what to grade against")
+    what.add_argument("--reference-dir", metavar="DIR",
+                      help="folder of reference notebooks (default: ./solutions, ./notebooks, "
+                           "then the course checkout's); only check cells and positions are read")
+    what.add_argument("--assignment", metavar="NAME",
+                      help="grade every submission as this assignment (e.g. 00_start_here); "
+                           "default: by file name, else by the exercise ids inside")
+    what.add_argument("--checks", metavar="MODULE", action="append", default=[],
+                      help="extra exercise module (importable name or path to a .py file) "
+                           "exposing EXERCISES; repeatable")
+    lim = parser.add_argument_group("limits")
+    lim.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
+                     help="grade N submissions in parallel (processes; default 1)")
+    lim.add_argument("--cell-timeout", type=float, default=120.0, metavar="S",
+                     help="seconds per cell and per check (default 120)")
+    lim.add_argument("--timeout", type=float, default=900.0, metavar="S",
+                     help="seconds per submission, all cells together (default 900)")
+    lim.add_argument("--memory-mb", type=int, default=6144, metavar="M",
+                     help="address-space limit of the kernel in MiB (default 6144; 0 = none). "
+                          "Virtual memory: torch alone maps about 1 GB")
+    lim.add_argument("--max-output-kb", type=int, default=1024, metavar="K",
+                     help="output kept per submission in KiB; the rest is counted and dropped "
+                          "(default 1024)")
+    lim.add_argument("--gpu", action="store_true",
+                     help="leave CUDA devices visible to the kernel (lifts the memory limit: "
+                          "CUDA maps far more virtual memory than any sane limit)")
+    pol = parser.add_argument_group("policy")
+    pol.add_argument("--fail-under", type=float, metavar="P",
+                     help="exit 1 when a submission scores below P percent")
+    pol.add_argument("--seed", type=int, metavar="N",
+                     help="seed of the check inputs (default: drawn at random at grade time)")
+    pol.add_argument("--zero-flagged", action="store_true",
+                     help="give 0 points to answers flagged as re-exporting the course's own "
+                          "implementation (default: keep the points, flag for review)")
+
+
+def _resolve_checks(specs: list[str]) -> tuple[str, ...]:
+    """Module names for ``--checks``; a path to a .py file puts its folder on the path of
+    this process and of the kernels (PYTHONPATH)."""
+    names = []
+    for spec in specs:
+        if spec.endswith(".py") or os.sep in spec:
+            p = Path(spec).resolve()
+            if not p.is_file():
+                raise FileNotFoundError(f"--checks {spec}: no such file")
+            folder = str(p.parent)
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
+            parts = [folder] + [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x]
+            os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
+            names.append(p.stem)
+        else:
+            names.append(spec)
+    return tuple(names)
+
+
+def _grade_one(path: str, options) -> dict[str, Any]:
+    """Grade one submission; a crash of the grader itself becomes a report, never an exception."""
+    from course_utils.grading.grader import grade_submission
+
+    try:
+        return grade_submission(path, options)
+    except Exception as exc:  # pragma: no cover - a bug in the grader; keep the batch going
+        detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-4))
+        return {"notebook": path, "student": Path(path).stem, "assignment": None, "total": 0,
+                "max": 0, "percent": 0.0, "exercises": [], "flags": [], "notes": [detail[-2000:]],
+                "error": f"internal grader error: {type(exc).__name__}: {exc}",
+                "error_kind": "grader", "kernel": {}, "cells": {}, "output": {}, "seed": None,
+                "runtime_s": 0.0}
+
+
+def grade_all(paths: list[str], options, jobs: int = 1, progress: bool = True) -> list[dict[str, Any]]:
+    """Grade ``paths`` (in parallel processes when ``jobs > 1``), in the given order."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(paths), desc="grading", unit="nb", file=sys.stderr,
+               disable=not progress or len(paths) < 2, dynamic_ncols=True)
+    reports: list[dict[str, Any] | None] = [None] * len(paths)
+    try:
+        if jobs <= 1 or len(paths) < 2:
+            for i, p in enumerate(paths):
+                reports[i] = _grade_one(p, options)
+                bar.update(1)
+        else:
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            ctx = mp.get_context("spawn")  # never fork a process that holds torch threads
+            with ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=ctx) as pool:
+                futures = {pool.submit(_grade_one, p, options): i for i, p in enumerate(paths)}
+                for fut in as_completed(futures):
+                    i = futures[fut]
+                    try:
+                        reports[i] = fut.result()
+                    except Exception as exc:  # a worker died: report it, keep the rest
+                        reports[i] = _worker_lost(paths[i], exc)
+                    bar.update(1)
+    finally:
+        bar.close()
+    return [r for r in reports if r is not None]
+
+
+def _worker_lost(path: str, exc: BaseException) -> dict[str, Any]:
+    return {"notebook": path, "student": Path(path).stem, "assignment": None, "total": 0,
+            "max": 0, "percent": 0.0, "exercises": [], "flags": [], "notes": [],
+            "error": f"the grading process died: {type(exc).__name__}: {exc}",
+            "error_kind": "grader", "kernel": {}, "cells": {}, "output": {}, "seed": None,
+            "runtime_s": 0.0}
+
+
+def exit_code(reports: list[dict[str, Any]], fail_under: float | None) -> int:
+    """The documented exit code for a set of reports (see the module docstring)."""
+    code = EXIT_OK
+    for rep in reports:
+        kind = rep.get("error_kind")
+        if kind == "grader":
+            code = max(code, EXIT_GRADER)
+        elif kind in ("bad_input", "usage"):
+            code = max(code, EXIT_BAD_INPUT)
+        if fail_under is not None and float(rep.get("percent", 0.0)) < fail_under:
+            code = max(code, EXIT_BELOW)
+    return code
+
+
+def _summary(rep: dict[str, Any], detailed: bool) -> str:
+    from course_utils.grading.reports import STATUS_LABEL
+
+    name = Path(rep["notebook"]).name
+    head = f"{name}: {rep['total']:g}/{rep['max']:g} points"
+    if rep.get("assignment"):
+        head += f" ({rep['assignment']})"
+    lines = [head]
+    if rep.get("error"):
+        lines.append(f"  ! {rep['error']}")
+    for ex in rep["exercises"]:
+        status = STATUS_LABEL.get(ex["status"], ex["status"])
+        line = f"  [{ex['id']}] {ex['title']}: {status} ({ex['points']:g}/{ex['max_points']:g})"
+        if detailed and ex["status"] != "passed" and ex["message"]:
+            line += " — " + ex["message"].splitlines()[0][:200]
+        lines.append(line)
+        if ex.get("flags"):
+            lines.append(f"      flagged: {'; '.join(ex['flags'])}")
+    if detailed:
+        lines.extend(f"  note: {n.splitlines()[0][:200]}" for n in rep.get("notes", []))
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``course grade``; returns the exit code documented above."""
+    from course_utils.grading import reports as rp
+    from course_utils.grading.grader import GradeOptions
+
+    for name in ("cell_timeout", "timeout"):
+        if getattr(args, name) <= 0:
+            print(f"course grade: --{name.replace('_', '-')} must be positive", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    if args.jobs < 1 or args.memory_mb < 0 or args.max_output_kb < 0:
+        print("course grade: -j must be >= 1, --memory-mb and --max-output-kb >= 0", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.reference_dir and not Path(args.reference_dir).is_dir():
+        print(f"course grade: --reference-dir {args.reference_dir}: no such folder", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        modules = _resolve_checks(args.checks)
+        from course_utils.grading.plan import exercise_table
+
+        exercise_table(modules)  # fail early and clearly on a broken --checks module
+    except Exception as exc:
+        print(f"course grade: cannot load --checks: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    cpus = os.cpu_count() or 1
+    options = GradeOptions(
+        reference_dir=args.reference_dir, assignment=args.assignment, checks_modules=modules,
+        cell_timeout=args.cell_timeout, timeout=args.timeout, memory_mb=args.memory_mb,
+        max_output_kb=args.max_output_kb, seed=args.seed,
+        threads=max(1, min(4, cpus // args.jobs)), gpu=args.gpu, zero_flagged=args.zero_flagged,
+        executed_dir=args.executed)
+    paths = [str(p) for p in args.submissions]
+    reports = grade_all(paths, options, jobs=args.jobs, progress=not args.quiet)
+
+    writers = [(args.json, rp.write_json), (args.junit, rp.write_junit), (args.csv, rp.write_csv),
+               (args.classroom, rp.write_classroom), (args.feedback, rp.write_feedback)]
+    for target, writer in writers:
+        if target:
+            try:
+                if writer is not rp.write_feedback:
+                    Path(target).parent.mkdir(parents=True, exist_ok=True)
+                writer(reports, target)
+            except OSError as exc:
+                print(f"course grade: cannot write {target}: {exc}", file=sys.stderr)
+                return EXIT_BAD_INPUT
+    if not args.quiet:
+        detailed = len(reports) == 1
+        for rep in reports:
+            print(_summary(rep, detailed))
+        if len(reports) > 1:
+            graded = [r for r in reports if not r.get("error")]
+            print(f"{len(reports)} submissions, {len(graded)} graded without problems")
+    return exit_code(reports, args.fail_under)

@@ -1,0 +1,500 @@
+"""Grade one submission: plan, execute in a sandboxed kernel, harvest, judge, report.
+
+:func:`grade_submission` never raises for anything a submission can do; it returns the report
+(a JSON-ready dict, see :mod:`course_utils.grading`). Problems of the grading machine itself
+(no kernel can start, a reference without a registered check) are reported with
+``error_kind = "grader"`` so the CLI can tell them apart from bad submissions.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from course_utils.checks import core
+from course_utils.checks.core import ERROR, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT
+from course_utils.grading import harvest as hv
+from course_utils.grading.kernel import GradingKernel, KernelStartError, OutputBudget, kernel_env
+from course_utils.grading.plan import (
+    Assignment,
+    BadSubmission,
+    GradedExercise,
+    NoAssignment,
+    build_plan,
+    exercise_table,
+    python_source,
+    read_notebook,
+    reference_dirs,
+    resolve_assignment,
+)
+
+GRADER_VERSION = 1
+MAX_MESSAGE = 2000
+COPY_MAX_FILE = 10 << 20
+COPY_MAX_TOTAL = 100 << 20
+COPY_MAX_FILES = 2000
+
+
+@dataclass
+class GradeOptions:
+    """Limits and choices for grading (the CLI's options; defaults are the CLI's)."""
+
+    reference_dir: str | None = None
+    assignment: str | None = None
+    checks_modules: tuple[str, ...] = ()
+    cell_timeout: float = 120.0
+    timeout: float = 900.0
+    memory_mb: int = 6144
+    max_output_kb: int = 1024
+    seed: int | None = None
+    threads: int = 1
+    gpu: bool = False
+    zero_flagged: bool = False
+    executed_dir: str | None = None
+    kernel_name: str = "python3"
+    startup_timeout: float = 120.0
+    interrupt_grace: float = 5.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _clip(text: str, n: int = MAX_MESSAGE) -> str:
+    text = str(text)
+    return text if len(text) <= n else text[: n - 20] + " [... truncated]"
+
+
+def _entry(g: GradedExercise, status: str, message: str, points: float = 0) -> dict[str, Any]:
+    ex = g.exercise
+    return {"id": ex.id, "title": ex.title, "points": points, "max_points": ex.points,
+            "status": status, "message": _clip(message), "flags": [], "runtime_s": 0.0}
+
+
+def _skeleton(path: str, seed: int | None) -> dict[str, Any]:
+    return {"notebook": str(path), "student": Path(path).stem, "assignment": None,
+            "total": 0, "max": 0, "percent": 0.0, "exercises": [], "flags": [], "notes": [],
+            "error": None, "error_kind": None,
+            "kernel": {"status": "not_started", "detail": ""},
+            "cells": {"executed": 0, "errors": []},
+            "output": {"bytes_seen": 0, "bytes_kept": 0, "truncated": False},
+            "seed": seed, "runtime_s": 0.0, "grader_version": GRADER_VERSION}
+
+
+def _finish(report: dict[str, Any], t0: float) -> dict[str, Any]:
+    report["total"] = _num(sum(e["points"] for e in report["exercises"]))
+    report["max"] = _num(sum(e["max_points"] for e in report["exercises"]))
+    report["percent"] = round(100.0 * report["total"] / report["max"], 2) if report["max"] else 0.0
+    report["flags"] = [f"{e['id']}: {f}" for e in report["exercises"] for f in e["flags"]]
+    report["runtime_s"] = round(time.monotonic() - t0, 3)
+    return report
+
+
+def _num(x: float) -> float | int:
+    return int(x) if float(x).is_integer() else round(float(x), 4)
+
+
+def grade_submission(path: str | os.PathLike, options: GradeOptions | None = None) -> dict[str, Any]:
+    """Grade ``path`` and return its report (never raises for a bad submission)."""
+    opts = options or GradeOptions()
+    t0 = time.monotonic()
+    path = str(path)
+    seed = opts.seed if opts.seed is not None else secrets.randbits(32)
+    report = _skeleton(path, seed)
+    try:
+        table = exercise_table(opts.checks_modules)
+    except Exception as exc:
+        report.update(error=f"could not load the exercise checks: {type(exc).__name__}: {exc}",
+                      error_kind="grader")
+        return _finish(report, t0)
+
+    nb: dict[str, Any] | None = None
+    bad: str | None = None
+    try:
+        nb = read_notebook(path)
+    except BadSubmission as exc:
+        bad = str(exc)
+    try:
+        assignment = resolve_assignment(path, nb, dirs=reference_dirs(opts.reference_dir),
+                                        table=table, forced=opts.assignment)
+    except NoAssignment as exc:
+        report.update(error=bad or str(exc), error_kind="bad_input")
+        if opts.assignment:  # zero for every exercise of the required assignment
+            try:
+                forced = resolve_assignment(path, None, dirs=reference_dirs(opts.reference_dir),
+                                            table=table, forced=opts.assignment)
+                report["assignment"] = forced.name
+                report["exercises"] = [_entry(g, ERROR, report["error"]) for g in forced.exercises]
+            except NoAssignment:
+                report["error_kind"] = "usage"
+        return _finish(report, t0)
+    except BadSubmission as exc:  # the reference notebook itself is unreadable
+        report.update(error=f"reference notebook: {exc}", error_kind="grader")
+        return _finish(report, t0)
+
+    report["assignment"] = assignment.name
+    report["reference"] = assignment.reference_path
+    if bad is not None or nb is None:
+        report.update(error=bad, error_kind="bad_input")
+        report["exercises"] = [_entry(g, ERROR, bad or "unreadable") for g in assignment.exercises]
+        return _finish(report, t0)
+    if assignment.problems:
+        report["notes"].append("no check is registered for exercise(s) "
+                               + ", ".join(assignment.problems) + ": not graded")
+        report["error_kind"] = "grader"
+        report["error"] = "the course installation lacks checks for " + ", ".join(assignment.problems)
+
+    _run(nb, assignment, report, opts, seed, path)
+    return _finish(report, t0)
+
+
+def _copy_submission_dir(src: Path, dst: Path) -> None:
+    """Copy the submission's folder (small files only, no notebooks, no hidden folders)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    total, count = 0, 0
+    for root, dirs, files in os.walk(src):
+        rel = Path(root).relative_to(src)
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__",
+                   "node_modules") and len(rel.parts) < 4]
+        for name in files:
+            p = Path(root) / name
+            if name.endswith(".ipynb") or name.startswith(".") or p.is_symlink():
+                continue
+            try:
+                size = p.stat().st_size
+            except OSError:
+                continue
+            if size > COPY_MAX_FILE or total + size > COPY_MAX_TOTAL or count >= COPY_MAX_FILES:
+                continue
+            target = dst / rel / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                shutil.copyfile(p, target)
+            except OSError:
+                continue
+            total += size
+            count += 1
+
+
+def _static_flags(sources: list[str], ex: core.Exercise) -> list[str]:
+    """Flags from the exercise cell's source: it imports the course's reference."""
+    ref = ex.reference
+    ref_name = getattr(ref, "__name__", "")
+    ref_mod = getattr(ref, "__module__", "") or ""
+    where = f"{ref_mod}.{ref_name}"
+    flags: list[str] = []
+
+    def resolves(module: str, attr: str) -> bool:
+        if not (module == ref_mod or module.startswith("course_utils")):
+            return False  # never import arbitrary modules named by a submission
+        try:
+            return getattr(importlib.import_module(module), attr, None) is ref
+        except Exception:
+            return False
+
+    for src in sources:
+        try:
+            tree = ast.parse(python_source(src))
+        except (SyntaxError, ValueError):
+            continue
+        attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    if resolves(node.module, alias.name):
+                        flags.append(f"imports_reference: the exercise cell imports {where}")
+                    elif ref_name in attrs and (node.module + "." + alias.name) == ref_mod:
+                        flags.append(f"uses_reference: the exercise cell uses {where}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if ref_name in attrs and resolves(alias.name, ref_name):
+                        flags.append(f"uses_reference: the exercise cell uses {where}")
+    return sorted(set(flags))
+
+
+def _memory_error(ename: str, evalue: str) -> bool:
+    text = f"{ename} {evalue}"
+    return ename == "MemoryError" or any(s in text for s in (
+        "can't allocate memory", "DefaultCPUAllocator", "Cannot allocate memory",
+        "std::bad_alloc", "Unable to allocate", "out of memory"))
+
+
+def _run(nb: dict[str, Any], assignment: Assignment, report: dict[str, Any], opts: GradeOptions,
+         seed: int, path: str) -> None:
+    plan = build_plan(nb, assignment)
+    report["notes"].extend(plan.notes)
+    by_id = {g.id: g for g in assignment.exercises}
+    entries: dict[str, dict[str, Any]] = {}
+    cell_errors: dict[int, tuple[str, str]] = {}
+    executed: list[tuple[Any, Any]] = []  # (step, ExecResult or verdict entry)
+    budget = OutputBudget(opts.max_output_kb * 1024)
+    workdir = Path(tempfile.mkdtemp(prefix="course-grade-"))
+    kernel: GradingKernel | None = None
+    stop_reason: tuple[str, str] | None = None  # (status for the rest, message)
+    try:
+        cwd = workdir / "work"
+        _copy_submission_dir(Path(path).resolve().parent, cwd)
+        env = kernel_env(profile=None, threads=opts.threads, hide_gpus=not opts.gpu,
+                         ipython_dir=str(workdir / "ipython"))
+        memory_mb = 0 if opts.gpu else opts.memory_mb
+        kernel = GradingKernel(cwd=str(cwd), workdir=str(workdir), memory_mb=memory_mb,
+                               kernel_name=opts.kernel_name, env=env, output_budget=budget,
+                               startup_timeout=opts.startup_timeout,
+                               interrupt_grace=opts.interrupt_grace)
+        try:
+            kernel.start()
+        except KernelStartError as exc:
+            report.update(error=str(exc), error_kind="grader")
+            report["kernel"] = {"status": "not_started", "detail": _clip(str(exc))}
+            stop_reason = (ERROR, f"not graded: the grader could not start a kernel ({exc})")
+            return
+        # Import the heavy modules before the clock starts: per-cell limits measure the
+        # student's code, not torch's import time on a busy machine.
+        warm = kernel.execute(_warmup_code(opts.checks_modules), opts.startup_timeout, silent=True)
+        if warm.status != "ok":
+            detail = (f"the kernel could not import the course ({warm.ename or warm.status}: "
+                      f"{_clip(warm.evalue, 300)}); is course_utils installed in the kernel's "
+                      f"Python?")
+            report.update(error=detail, error_kind="grader")
+            report["kernel"] = {"status": "not_started", "detail": detail}
+            stop_reason = (ERROR, f"not graded: {detail}")
+            return
+        report["kernel"] = {"status": "ok", "detail": ""}
+        deadline = time.monotonic() + opts.timeout
+        trusted = {"collect_outputs": hv.fingerprint(core.collect_outputs)}
+        for step in plan.steps:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                stop_reason = (TIMEOUT, f"not graded: the notebook ran past the total time limit "
+                                        f"of {opts.timeout:g} s before this exercise's check")
+                report["kernel"] = {"status": "timeout", "detail": stop_reason[1]}
+                break
+            limit = min(opts.cell_timeout, remaining)
+            total_bound = remaining < opts.cell_timeout
+            if step.kind == "cell":
+                src = nb["cells"][step.index]["source"]
+                r = kernel.execute(src, limit)
+                report["cells"]["executed"] += 1
+                executed.append((step, r))
+                if r.status in ("error", "timeout", "hung", "died"):
+                    ename = r.ename or r.status
+                    evalue = r.evalue
+                    cell_errors[step.index] = (ename, evalue)
+                    report["cells"]["errors"].append({"cell": step.index, "ename": ename,
+                                                      "evalue": _clip(evalue, 500)})
+                    if _memory_error(ename, evalue):
+                        report["notes"].append(f"cell {step.index} ran out of memory "
+                                               f"(limit {opts.memory_mb} MB): {ename}")
+                if r.status == "timeout":
+                    if total_bound:
+                        stop_reason = (TIMEOUT, "not graded: the notebook ran past the total time "
+                                                f"limit of {opts.timeout:g} s")
+                        report["kernel"] = {"status": "timeout", "detail": stop_reason[1]}
+                        break
+                    report["notes"].append(f"cell {step.index} ran past the per-cell limit of "
+                                           f"{opts.cell_timeout:g} s and was interrupted")
+                if r.kernel_lost:
+                    stop_reason = _lost(r, f"cell {step.index}", opts)
+                    report["kernel"] = {"status": r.status, "exit_code": r.exit_code,
+                                        "detail": stop_reason[1]}
+                    break
+            else:
+                g = by_id[step.exercise_id]
+                entry, r = _check(kernel, g, seed, limit, workdir, plan, cell_errors, opts,
+                                  trusted, nb, total_bound)
+                entries[g.id] = entry
+                executed.append((step, entry))
+                if r is not None and r.kernel_lost:
+                    stop_reason = _lost(r, f"the check of {g.id}", opts)
+                    report["kernel"] = {"status": r.status, "exit_code": r.exit_code,
+                                        "detail": stop_reason[1]}
+                    break
+                if r is not None and r.status == "timeout" and total_bound:
+                    stop_reason = (TIMEOUT, "not graded: the notebook ran past the total time "
+                                            f"limit of {opts.timeout:g} s")
+                    report["kernel"] = {"status": "timeout", "detail": stop_reason[1]}
+                    break
+    finally:
+        if kernel is not None:
+            kernel.shutdown()
+        for g in assignment.exercises:
+            if g.id not in entries:
+                status, message = stop_reason or (ERROR, "not graded")
+                entries[g.id] = _entry(g, status, message)
+        report["exercises"] = [entries[g.id] for g in assignment.exercises]
+        report["output"] = {"bytes_seen": budget.seen, "bytes_kept": budget.kept,
+                            "truncated": budget.truncated}
+        if budget.truncated:
+            report["notes"].append(f"the notebook printed {budget.seen / 1e6:.1f} MB of output; "
+                                   f"the grader kept {budget.kept // 1024} KB")
+        if opts.executed_dir:
+            try:
+                _write_executed(nb, executed, assignment, opts.executed_dir, path)
+            except Exception as exc:  # an artifact, never a reason to fail grading
+                report["notes"].append(f"could not write the executed notebook: {exc}")
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _warmup_code(modules: tuple[str, ...]) -> str:
+    lines = ["import numpy", "import torch", "import course_utils.checks.core"]
+    lines += [f"import {m}" for m in modules if m.replace(".", "").replace("_", "").isalnum()]
+    # run in a private namespace: the student's namespace starts empty, as in Jupyter
+    return f"exec({chr(10).join(lines)!r}, {{}})"
+
+
+def _lost(r, where: str, opts: GradeOptions) -> tuple[str, str]:
+    if r.status == "hung":
+        return (TIMEOUT, f"not graded: the kernel hung in {where} (past the per-cell limit of "
+                         f"{opts.cell_timeout:g} s, ignoring interrupts) and was killed")
+    why = r.evalue or "the kernel died"
+    hint = ""
+    if r.exit_code is not None and r.exit_code < 0:
+        hint = f"; the memory limit is {opts.memory_mb} MB" if opts.memory_mb else ""
+    return (ERROR, f"not graded: {why} during {where}{hint}")
+
+
+def _check(kernel: GradingKernel, g: GradedExercise, seed: int, limit: float, workdir: Path,
+           plan, cell_errors, opts: GradeOptions, trusted: dict[str, str], nb, total_bound: bool):
+    ex = g.exercise
+    fn = ex.function
+    t0 = time.monotonic()
+    out_dir = Path(tempfile.mkdtemp(prefix="harvest-", dir=workdir))
+    code = hv.harvest_code(exercise_id=ex.id, function=fn, seed=seed, out_dir=str(out_dir),
+                           module=g.module)
+    r = kernel.execute(code, limit, silent=True, keep_outputs=False)
+    entry = _entry(g, ERROR, "")
+    own_cells = plan.exercise_cells.get(ex.id, [])
+    static = _static_flags([nb["cells"][i]["source"] for i in own_cells], ex)
+    try:
+        if r.status == "timeout":
+            if total_bound:
+                entry.update(status=TIMEOUT, message="not graded: the notebook ran past the total "
+                             f"time limit of {opts.timeout:g} s during this check")
+            else:
+                entry.update(status=TIMEOUT, message=f"your {fn} did not finish within "
+                             f"{opts.cell_timeout:g} s on the check's inputs (an infinite loop?)")
+            return entry, r
+        if r.status == "hung":
+            entry.update(status=TIMEOUT, message=f"your {fn} did not finish within "
+                         f"{opts.cell_timeout:g} s and ignored the interrupt; the kernel was killed")
+            return entry, r
+        if r.status == "died":
+            entry.update(status=ERROR, message=f"the kernel died while the check ran your {fn}: "
+                         f"{r.evalue}")
+            return entry, r
+        try:
+            cases = ex.make_cases(seed)
+        except Exception as exc:
+            entry.update(status=ERROR, message=f"grader error: could not draw the cases ({exc})")
+            return entry, r
+        h = hv.load_harvest(str(out_dir), len(cases))
+        if h.status == "malformed" and r.status == "error":
+            entry.update(status=ERROR, message="the check could not run in your kernel "
+                         f"({r.ename}: {_clip(r.evalue, 300)}); did the notebook redefine a Python "
+                         "builtin such as exec, compile or globals?")
+            return entry, r
+        tampered = _tampering(h, ex, trusted)
+        if tampered:
+            entry.update(status=ERROR, message="cannot grade: the grading code inside your kernel "
+                         f"was modified or shadowed ({'; '.join(tampered)}). Restart the kernel "
+                         "without patching course_utils, torch or numpy.")
+            entry["flags"] = [f"tampered: {t}" for t in tampered]
+            return entry, r
+        entry["flags"] = sorted(set(static) | set(h.flags))
+        own_error = next((cell_errors[i] for i in reversed(own_cells) if i in cell_errors), None)
+        if h.status == "passed":
+            try:
+                verdict = core.judge(ex, cases, h.outputs)
+                entry.update(status=verdict.status, points=verdict.points, message=verdict.message)
+                if verdict.mistake:
+                    entry["mistake"] = verdict.mistake
+            except Exception as exc:
+                entry.update(status=ERROR, message="the grader could not compare your outputs "
+                             f"({type(exc).__name__}: {_clip(str(exc), 300)})")
+        elif h.status == "not_attempted":
+            entry.update(status=NOT_ATTEMPTED, message=h.message or "not attempted")
+        elif h.status == "error":
+            entry.update(status=ERROR, message=h.message)
+        elif h.status == "missing":
+            if own_error is not None:
+                entry.update(status=ERROR, message=f"your exercise cell raised {own_error[0]}: "
+                             f"{_clip(own_error[1], 300)} — so {fn} is not defined")
+            elif not own_cells:
+                entry.update(status=NOT_ATTEMPTED, message=f"{fn} is not defined: the exercise "
+                             "cell is missing from the notebook")
+            else:
+                entry.update(status=NOT_ATTEMPTED, message=f"{fn} is not defined")
+        else:  # harness_error / malformed
+            entry.update(status=ERROR, message=f"the check could not run in your kernel: {h.message}")
+        if own_error is not None and entry["status"] in (NOT_ATTEMPTED, ERROR, FAILED) \
+                and h.status != "missing":
+            entry["message"] = _clip(f"{entry['message']} (note: your exercise cell raised "
+                                     f"{own_error[0]}: {_clip(own_error[1], 200)})")
+        if entry["flags"]:
+            detail = "; ".join(f.split(": ", 1)[-1] for f in entry["flags"])
+            if opts.zero_flagged and entry["status"] == PASSED:
+                entry.update(status=FAILED, points=0,
+                             message=f"not accepted: {detail}. Write your own implementation.")
+            else:
+                entry["message"] = _clip(f"{entry['message']}. Flagged for review: {detail}")
+        return entry, r
+    finally:
+        entry["runtime_s"] = round(time.monotonic() - t0, 3)
+
+
+def _tampering(h: hv.Harvest, ex: core.Exercise, trusted: dict[str, str]) -> list[str]:
+    problems: list[str] = []
+    expected = dict(trusted)
+    expected["call"] = hv.fingerprint(ex.call)
+    expected["make_cases"] = hv.fingerprint(ex.make_cases)
+    names = {"collect_outputs": "course_utils.checks.core.collect_outputs",
+             "call": f"the check's call() of exercise {ex.id}",
+             "make_cases": f"the check's make_cases() of exercise {ex.id}"}
+    if h.fingerprints:
+        for key, value in expected.items():
+            if h.fingerprints.get(key) != value:
+                problems.append(f"{names[key]} was replaced")
+    import numpy
+    import torch
+
+    import course_utils
+
+    mine = {"course_utils": course_utils.__file__, "course_utils.checks.core": core.__file__,
+            "numpy": numpy.__file__, "torch": torch.__file__}
+    for name, theirs in h.modules.items():
+        if name in mine and theirs and os.path.realpath(theirs) != os.path.realpath(mine[name]):
+            problems.append(f"the kernel imported {name} from {theirs}")
+    return problems
+
+
+def _write_executed(nb, executed, assignment: Assignment, out_dir: str, path: str) -> None:
+    """The notebook as the grader ran it (capped outputs; check positions show verdicts)."""
+    import nbformat
+
+    out = nbformat.v4.new_notebook()
+    out.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                   "language": "python"}}
+    by_id = {g.id: g for g in assignment.exercises}
+    for step, result in executed:
+        if step.kind == "cell":
+            cell = nbformat.v4.new_code_cell(nb["cells"][step.index]["source"])
+            cell.outputs = [nbformat.from_dict(o) for o in result.outputs]
+            if result.status in ("timeout", "hung", "died"):
+                cell.outputs.append(nbformat.v4.new_output("stream", name="stderr",
+                                    text=f"[grader] {result.status}: {result.evalue}\n"))
+        else:
+            g = by_id[step.exercise_id]
+            verdict = core.CheckResult(g.id, g.exercise.title, result["status"], result["points"],
+                                       result["max_points"], result["message"])
+            cell = nbformat.v4.new_code_cell(f'check("{g.id}", {g.exercise.function})')
+            cell.metadata["tags"] = ["check"]
+            cell.outputs = [nbformat.v4.new_output(
+                "stream", name="stdout", text=verdict.verdict_line() + "\n" + result["message"] + "\n")]
+        out.cells.append(cell)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    nbformat.write(out, str(Path(out_dir) / Path(path).name))

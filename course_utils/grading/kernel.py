@@ -1,0 +1,400 @@
+"""A sandboxed Jupyter kernel for grading: resource limits, time limits, capped output.
+
+:class:`GradingKernel` starts one fresh ``python3`` kernel (jupyter_client) per submission and
+executes code in it one request at a time. What it guarantees, whatever the student's code does:
+
+- **memory**: the kernel process (and every process it starts) runs under
+  ``RLIMIT_AS = memory_mb`` (virtual address space), set by a tiny wrapper that calls
+  ``setrlimit`` and then ``exec``\\ s the kernel, so the limit cannot be raised from inside.
+  A memory bomb gets ``MemoryError`` / a failed allocation instead of taking the machine down.
+  Core dumps are disabled.
+- **time**: every request has a deadline. When it passes, the kernel is interrupted (SIGINT to
+  its process group); if it does not answer within a grace period it is killed.
+- **death**: a kernel that exits (``os._exit``, a segfault, the OOM killer) is noticed within a
+  fraction of a second: the process is polled while we wait, instead of waiting out a timeout.
+- **output**: stream text, rich outputs and tracebacks are kept up to a byte budget per kernel;
+  the rest is counted and dropped (100 MB of ``print`` never reaches the report).
+
+Execution results are read from the ``execute_reply`` *status* on the shell channel, never from
+what the kernel prints: overriding ``showtraceback`` cannot turn an error into a success.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+# Run before the kernel: lower the address-space limit (soft = hard, so the kernel cannot raise
+# it back), disable core dumps, then become the kernel (same pid, so interrupts still work).
+_LAUNCHER = (
+    "import os, resource, sys\n"
+    "limit = int(sys.argv[1])\n"
+    "if limit > 0:\n"
+    "    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
+    "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+# Environment variables passed from the grader to the kernel; everything else (tokens, cloud
+# credentials, CI secrets) stays out of the student's reach.
+_ENV_KEEP = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "PYTHONPATH",
+             "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "LD_LIBRARY_PATH", "SYSTEMROOT")
+_ENV_KEEP_PREFIX = ("LC_", "COURSE_")
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+TRUNCATION_NOTE = "\n[... output truncated by the grader ...]\n"
+
+
+class KernelStartError(RuntimeError):
+    """The kernel could not be started (a problem of the grading machine, not the student)."""
+
+
+def kernel_env(*, profile: str | None, threads: int, hide_gpus: bool, ipython_dir: str,
+               base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a grading kernel: an allow-list of the grader's variables plus
+    ``COURSE_PROFILE`` (the grader's value, else ``ci``), a headless matplotlib backend,
+    a private IPython directory, ``threads`` BLAS/OpenMP threads and, with ``hide_gpus``,
+    no visible CUDA device."""
+    base = dict(os.environ if base is None else base)
+    env = {k: v for k, v in base.items()
+           if k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIX) or k in _THREAD_VARS}
+    env["COURSE_PROFILE"] = (profile or base.get("COURSE_PROFILE") or "ci").strip()
+    env["MPLBACKEND"] = "Agg"
+    env["IPYTHONDIR"] = ipython_dir
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    env.setdefault("PATH", os.defpath)
+    for var in _THREAD_VARS:
+        env.setdefault(var, str(max(1, threads)))
+    if hide_gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+@dataclass
+class ExecResult:
+    """What one execute request produced.
+
+    ``status``: ``ok`` / ``error`` (from the execute_reply) / ``timeout`` (interrupted after
+    the deadline; the kernel is alive) / ``hung`` (did not answer the interrupt and was
+    killed) / ``died`` (the kernel process exited).
+    """
+
+    status: str
+    ename: str = ""
+    evalue: str = ""
+    traceback: list[str] = field(default_factory=list)
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    duration: float = 0.0
+    exit_code: int | None = None
+
+    @property
+    def kernel_lost(self) -> bool:
+        return self.status in ("hung", "died")
+
+
+class OutputBudget:
+    """Bytes of output we agree to keep for one submission; the rest is counted, not stored."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max(0, int(max_bytes))
+        self.kept = 0
+        self.seen = 0
+
+    @property
+    def truncated(self) -> bool:
+        return self.seen > self.kept
+
+    def take(self, text: str) -> str | None:
+        """The part of ``text`` that still fits (``None`` once the budget is spent)."""
+        n = len(text.encode("utf-8", "replace"))
+        self.seen += n
+        room = self.max_bytes - self.kept
+        if room <= 0:
+            return None
+        if n <= room:
+            self.kept += n
+            return text
+        cut = text.encode("utf-8", "replace")[:room].decode("utf-8", "ignore")
+        self.kept = self.max_bytes
+        return cut + TRUNCATION_NOTE
+
+
+def _strip_ansi(lines: list[str]) -> list[str]:
+    import re
+
+    pattern = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+    return [pattern.sub("", line) for line in lines]
+
+
+class GradingKernel:
+    """One fresh kernel with limits; use as a context manager.
+
+    ``cwd``: the kernel's working directory (a temporary copy of the submission's folder).
+    ``memory_mb``: ``RLIMIT_AS`` of the kernel in MiB (0 = no limit).
+    ``workdir``: a private temporary folder for connection files and the IPython directory.
+    """
+
+    def __init__(self, *, cwd: str, workdir: str, memory_mb: int = 6144,
+                 kernel_name: str = "python3", env: dict[str, str] | None = None,
+                 output_budget: OutputBudget | None = None, startup_timeout: float = 120.0,
+                 interrupt_grace: float = 5.0) -> None:
+        self.cwd = cwd
+        self.workdir = workdir
+        self.memory_mb = int(memory_mb)
+        self.kernel_name = kernel_name
+        self.env = env
+        self.budget = output_budget or OutputBudget(1 << 20)
+        self.startup_timeout = startup_timeout
+        self.interrupt_grace = interrupt_grace
+        self.km = None
+        self.kc = None
+        self.exit_code: int | None = None
+        self.lost = False  # died or killed: nothing more can run
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the kernel and wait until it answers; :class:`KernelStartError` otherwise."""
+        from jupyter_client import KernelManager
+
+        limit = self.memory_mb * 1024 * 1024 if self.memory_mb > 0 else 0
+        launcher = [sys.executable, "-c", _LAUNCHER, str(limit)]
+
+        class _LimitedKernelManager(KernelManager):
+            def format_kernel_cmd(self, extra_arguments=None):  # noqa: D401 - jupyter API
+                return launcher + super().format_kernel_cmd(extra_arguments)
+
+        ipc_dir = os.path.join(self.workdir, "ipc")
+        os.makedirs(ipc_dir, exist_ok=True)
+        try:
+            km = _LimitedKernelManager(kernel_name=self.kernel_name, transport="ipc",
+                                       ip=os.path.join(ipc_dir, "k"))
+            km.connection_file = os.path.join(self.workdir, "kernel.json")
+            self.km = km
+            km.start_kernel(cwd=self.cwd, env=self.env, stdin=None,
+                            stdout=_devnull(), stderr=_devnull())
+            kc = km.client()
+            kc.start_channels()
+            self.kc = kc
+            kc.wait_for_ready(timeout=self.startup_timeout)
+        except Exception as exc:  # any failure here is the grading machine's problem
+            detail = f"{type(exc).__name__}: {exc}".strip()
+            if self.memory_mb and self._poll_exit() is not None:
+                detail += (f" (the kernel exited with code {self.exit_code}; is --memory-mb "
+                           f"{self.memory_mb} too low for Python, ipykernel and torch?)")
+            self.shutdown()
+            raise KernelStartError(f"could not start a '{self.kernel_name}' kernel: {detail}") from exc
+
+    def __enter__(self) -> GradingKernel:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Kill the kernel's whole process group and close the channels (idempotent)."""
+        if self.kc is not None:
+            try:
+                self.kc.stop_channels()
+            except Exception:
+                pass
+            self.kc = None
+        if self.km is not None:
+            try:
+                if self.km.has_kernel:
+                    self.km.shutdown_kernel(now=True)
+            except Exception:
+                self._kill_group()
+            try:
+                self.km.cleanup_resources()
+            except Exception:
+                pass
+            self.km = None
+        shutil.rmtree(os.path.join(self.workdir, "ipc"), ignore_errors=True)
+
+    def _kill_group(self) -> None:
+        prov = getattr(self.km, "provisioner", None) if self.km is not None else None
+        pgid = getattr(prov, "pgid", None)
+        if pgid:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def _poll_exit(self) -> int | None:
+        """The kernel's exit code if it has exited, else ``None``."""
+        if self.exit_code is not None:
+            return self.exit_code
+        prov = getattr(self.km, "provisioner", None) if self.km is not None else None
+        proc = getattr(prov, "process", None)
+        if proc is None:
+            return None
+        code = proc.poll()
+        if code is not None:
+            self.exit_code = code
+        return code
+
+    def alive(self) -> bool:
+        return not self.lost and self.km is not None and self._poll_exit() is None
+
+    def kill(self) -> None:
+        """Kill the kernel now (it hung); nothing can run afterwards."""
+        self.lost = True
+        self._kill_group()
+        self.shutdown()
+
+    # -- execution -------------------------------------------------------------------------
+    def execute(self, code: str, timeout: float, *, silent: bool = False,
+                keep_outputs: bool = True) -> ExecResult:
+        """Run ``code`` with a deadline of ``timeout`` seconds; never raises for kernel trouble.
+
+        ``silent`` requests do not increment the execution count or enter the history (the
+        grader's own snippets). Outputs are kept within the byte budget when ``keep_outputs``.
+        """
+        start = time.monotonic()
+        if self.lost or self.kc is None:
+            return ExecResult("died", evalue="the kernel is no longer running",
+                              exit_code=self.exit_code)
+        kc = self.kc
+        msg_id = kc.execute(code, silent=silent, store_history=not silent,
+                            allow_stdin=False, stop_on_error=False)
+        deadline = start + max(0.0, timeout)
+        result = ExecResult("ok")
+        reply: dict[str, Any] | None = None
+        idle = False
+        interrupted_at: float | None = None
+        reply_at: float | None = None
+        last_poll = 0.0
+        while True:
+            now = time.monotonic()
+            if reply is not None and (idle or now - (reply_at or now) > 2.0):
+                break
+            if interrupted_at is None and reply is None and now >= deadline:
+                interrupted_at = now
+                try:
+                    self.km.interrupt_kernel()
+                except Exception:
+                    pass
+            if interrupted_at is not None and reply is None and now - interrupted_at > self.interrupt_grace:
+                self.kill()
+                result.status = "hung"
+                result.evalue = (f"the kernel did not stop within {self.interrupt_grace:g} s of "
+                                 f"being interrupted and was killed")
+                result.duration = time.monotonic() - start
+                return result
+            got = False
+            try:
+                msg = kc.get_iopub_msg(timeout=0.05)
+                got = True
+                if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                    if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
+                        idle = True
+                    else:
+                        self._collect(msg, result, keep_outputs)
+            except queue.Empty:
+                pass
+            except Exception:  # a malformed message: ignore it
+                got = True
+            if reply is None:
+                try:
+                    while kc.shell_channel.msg_ready():
+                        shell = kc.get_shell_msg(timeout=0)
+                        if shell.get("parent_header", {}).get("msg_id") == msg_id:
+                            reply = shell
+                            reply_at = time.monotonic()
+                            break
+                except queue.Empty:
+                    pass
+                except Exception:
+                    pass
+            if reply is None and (not got or now - last_poll > 0.25):
+                last_poll = now
+                if self._poll_exit() is not None:
+                    self.lost = True
+                    result.status = "died"
+                    result.exit_code = self.exit_code
+                    result.evalue = describe_exit(self.exit_code)
+                    result.duration = time.monotonic() - start
+                    self.shutdown()
+                    return result
+        content = reply["content"] if reply else {}
+        result.duration = time.monotonic() - start
+        if interrupted_at is not None:
+            result.status = "timeout"
+            result.ename = "TimeoutError"
+            result.evalue = f"ran past the time limit of {timeout:g} s and was interrupted"
+            return result
+        if content.get("status") == "ok":
+            result.status = "ok"
+        else:
+            result.status = "error"
+            result.ename = str(content.get("ename", "Error"))[:200]
+            result.evalue = str(content.get("evalue", ""))[:2000]
+            tb = [str(line) for line in content.get("traceback", [])][-40:]
+            result.traceback = _strip_ansi(tb)
+        return result
+
+    def _collect(self, msg: dict[str, Any], result: ExecResult, keep: bool) -> None:
+        kind = msg["msg_type"]
+        content = msg.get("content", {})
+        if kind == "stream":
+            text = self.budget.take(str(content.get("text", "")))
+            if keep and text is not None:
+                name = content.get("name", "stdout")
+                if result.outputs and result.outputs[-1].get("output_type") == "stream" \
+                        and result.outputs[-1].get("name") == name:
+                    result.outputs[-1]["text"] += text
+                else:
+                    result.outputs.append({"output_type": "stream", "name": name, "text": text})
+        elif kind in ("execute_result", "display_data"):
+            data = content.get("data", {}) or {}
+            kept: dict[str, Any] = {}
+            for mime in ("text/plain", "image/png", "text/html"):
+                if mime in data:
+                    value = data[mime]
+                    value = "".join(value) if isinstance(value, list) else str(value)
+                    part = self.budget.take(value)
+                    if part is not None and (mime == "text/plain" or part == value):
+                        kept[mime] = part
+            if keep and kept:
+                out: dict[str, Any] = {"output_type": kind, "data": kept, "metadata": {}}
+                if kind == "execute_result":
+                    out["execution_count"] = content.get("execution_count")
+                result.outputs.append(out)
+        elif kind == "error":
+            tb = _strip_ansi([str(x) for x in content.get("traceback", [])][-40:])
+            text = self.budget.take("\n".join(tb)) or ""
+            if keep:
+                result.outputs.append({"output_type": "error",
+                                       "ename": str(content.get("ename", ""))[:200],
+                                       "evalue": str(content.get("evalue", ""))[:2000],
+                                       "traceback": text.splitlines()})
+
+
+def describe_exit(code: int | None) -> str:
+    """A student-readable sentence for a kernel's exit code."""
+    if code is None:
+        return "the kernel stopped"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = {"SIGKILL": " (killed: often the machine's out-of-memory killer)",
+                "SIGSEGV": " (a segmentation fault)", "SIGABRT": " (aborted, e.g. a failed "
+                "memory allocation in C++ code)"}.get(name, "")
+        return f"the kernel was killed by {name}{hint}"
+    return f"the kernel exited with code {code} (os._exit, sys.exit or a crash)"
+
+
+def _devnull():
+    import subprocess
+
+    return subprocess.DEVNULL

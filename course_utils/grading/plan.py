@@ -1,0 +1,420 @@
+"""Which notebook a submission answers, and what the grader executes for it.
+
+**The reference.** A submission is matched to a reference notebook (``solutions/NN_name.ipynb``;
+the released ``notebooks/`` version works as well, since only check cells, cell ids and
+positions are read from it, never solution code): by ``--assignment``, else by file name,
+else by the exercise ids in its cell metadata, else by which exercise functions it defines.
+Without any reference folder the exercise registry alone (``Exercise.notebook``) is used.
+
+**The execution plan.** The grader executes the submission's own cells, in the submission's
+order, except check cells, which are all dropped (recognised by tag ``check``, metadata role
+``check``, a ``check-`` cell id, or by matching a reference check cell by id or source). For
+every exercise of the assignment one *check position* is inserted, where the trusted harvest
+runs (see :mod:`course_utils.grading.harvest`); edited, moved or deleted check cells therefore
+change nothing. The check position of exercise X is:
+
+1. after the student's exercise cell ``E`` for X (the last cell carrying X's exercise metadata
+   or cell id ``ex-NN-M``; failing both, the last code cell that defines X's function at top
+   level), and after the run of cells that follows ``E`` up to the first *landmark*: a cell
+   that the reference places after X's check cell (matched by cell id, course metadata, or
+   identical source), or, without a reference, any cell marked as another exercise's.
+   So answers written in extra cells below the exercise cell count, while later parts of the
+   notebook (which may rebind the name, e.g. ``softmax = fallback(...)``) run after the check;
+2. if ``E`` is missing: before the first landmark, else at the end of the notebook.
+
+Points, titles and function names always come from the registry (trusted), never from the
+submission's metadata.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from course_utils.checks.core import Exercise
+
+MAX_NOTEBOOK_BYTES = 256 << 20
+
+
+class BadSubmission(ValueError):
+    """The file is not a gradable notebook (missing, not JSON, not a notebook, too large)."""
+
+
+class NoAssignment(ValueError):
+    """The notebook belongs to no known assignment, or to another one than required."""
+
+
+# -- exercises ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GradedExercise:
+    """An exercise as the grader uses it: the registry entry and where it came from."""
+
+    exercise: Exercise
+    module: str | None  # extra checks module (``--checks``) that defines it, else None
+
+    @property
+    def id(self) -> str:
+        return self.exercise.id
+
+
+def exercise_table(extra_modules: list[str] | tuple[str, ...] = ()) -> dict[str, GradedExercise]:
+    """The course registry plus the exercises of ``extra_modules`` (importable module names
+    exposing ``EXERCISES``, e.g. an instructor's own assignment), keyed by id."""
+    import importlib
+
+    from course_utils import checks
+
+    table = {ex.id: GradedExercise(ex, None) for ex in checks.EXERCISES}
+    for name in extra_modules:
+        module = importlib.import_module(name)
+        for ex in getattr(module, "EXERCISES", []):
+            table[ex.id] = GradedExercise(ex, name)
+    return table
+
+
+def id_key(exercise_id: str) -> tuple:
+    """Sort key for ids like ``"03.1"``."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"[.]", exercise_id))
+
+
+# -- notebooks ------------------------------------------------------------------------------
+def read_notebook(path: str | os.PathLike) -> dict[str, Any]:
+    """Load a notebook as a plain dict (nbformat 4); :class:`BadSubmission` with a clear reason."""
+    import nbformat
+
+    p = Path(path)
+    if not p.is_file():
+        raise BadSubmission(f"{p}: no such file")
+    size = p.stat().st_size
+    if size > MAX_NOTEBOOK_BYTES:
+        raise BadSubmission(f"{p.name}: {size >> 20} MB is too large for a notebook "
+                            f"(limit {MAX_NOTEBOOK_BYTES >> 20} MB); clear the outputs and save again")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadSubmission(f"{p.name}: not a text file (is it really a .ipynb notebook?)") from None
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise BadSubmission(f"{p.name}: not valid JSON ({exc}); the file is damaged — open it "
+                            f"in Jupyter, or restore it from a checkpoint, and save again") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("cells", raw.get("worksheets")), list):
+        raise BadSubmission(f"{p.name}: valid JSON but not a Jupyter notebook (no 'cells')")
+    try:
+        nb = nbformat.reads(text, as_version=4)
+    except Exception as exc:
+        raise BadSubmission(f"{p.name}: not a readable notebook ({type(exc).__name__}: {exc})") from None
+    cells = []
+    for cell in nb.get("cells", []):
+        if not isinstance(cell, dict):
+            continue
+        source = cell.get("source", "")
+        if isinstance(source, list):
+            source = "".join(str(s) for s in source)
+        meta = cell.get("metadata", {}) if isinstance(cell.get("metadata"), dict) else {}
+        cells.append({"cell_type": str(cell.get("cell_type", "")), "id": str(cell.get("id") or ""),
+                      "source": str(source), "metadata": meta})
+    return {"cells": cells, "metadata": nb.get("metadata", {})}
+
+
+def course_meta(cell: dict[str, Any]) -> tuple[str | None, str | None]:
+    """``(exercise id, role)`` from a cell's ``course`` metadata / tags / cell id, if any."""
+    meta = cell.get("metadata", {})
+    course = meta.get("course") if isinstance(meta.get("course"), dict) else {}
+    ex_id = course.get("id") if isinstance(course.get("id"), str) else None
+    role = course.get("role") if isinstance(course.get("role"), str) else None
+    tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
+    cid = cell.get("id", "")
+    m = re.fullmatch(r"(ex|check)-(\d+)-(\d+)", cid)
+    if m:
+        ex_id = ex_id or f"{m.group(2)}.{m.group(3)}"
+        role = role or ("exercise" if m.group(1) == "ex" else "check")
+    if role is None:
+        if "check" in tags:
+            role = "check"
+        elif "exercise" in tags:
+            role = "exercise"
+    return ex_id, role
+
+
+def notebook_exercise_ids(nb: dict[str, Any]) -> list[str]:
+    """Exercise ids mentioned in a notebook's course metadata, in order of appearance."""
+    seen: list[str] = []
+    for cell in nb["cells"]:
+        ex_id, role = course_meta(cell)
+        if ex_id and role in ("exercise", "check") and ex_id not in seen:
+            seen.append(ex_id)
+    return seen
+
+
+def defined_names(source: str) -> set[str]:
+    """Top-level names a code cell defines (functions, classes, assignments)."""
+    try:
+        tree = ast.parse(python_source(source))
+    except (SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def python_source(source: str) -> str:
+    """A cell's source with IPython syntax (magics, ``!cmd``) turned into Python."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        return TransformerManager().transform_cell(source)
+    except Exception:
+        return "\n".join(line for line in source.splitlines()
+                         if not line.lstrip().startswith(("%", "!")))
+
+
+# -- references -----------------------------------------------------------------------------
+@dataclass
+class Assignment:
+    """The assignment a submission is graded against."""
+
+    name: str  # notebook stem, e.g. "00_start_here"
+    exercises: list[GradedExercise]
+    reference: dict[str, Any] | None  # the reference notebook, if one was found
+    reference_path: str | None = None
+    problems: list[str] = field(default_factory=list)  # ids in the reference without a check
+
+
+def reference_dirs(explicit: str | None) -> list[Path]:
+    """Folders searched for reference notebooks: ``--reference-dir`` if given, else
+    ``./solutions`` and ``./notebooks`` and the course checkout's ``solutions/``."""
+    if explicit:
+        return [Path(explicit)]
+    candidates = [Path("solutions"), Path("notebooks")]
+    repo = Path(__file__).resolve().parents[2]
+    candidates += [repo / "solutions", repo / "notebooks"]
+    out: list[Path] = []
+    for c in candidates:
+        if c.is_dir() and c.resolve() not in [o.resolve() for o in out]:
+            out.append(c)
+    return out
+
+
+def _reference_files(dirs: list[Path]) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for d in dirs:
+        for p in sorted(d.glob("*.ipynb")):
+            found.setdefault(p.stem, p)
+    return found
+
+
+def _assignment_from(name: str, ref_path: Path | None, table: dict[str, GradedExercise]) -> Assignment:
+    ref_nb = read_notebook(ref_path) if ref_path is not None else None
+    ids: list[str] = notebook_exercise_ids(ref_nb) if ref_nb else []
+    for g in table.values():
+        if Path(g.exercise.notebook).stem == name and g.id not in ids:
+            ids.append(g.id)
+    ids.sort(key=id_key)
+    exercises = [table[i] for i in ids if i in table]
+    problems = [i for i in ids if i not in table]
+    return Assignment(name, exercises, ref_nb, str(ref_path) if ref_path else None, problems)
+
+
+def known_assignments(dirs: list[Path], table: dict[str, GradedExercise]) -> dict[str, Path | None]:
+    """Assignment name -> reference path (``None``: known from the registry only)."""
+    names: dict[str, Path | None] = {}
+    for g in table.values():
+        names.setdefault(Path(g.exercise.notebook).stem, None)
+    for stem, path in _reference_files(dirs).items():
+        names[stem] = path
+    return names
+
+
+def resolve_assignment(sub_path: str, sub_nb: dict[str, Any] | None, *, dirs: list[Path],
+                       table: dict[str, GradedExercise], forced: str | None = None) -> Assignment:
+    """The assignment of a submission (see the module docstring); :class:`NoAssignment` when
+    it matches none, or when ``forced`` is given and the notebook clearly is another one."""
+    known = known_assignments(dirs, table)
+    if forced:
+        stem = Path(forced).stem
+        if stem not in known:
+            raise NoAssignment(f"unknown assignment {forced!r}; known: {', '.join(sorted(known)) or 'none'}")
+        assignment = _assignment_from(stem, known[stem], table)
+        if sub_nb is not None:
+            _check_same_assignment(sub_nb, assignment, known, table, sub_path)
+        return assignment
+    stem = Path(sub_path).stem
+    if stem in known:
+        assignment = _assignment_from(stem, known[stem], table)
+        if sub_nb is not None:
+            _check_same_assignment(sub_nb, assignment, known, table, sub_path)
+        return assignment
+    if sub_nb is None:
+        raise NoAssignment(f"{Path(sub_path).name}: cannot tell which assignment this is "
+                           f"(name it like one of {', '.join(sorted(known))} or pass --assignment)")
+    ids = set(notebook_exercise_ids(sub_nb))
+    best, best_score = None, 0
+    for name in sorted(known):
+        cand = _assignment_from(name, known[name], table)
+        score = len(ids & {g.id for g in cand.exercises})
+        if not score:  # metadata stripped? count the exercise functions it defines
+            defined = set().union(*(defined_names(c["source"]) for c in sub_nb["cells"]
+                                    if c["cell_type"] == "code")) if sub_nb["cells"] else set()
+            score = len({g.exercise.function for g in cand.exercises} & defined) * 0.5
+        if score > best_score:
+            best, best_score = cand, score
+    if best is None:
+        raise NoAssignment(f"{Path(sub_path).name} is not a notebook of this course: it has no "
+                           f"exercise of any assignment ({', '.join(sorted(known))})")
+    return best
+
+
+def _check_same_assignment(sub_nb, assignment, known, table, sub_path) -> None:
+    ids = set(notebook_exercise_ids(sub_nb))
+    mine = {g.id for g in assignment.exercises}
+    if not ids or ids & mine:
+        return
+    other = sorted({Path(table[i].exercise.notebook).stem for i in ids if i in table})
+    which = f"it is {', '.join(other)}" if other else "its exercises belong to no assignment of this course"
+    raise NoAssignment(f"{Path(sub_path).name} is not the '{assignment.name}' assignment: {which}. "
+                       f"Submit your '{assignment.name}.ipynb'.")
+
+
+# -- the plan -------------------------------------------------------------------------------
+@dataclass
+class Step:
+    """One thing to execute: a submission cell (``cell`` index) or a check position."""
+
+    kind: str  # "cell" | "check"
+    index: int = -1  # index into the submission's cells (kind == "cell")
+    exercise_id: str = ""  # kind == "check"
+
+
+@dataclass
+class Plan:
+    steps: list[Step]
+    exercise_cells: dict[str, list[int]]  # exercise id -> submission cell indices
+    notes: list[str]
+
+
+def _norm(source: str) -> str:
+    return "\n".join(line.rstrip() for line in source.strip().splitlines())
+
+
+def _match_reference(sub_cells, ref_cells) -> list[int | None]:
+    """For each submission cell, the index of the reference cell it is (or ``None``)."""
+    by_id = {c["id"]: i for i, c in enumerate(ref_cells) if c["id"]}
+    by_course: dict[tuple[str, str], int] = {}
+    by_source: dict[str, list[int]] = {}
+    for i, c in enumerate(ref_cells):
+        ex_id, role = course_meta(c)
+        if ex_id and role:
+            by_course.setdefault((ex_id, role), i)
+        if _norm(c["source"]):
+            by_source.setdefault(_norm(c["source"]), []).append(i)
+    used: set[int] = set()
+    out: list[int | None] = []
+    for cell in sub_cells:
+        ex_id, role = course_meta(cell)
+        j = by_course.get((ex_id, role)) if ex_id and role else None
+        if j is None and cell["id"] in by_id:
+            j = by_id[cell["id"]]
+        if j is None:
+            for k in by_source.get(_norm(cell["source"]), []):
+                if k not in used:
+                    j = k
+                    break
+        if j is not None:
+            used.add(j)
+        out.append(j)
+    return out
+
+
+def build_plan(sub_nb: dict[str, Any], assignment: Assignment) -> Plan:
+    """The steps to execute for ``sub_nb`` (see the module docstring)."""
+    cells = sub_nb["cells"]
+    ref_cells = assignment.reference["cells"] if assignment.reference else []
+    match = _match_reference(cells, ref_cells)
+    notes: list[str] = []
+    ids = [g.id for g in assignment.exercises]
+
+    # reference positions of each exercise's exercise cell and check cell
+    ref_ex: dict[str, int] = {}
+    ref_check: dict[str, int] = {}
+    for i, c in enumerate(ref_cells):
+        ex_id, role = course_meta(c)
+        if ex_id and role == "exercise":
+            ref_ex[ex_id] = i
+        elif ex_id and role == "check":
+            ref_check.setdefault(ex_id, i)
+
+    dropped: set[int] = set()
+    for i, c in enumerate(cells):
+        _, role = course_meta(c)
+        j = match[i]
+        ref_role = course_meta(ref_cells[j])[1] if j is not None else None
+        if role == "check" or ref_role == "check":
+            dropped.add(i)
+
+    exercise_cells: dict[str, list[int]] = {x: [] for x in ids}
+    for i, c in enumerate(cells):
+        if i in dropped or c["cell_type"] != "code":
+            continue
+        ex_id, role = course_meta(c)
+        j = match[i]
+        if j is not None:
+            rid, rrole = course_meta(ref_cells[j])
+            if rrole == "exercise":
+                ex_id, role = rid, rrole
+        if role == "exercise" and ex_id in exercise_cells:
+            exercise_cells[ex_id].append(i)
+    for g in assignment.exercises:
+        if not exercise_cells[g.id]:
+            fn = g.exercise.function
+            defs = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and i not in dropped
+                    and fn in defined_names(c["source"])]
+            if defs:
+                exercise_cells[g.id] = [defs[-1]]
+                notes.append(f"exercise {g.id}: its exercise cell was not found by id or "
+                             f"metadata; graded after the cell that defines {fn}")
+
+    def is_landmark(i: int, x: str) -> bool:
+        if i in dropped:
+            return False
+        j = match[i]
+        if ref_cells:
+            after = ref_check.get(x, ref_ex.get(x))
+            if j is not None and after is not None:
+                return j > after
+            return False
+        ex_id, role = course_meta(cells[i])
+        return role in ("exercise", "check") and ex_id is not None and ex_id != x
+
+    insert_before: dict[int, list[str]] = {}
+    for x in ids:
+        own = exercise_cells[x]
+        if own:
+            p = own[-1] + 1
+            while p < len(cells) and not is_landmark(p, x):
+                p += 1
+        else:
+            p = next((i for i in range(len(cells)) if is_landmark(i, x)), len(cells))
+        insert_before.setdefault(p, []).append(x)
+
+    steps: list[Step] = []
+    order = {x: k for k, x in enumerate(ids)}
+    for i in range(len(cells) + 1):
+        for x in sorted(insert_before.get(i, []), key=order.__getitem__):
+            steps.append(Step("check", exercise_id=x))
+        if i < len(cells) and i not in dropped and cells[i]["cell_type"] == "code" \
+                and cells[i]["source"].strip():
+            steps.append(Step("cell", index=i))
+    return Plan(steps, exercise_cells, notes)

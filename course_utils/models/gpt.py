@@ -1,0 +1,324 @@
+"""A decoder-only Transformer language model (GPT), nanoGPT style.
+
+    idx (B, T) token ids
+      -> token embedding + learned position embedding   (B, T, D)
+      -> n_layer pre-norm causal TransformerBlocks       (B, T, D)
+      -> final LayerNorm -> LM head (tied to the token embedding)  (B, T, V)
+      -> next-token cross-entropy against targets (B, T)
+
+Training uses the fast path (``F.scaled_dot_product_attention`` with ``is_causal=True``).
+``generate`` samples with temperature and top-k, optionally with a KV cache: each new token
+then costs one position through every layer instead of the whole context, and the result is
+the same as recomputing everything (a test proves it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from course_utils.layers import KVCache, TransformerBlock
+
+__all__ = ["GPT", "GPTConfig", "sample_next_token"]
+
+
+@dataclass
+class GPTConfig:
+    """Sizes of a :class:`GPT`. ``d_ff=None`` means ``4 * n_embd``.
+
+    The default is nanoGPT's CPU size for character-level tiny-shakespeare.
+    """
+
+    vocab_size: int = 65
+    block_size: int = 64  # the longest context the model sees (learned positions)
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    dropout: float = 0.0
+    bias: bool = True  # biases in Linear layers (and LayerNorms, as in nanoGPT)
+    d_ff: int | None = None
+    activation: str = "gelu"
+    layer_norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if self.n_embd % self.n_head:
+            raise ValueError(
+                f"expected n_embd divisible by n_head, got n_embd={self.n_embd}, "
+                f"n_head={self.n_head}"
+            )
+        if self.d_ff is None:
+            self.d_ff = 4 * self.n_embd
+
+    PRESETS = {
+        # nanoGPT's CPU recipe (README "I only have a macbook"), char-level shakespeare
+        "nanogpt-cpu": dict(block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0),
+        # nanoGPT's config/train_shakespeare_char.py
+        "nanogpt-gpu": dict(block_size=256, n_layer=6, n_head=6, n_embd=384, dropout=0.2),
+        # GPT-2 small (124M) and GPT-3 175B (Brown et al. 2020, Table 2.1)
+        "gpt2": dict(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768),
+        "gpt3-175b": dict(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288),
+    }
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> GPTConfig:
+        """A named configuration: ``"nanogpt-cpu"``, ``"nanogpt-gpu"``, ``"gpt2"``,
+        ``"gpt3-175b"``; keyword overrides win (e.g. ``vocab_size=65``)."""
+        if name not in cls.PRESETS:
+            raise ValueError(f"unknown GPT preset {name!r}; choose one of {sorted(cls.PRESETS)}")
+        return cls(**{**cls.PRESETS[name], **overrides})
+
+    def param_count(self, non_embedding: bool = False) -> int:
+        """Parameters of ``GPT(self)`` from the formula, without building the model.
+
+        Per layer: 2 LayerNorms (2·2D), QKV (3D² + 3D), output projection (D² + D),
+        MLP (D·F + F + F·D + D). Plus token embedding V·D (shared with the LM head),
+        position embedding T·D and the final LayerNorm 2D. Without biases drop every bias
+        term. ``non_embedding=True`` leaves out the position embedding (nanoGPT's convention).
+        """
+        D, F_, L, b = self.n_embd, self.d_ff, self.n_layer, int(self.bias)
+        ln = D + b * D
+        attn = 3 * D * D + b * 3 * D + D * D + b * D
+        mlp = D * F_ + b * F_ + F_ * D + b * D
+        total = L * (2 * ln + attn + mlp) + ln + self.vocab_size * D
+        if not non_embedding:
+            total += self.block_size * D
+        return total
+
+
+class GPT(nn.Module):
+    """Decoder-only Transformer LM.
+
+    ``GPT(config)`` or ``GPT(n_layer=2, ...)`` (keywords override the config's fields).
+    forward(idx (B, T), targets (B, T) or None) -> (logits (B, T, V), loss or None).
+    """
+
+    def __init__(self, config: GPTConfig | None = None, **overrides) -> None:
+        super().__init__()
+        if config is None:
+            config = GPTConfig(**overrides)
+        elif overrides:
+            config = replace(config, **overrides)
+        self.config = config
+        D = config.n_embd
+        self.tok_emb = nn.Embedding(config.vocab_size, D)
+        self.pos_emb = nn.Embedding(config.block_size, D)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(
+                D,
+                config.n_head,
+                config.d_ff,
+                dropout=config.dropout,
+                norm_first=True,
+                activation=config.activation,
+                layer_norm_eps=config.layer_norm_eps,
+                bias=config.bias,
+            )
+            for _ in range(config.n_layer)
+        )
+        self.ln_f = nn.LayerNorm(D, eps=config.layer_norm_eps, bias=config.bias)
+        self.lm_head = nn.Linear(D, config.vocab_size, bias=False)
+        self.lm_head.weight = self.tok_emb.weight  # weight tying (Press & Wolf, 2017)
+        self.reset_parameters()
+
+    @classmethod
+    def from_config(cls, config: GPTConfig | dict, **overrides) -> GPT:
+        """Build from a :class:`GPTConfig` or a plain dict of its fields."""
+        if isinstance(config, dict):
+            config = GPTConfig(**{**config, **overrides})
+            overrides = {}
+        return cls(config, **overrides)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> GPT:
+        """``GPT.from_preset("nanogpt-cpu", vocab_size=65)``; see :meth:`GPTConfig.preset`."""
+        return cls(GPTConfig.preset(name, **overrides))
+
+    def reset_parameters(self) -> None:
+        """GPT-2 init: N(0, 0.02) weights, zero biases, and residual projections
+        (attention output, second MLP layer) scaled by 1/sqrt(2 * n_layer)."""
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+        std = 0.02 / math.sqrt(2 * self.config.n_layer)
+        for block in self.blocks:
+            nn.init.normal_(block.attn.out.weight, mean=0.0, std=std)
+            nn.init.normal_(block.mlp.fc2.weight, mean=0.0, std=std)
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Number of parameters (the tied head counted once). ``non_embedding=True`` leaves
+        out the position embedding, as nanoGPT reports."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.pos_emb.weight.numel()
+        return n
+
+    # ----------------------------------------------------------------------------------
+    # forward
+    # ----------------------------------------------------------------------------------
+    def embed(self, idx: torch.Tensor, start_pos: int = 0) -> torch.Tensor:
+        """idx (B, T) -> token + position embeddings (B, T, D) for positions start_pos...
+
+        ``start_pos`` > 0 is used by cached decoding, where ``idx`` continues a sequence.
+        """
+        if idx.dim() != 2:
+            raise ValueError(f"expected idx of shape (B, T), got {tuple(idx.shape)}")
+        T = idx.shape[1]
+        if start_pos + T > self.config.block_size:
+            raise ValueError(
+                f"sequence of length {start_pos + T} is longer than block_size="
+                f"{self.config.block_size}; crop the context to the last block_size tokens"
+            )
+        pos = torch.arange(start_pos, start_pos + T, device=idx.device)  # (T,)
+        return self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # (B, T, D)
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        *,
+        cache: list[KVCache] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """idx (B, T), targets (B, T) -> (logits (B, T, V), mean cross-entropy or None).
+
+        Targets equal to -1 are ignored. ``cache`` (one :class:`KVCache` per layer, from
+        :meth:`new_cache`) makes ``idx`` continue the cached sequence; the caches are
+        updated in place.
+        """
+        start = 0 if cache is None else _cache_len(cache[0])
+        x = self.embed(idx, start)
+        for i, block in enumerate(self.blocks):
+            x = block(x, is_causal=True, cache=None if cache is None else cache[i])
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        loss = None
+        if targets is not None:
+            if targets.shape != idx.shape:
+                raise ValueError(
+                    f"expected targets of shape {tuple(idx.shape)} (like idx), "
+                    f"got {tuple(targets.shape)}"
+                )
+            loss = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1
+            )
+        return logits, loss
+
+    @torch.no_grad()
+    def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
+        """Attention weights of every layer for plots: idx (B, T) -> list of (B, H, T, T)."""
+        x = self.embed(idx)
+        maps = []
+        for block in self.blocks:
+            x, w = block(x, is_causal=True, need_weights=True)
+            maps.append(w)
+        return maps
+
+    # ----------------------------------------------------------------------------------
+    # generation
+    # ----------------------------------------------------------------------------------
+    def new_cache(self) -> list[KVCache]:
+        """One empty :class:`KVCache` per layer."""
+        return [KVCache() for _ in self.blocks]
+
+    @torch.no_grad()
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        use_cache: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Sample ``max_new_tokens`` tokens after the prompt: idx (B, T) -> (B, T + new).
+
+        ``temperature=0`` means greedy (argmax). The context is cropped to the last
+        ``block_size`` tokens. With ``use_cache`` the prompt is run once and each new token
+        reuses the cached keys/values; once the cache holds ``block_size`` positions the
+        window slides, the positions shift, and the cache is rebuilt from the cropped context,
+        so the output equals ``use_cache=False`` exactly (up to float rounding).
+        Runs in eval mode (no dropout) and restores the previous mode.
+        """
+        if idx.dim() != 2:
+            raise ValueError(f"expected idx of shape (B, T), got {tuple(idx.shape)}")
+        if idx.shape[1] == 0:
+            raise ValueError("expected a prompt with at least one token, got T = 0")
+        was_training = self.training
+        self.eval()
+        block_size = self.config.block_size
+        cache = None
+        try:
+            for _ in range(max_new_tokens):
+                if not use_cache:
+                    logits, _ = self(idx[:, -block_size:])
+                elif cache is None or _cache_len(cache[0]) >= block_size:
+                    cache = self.new_cache()  # (re)fill from the cropped context
+                    logits, _ = self(idx[:, -block_size:], cache=cache)
+                else:
+                    logits, _ = self(idx[:, -1:], cache=cache)  # one new position
+                next_token = sample_next_token(
+                    logits[:, -1, :], temperature=temperature, top_k=top_k, generator=generator
+                )
+                idx = torch.cat([idx, next_token], dim=1)
+        finally:
+            self.train(was_training)
+        return idx
+
+    def configure_optimizers(
+        self,
+        weight_decay: float = 0.1,
+        learning_rate: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.99),
+        device_type: str | None = None,
+    ) -> torch.optim.AdamW:
+        """AdamW with weight decay on matrices only (2-D parameters: Linear weights and
+        embeddings); biases and LayerNorm parameters are not decayed (nanoGPT's rule)."""
+        params = [p for p in self.parameters() if p.requires_grad]  # tied weights once
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        groups = [
+            {"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+        if device_type is None:
+            device_type = next(self.parameters()).device.type
+        extra = {"fused": True} if device_type == "cuda" else {}
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **extra)
+
+
+def sample_next_token(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Sample one token per row: logits (B, V) -> token ids (B, 1).
+
+    Divide by ``temperature`` (0 = argmax), keep only the ``top_k`` largest logits
+    (the rest become -inf), softmax, then draw with ``torch.multinomial``.
+    """
+    if logits.dim() != 2:
+        raise ValueError(f"expected logits of shape (B, V), got {tuple(logits.shape)}")
+    if temperature < 0:
+        raise ValueError(f"expected temperature >= 0, got {temperature}")
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None:
+        if top_k < 1:
+            raise ValueError(f"expected top_k >= 1, got {top_k}")
+        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = F.softmax(logits, dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator)
+
+
+def _cache_len(cache: KVCache) -> int:
+    """Number of positions already stored in a layer's cache."""
+    return len(cache)
+

@@ -1,0 +1,204 @@
+"""The full encoder-decoder Transformer (Vaswani et al., 2017) -- notebook 10.
+
+    src (B, S) -> embed * sqrt(D) + sinusoidal positions -> encoder blocks -> memory (B, S, D)
+    tgt_in (B, T) -> embed * sqrt(D) + sinusoidal positions
+                  -> decoder blocks (masked self-attention, cross-attention on memory, MLP)
+                  -> linear -> logits (B, T, V)
+
+Source padding is a key padding mask (True = real token) in the encoder's self-attention and
+in every cross-attention, so padding never changes a real output. The decoder is causal.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from course_utils.attention import padding_mask
+from course_utils.layers import TransformerBlock, TransformerDecoderBlock
+from course_utils.positional import sinusoidal_positional_encoding
+
+__all__ = ["EncoderDecoderTransformer"]
+
+
+class EncoderDecoderTransformer(nn.Module):
+    """Encoder-decoder Transformer for sequence-to-sequence tasks.
+
+    Submodules: ``src_embed``, ``tgt_embed`` (nn.Embedding), buffer ``pe`` (max_len, D),
+    ``encoder`` / ``decoder`` (ModuleLists of TransformerBlock / TransformerDecoderBlock),
+    ``encoder_norm`` / ``decoder_norm`` (final LayerNorms with ``norm_first``, else Identity),
+    ``generator`` (Linear D -> tgt_vocab).
+    """
+
+    def __init__(
+        self,
+        src_vocab: int,
+        tgt_vocab: int,
+        d_model: int = 128,
+        n_heads: int = 4,
+        n_layers: int = 2,
+        d_ff: int | None = None,
+        dropout: float = 0.0,
+        max_len: int = 256,
+        norm_first: bool = True,
+        *,
+        n_decoder_layers: int | None = None,
+        activation: str = "relu",
+        pad_id: int = 0,
+        bos_id: int = 1,
+        eos_id: int = 2,
+    ) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(
+                f"expected d_model divisible by n_heads, got d_model={d_model}, n_heads={n_heads}"
+            )
+        d_ff = 4 * d_model if d_ff is None else d_ff
+        n_decoder_layers = n_layers if n_decoder_layers is None else n_decoder_layers
+        self.d_model, self.max_len = d_model, max_len
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.src_embed = nn.Embedding(src_vocab, d_model, padding_idx=pad_id)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model, padding_idx=pad_id)
+        self.register_buffer(
+            "pe", sinusoidal_positional_encoding(max_len, d_model), persistent=False
+        )  # (max_len, D)
+        self.dropout = nn.Dropout(dropout)
+        kw = dict(dropout=dropout, norm_first=norm_first, activation=activation)
+        self.encoder = nn.ModuleList(
+            TransformerBlock(d_model, n_heads, d_ff, **kw) for _ in range(n_layers)
+        )
+        self.decoder = nn.ModuleList(
+            TransformerDecoderBlock(d_model, n_heads, d_ff, **kw) for _ in range(n_decoder_layers)
+        )
+        # Pre-norm stacks leave the residual stream un-normalised: close them with a LayerNorm.
+        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.generator = nn.Linear(d_model, tgt_vocab)
+
+    # ----------------------------------------------------------------------------------
+    def src_mask(
+        self, src: torch.Tensor, src_lengths: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Bool (B, S), True at real source tokens. ``src_lengths=None``: tokens != pad_id."""
+        if src_lengths is None:
+            return src != self.pad_id
+        return padding_mask(src_lengths.to(src.device), src.shape[1])
+
+    def _embed(self, tokens: torch.Tensor, embedding: nn.Embedding) -> torch.Tensor:
+        """tokens (B, L) -> embedding * sqrt(D) + positions (B, L, D)."""
+        if tokens.dim() != 2:
+            raise ValueError(f"expected token ids of shape (B, L), got {tuple(tokens.shape)}")
+        L = tokens.shape[1]
+        if L > self.max_len:
+            raise ValueError(f"sequence length {L} is longer than max_len={self.max_len}")
+        x = embedding(tokens) * math.sqrt(self.d_model) + self.pe[:L].to(embedding.weight.dtype)
+        return self.dropout(x)
+
+    def encode(
+        self, src: torch.Tensor, src_key_padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """src (B, S), src_key_padding_mask (B, S) bool (True = real) -> memory (B, S, D)."""
+        x = self._embed(src, self.src_embed)
+        for block in self.encoder:
+            x = block(x, key_padding_mask=src_key_padding_mask)
+        return self.encoder_norm(x)
+
+    def decode(
+        self,
+        tgt_in: torch.Tensor,
+        memory: torch.Tensor,
+        memory_key_padding_mask: torch.Tensor | None = None,
+        *,
+        need_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """tgt_in (B, T), memory (B, S, D), memory_key_padding_mask (B, S) -> logits (B, T, V).
+
+        With ``need_weights=True`` returns ``(logits, cross_attn)``, cross_attn a list (one per
+        decoder layer) of (B, n_heads, T, S) cross-attention weights.
+        """
+        x = self._embed(tgt_in, self.tgt_embed)
+        cross = []
+        for block in self.decoder:
+            if need_weights:
+                x, w = _decoder_block_with_weights(block, x, memory, memory_key_padding_mask)
+                cross.append(w)
+            else:
+                x = block(x, memory, memory_key_padding_mask=memory_key_padding_mask, is_causal=True)
+        logits = self.generator(self.decoder_norm(x))
+        return (logits, cross) if need_weights else logits
+
+    def forward(
+        self,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor | None,
+        tgt_in: torch.Tensor,
+        *,
+        src_key_padding_mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """Teacher forcing, all target positions at once (the decoder is causal).
+
+        src (B, S), src_lengths (B,) (or ``src_key_padding_mask`` (B, S) bool, True = real;
+        neither: tokens != pad_id), tgt_in (B, T) = [BOS, y_1, ..., y_{T-1}]
+        -> (logits (B, T, V), cross-attention list of (B, n_heads, T, S) per decoder layer
+        when ``need_weights`` else None) -- the same pair as ``Seq2SeqRNN.forward``.
+        """
+        if src_key_padding_mask is None:
+            src_key_padding_mask = self.src_mask(src, src_lengths)
+        memory = self.encode(src, src_key_padding_mask)
+        if need_weights:
+            return self.decode(tgt_in, memory, src_key_padding_mask, need_weights=True)
+        return self.decode(tgt_in, memory, src_key_padding_mask), None
+
+    @torch.no_grad()
+    def greedy_decode(
+        self,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor | None,
+        max_len: int,
+        *,
+        src_key_padding_mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """Encode once, then append the argmax token until every row has produced EOS.
+
+        src (B, S), src_lengths (B,) -> (tokens (B, T') without BOS, T' <= max_len, each row
+        up to and including its EOS and ``pad_id`` after it; cross-attention list of
+        (B, n_heads, T', S) per decoder layer when ``need_weights`` else None).
+        Each step re-runs the decoder on the whole prefix (simple; T' is small here).
+        """
+        if src_key_padding_mask is None:
+            src_key_padding_mask = self.src_mask(src, src_lengths)
+        memory = self.encode(src, src_key_padding_mask)
+        B = src.shape[0]
+        ys = torch.full((B, 1), self.bos_id, dtype=torch.long, device=src.device)
+        finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+        max_len = min(max_len, self.max_len)
+        for _ in range(max_len):
+            logits = self.decode(ys, memory, src_key_padding_mask)  # (B, t, V)
+            token = logits[:, -1].argmax(dim=-1).masked_fill(finished, self.pad_id)  # (B,)
+            ys = torch.cat([ys, token[:, None]], dim=1)
+            finished |= token == self.eos_id
+            if bool(finished.all()):
+                break
+        tokens = ys[:, 1:]
+        if not need_weights:
+            return tokens, None
+        # The decoder is causal, so one pass over [BOS, tokens[:-1]] gives every step's maps.
+        _, cross = self.decode(ys[:, :-1], memory, src_key_padding_mask, need_weights=True)
+        return tokens, cross
+
+
+def _decoder_block_with_weights(
+    block: TransformerDecoderBlock,
+    x: torch.Tensor,
+    memory: torch.Tensor,
+    memory_key_padding_mask: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run one decoder block and return (x, cross-attention weights (B, H, T, S))."""
+    x, weights = block(
+        x, memory, memory_key_padding_mask=memory_key_padding_mask, is_causal=True, need_weights=True
+    )  # weights: {"self": (B, H, T, T), "cross": (B, H, T, S)}
+    return x, weights["cross"]

@@ -1,0 +1,266 @@
+"""A teaching Vision Transformer (Dosovitskiy et al., 2021), in the spirit of timm's
+``vision_transformer.py`` with far fewer options.
+
+Pipeline (slide 51)::
+
+    images (B, C, H, W)
+      -> patchify                      (B, N, C*p*p)      N = (H/p) * (W/p)
+      -> linear projection (PatchEmbed) (B, N, D)
+      -> prepend a class token          (B, N+1, D)        (pool="cls"; "mean" adds no token)
+      -> + learned position embeddings
+      -> pre-norm TransformerBlocks     (B, N+1, D)
+      -> LayerNorm -> pool -> head      (B, num_classes)
+
+The blocks are the same ``course_utils.layers.TransformerBlock`` the text models use:
+one architecture, many modalities.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+
+from course_utils.layers import TransformerBlock
+
+__all__ = ["PatchEmbed", "ViT", "ViTConfig", "patchify", "unpatchify"]
+
+
+def _pair(x: int | tuple[int, int]) -> tuple[int, int]:
+    return (x, x) if isinstance(x, int) else (int(x[0]), int(x[1]))
+
+
+def patchify(images: torch.Tensor, patch_size: int | tuple[int, int]) -> torch.Tensor:
+    """Cut images into non-overlapping patches and flatten each one.
+
+    images (B, C, H, W) -> patches (B, N, C*p*p) with N = (H/p) * (W/p).
+
+    Patches are numbered row-major (left to right, then top to bottom) and each is flattened
+    in (C, p, p) order, i.e. exactly ``F.unfold(images, p, stride=p).transpose(1, 2)``.
+    ``patch_size`` may be an int or a (ph, pw) pair.
+    """
+    if not isinstance(images, torch.Tensor) or images.dim() != 4:
+        shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+        raise ValueError(f"expected images of shape (B, C, H, W), got {shape}")
+    ph, pw = _pair(patch_size)
+    if ph <= 0 or pw <= 0:
+        raise ValueError(f"expected a positive patch_size, got {patch_size}")
+    B, C, H, W = images.shape
+    if H % ph or W % pw:
+        raise ValueError(
+            f"expected image height and width divisible by patch_size={patch_size}, "
+            f"got H={H}, W={W}"
+        )
+    gh, gw = H // ph, W // pw
+    x = images.reshape(B, C, gh, ph, gw, pw)  # (B, C, gh, ph, gw, pw)
+    x = x.permute(0, 2, 4, 1, 3, 5)  # (B, gh, gw, C, ph, pw): grid first, then one patch
+    return x.reshape(B, gh * gw, C * ph * pw)
+
+
+def unpatchify(
+    patches: torch.Tensor,
+    patch_size: int | tuple[int, int],
+    image_size: int | tuple[int, int],
+    channels: int = 1,
+) -> torch.Tensor:
+    """Inverse of :func:`patchify` (handy for plotting patch grids).
+
+    patches (B, N, C*p*p) -> images (B, C, H, W).
+    """
+    ph, pw = _pair(patch_size)
+    H, W = _pair(image_size)
+    if patches.dim() != 3 or patches.shape[-1] != channels * ph * pw:
+        raise ValueError(
+            f"expected patches of shape (B, N, C*p*p) = (B, N, {channels * ph * pw}), "
+            f"got {tuple(patches.shape)}"
+        )
+    gh, gw = H // ph, W // pw
+    if patches.shape[1] != gh * gw:
+        raise ValueError(
+            f"expected N = (H/p)*(W/p) = {gh * gw} patches for a {H}x{W} image, "
+            f"got {patches.shape[1]}"
+        )
+    B = patches.shape[0]
+    x = patches.reshape(B, gh, gw, channels, ph, pw).permute(0, 3, 1, 4, 2, 5)
+    return x.reshape(B, channels, H, W)
+
+
+@dataclass
+class ViTConfig:
+    """Sizes of a :class:`ViT`. ``d_ff=None`` means ``4 * d_model``."""
+
+    image_size: int | tuple[int, int] = 8
+    patch_size: int | tuple[int, int] = 2
+    in_channels: int = 1
+    num_classes: int = 10
+    d_model: int = 64
+    n_layers: int = 4
+    n_heads: int = 4
+    d_ff: int | None = None
+    pool: str = "cls"  # "cls" (class token) or "mean" (average of the patch tokens)
+    dropout: float = 0.0
+    activation: str = "gelu"
+    bias: bool = True
+    layer_norm_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if self.pool not in ("cls", "mean"):
+            raise ValueError(f"expected pool to be 'cls' or 'mean', got {self.pool!r}")
+        H, W = _pair(self.image_size)
+        ph, pw = _pair(self.patch_size)
+        if H % ph or W % pw:
+            raise ValueError(
+                f"expected image_size {self.image_size} divisible by patch_size {self.patch_size}"
+            )
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"expected d_model divisible by n_heads, got d_model={self.d_model}, "
+                f"n_heads={self.n_heads}"
+            )
+        if self.d_ff is None:
+            self.d_ff = 4 * self.d_model
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        """Patches per column and per row: (H/p, W/p)."""
+        (H, W), (ph, pw) = _pair(self.image_size), _pair(self.patch_size)
+        return H // ph, W // pw
+
+    @property
+    def num_patches(self) -> int:
+        """N = (H/p) * (W/p)."""
+        gh, gw = self.grid_size
+        return gh * gw
+
+    @property
+    def patch_dim(self) -> int:
+        """C * p * p: the length of one flattened patch."""
+        ph, pw = _pair(self.patch_size)
+        return self.in_channels * ph * pw
+
+    @property
+    def num_tokens(self) -> int:
+        """Sequence length the blocks see: N + 1 with a class token, N with mean pooling."""
+        return self.num_patches + (1 if self.pool == "cls" else 0)
+
+
+class PatchEmbed(nn.Module):
+    """patchify + one shared linear map: images (B, C, H, W) -> tokens (B, N, D).
+
+    (timm uses an equivalent Conv2d with kernel = stride = p; the Linear shows the idea.)
+    """
+
+    def __init__(
+        self,
+        image_size: int | tuple[int, int],
+        patch_size: int | tuple[int, int],
+        in_channels: int,
+        d_model: int,
+    ) -> None:
+        super().__init__()
+        self.image_size = _pair(image_size)
+        self.patch_size = _pair(patch_size)
+        self.in_channels = in_channels
+        ph, pw = self.patch_size
+        self.num_patches = (self.image_size[0] // ph) * (self.image_size[1] // pw)
+        self.proj = nn.Linear(in_channels * ph * pw, d_model)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """images (B, C, H, W) -> (B, N, D)."""
+        if images.dim() != 4 or tuple(images.shape[1:]) != (self.in_channels, *self.image_size):
+            raise ValueError(
+                f"expected images of shape (B, {self.in_channels}, {self.image_size[0]}, "
+                f"{self.image_size[1]}), got {tuple(images.shape)}"
+            )
+        return self.proj(patchify(images, self.patch_size))
+
+
+class ViT(nn.Module):
+    """Vision Transformer classifier.
+
+    forward(images (B, C, H, W)) -> logits (B, num_classes); with ``need_weights=True``
+    returns ``(logits, weights)`` where ``weights`` is a list (one per layer) of attention
+    maps (B, n_heads, L, L), L = N + 1 with a class token (token 0) or N with mean pooling.
+    """
+
+    def __init__(self, config: ViTConfig | None = None, **overrides) -> None:
+        super().__init__()
+        if config is None:
+            config = ViTConfig(**overrides)
+        elif overrides:
+            config = ViTConfig(**{**asdict(config), **overrides})
+        self.config = config
+        D = config.d_model
+        self.patch_embed = PatchEmbed(config.image_size, config.patch_size, config.in_channels, D)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if config.pool == "cls" else None
+        self.pos_embed = nn.Parameter(torch.zeros(1, config.num_tokens, D))
+        self.pos_drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(
+                D,
+                config.n_heads,
+                config.d_ff,
+                dropout=config.dropout,
+                norm_first=True,
+                activation=config.activation,
+                layer_norm_eps=config.layer_norm_eps,
+                bias=config.bias,
+            )
+            for _ in range(config.n_layers)
+        )
+        self.norm = nn.LayerNorm(D, eps=config.layer_norm_eps)
+        self.head = nn.Linear(D, config.num_classes)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """timm-style init: small normal position embeddings and class token, zero head."""
+        nn.init.normal_(self.pos_embed, std=0.02)
+        if self.cls_token is not None:
+            nn.init.normal_(self.cls_token, std=0.02)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.trunc_normal_(module.weight, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        nn.init.zeros_(self.head.weight)
+
+    def num_params(self) -> int:
+        """Number of trainable parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """images (B, C, H, W) -> tokens with class token and positions (B, L, D)."""
+        x = self.patch_embed(images)  # (B, N, D)
+        if self.cls_token is not None:
+            cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, D)
+            x = torch.cat([cls, x], dim=1)  # (B, N+1, D)
+        return self.pos_drop(x + self.pos_embed)
+
+    def forward_features(
+        self, images: torch.Tensor, *, need_weights: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """images (B, C, H, W) -> normalised tokens (B, L, D) [, per-layer (B, H, L, L)]."""
+        x = self.embed(images)
+        weights = []
+        for block in self.blocks:
+            if need_weights:
+                x, w = block(x, need_weights=True)
+                weights.append(w)
+            else:
+                x = block(x)
+        x = self.norm(x)
+        return (x, weights) if need_weights else x
+
+    def pool(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (B, L, D) -> one vector per image (B, D): the class token or the mean."""
+        return tokens[:, 0] if self.config.pool == "cls" else tokens.mean(dim=1)
+
+    def forward(
+        self, images: torch.Tensor, *, need_weights: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """images (B, C, H, W) -> logits (B, num_classes) [, per-layer (B, H, L, L)]."""
+        if need_weights:
+            x, weights = self.forward_features(images, need_weights=True)
+            return self.head(self.pool(x)), weights
+        return self.head(self.pool(self.forward_features(images)))

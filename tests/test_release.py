@@ -1,0 +1,421 @@
+"""`course release`: student notebooks from solutions — stubs, cleared outputs, stable ids,
+determinism, drift detection and validation messages."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from course_utils import cli, release
+
+REPO = Path(__file__).resolve().parents[1]
+NAME = "42_toy.ipynb"
+
+
+@dataclass
+class FakeExercise:
+    id: str
+    title: str
+    points: int
+    notebook: str
+    function: str
+
+
+REGISTRY = {
+    "42.1": FakeExercise("42.1", "Toy softmax", 2, NAME, "softmax"),
+    "42.2": FakeExercise("42.2", "Toy layer", 3, NAME, "ToyLayer"),
+}
+
+SOFTMAX_SOLUTION = '''def softmax(x):
+    """x: (..., D) -> (..., D)."""
+    ### BEGIN SOLUTION
+    shifted = x - x.amax(dim=-1, keepdim=True)
+    return shifted.exp() / shifted.exp().sum(dim=-1, keepdim=True)
+    ### END SOLUTION'''
+
+LAYER_SOLUTION = '''class ToyLayer:
+    def __init__(self, d):
+        ### BEGIN SOLUTION
+        self.d = d
+        ### END SOLUTION
+
+    def forward(self, x):
+        if x is None:
+            ### BEGIN SOLUTION
+            return 0
+            ### END SOLUTION
+        return x'''
+
+
+def _exercise(cid, ex_id, source, points, cell=new_code_cell):
+    c = cell(source, id=cid)
+    c.metadata["tags"] = ["exercise"]
+    c.metadata["course"] = {"id": ex_id, "role": "exercise", "points": points}
+    return c
+
+
+def _check(cid, ex_id, function, points):
+    c = new_code_cell(f'check("{ex_id}", {function})', id=cid)
+    c.metadata["tags"] = ["check"]
+    c.metadata["course"] = {"id": ex_id, "role": "check", "points": points}
+    c.outputs = [new_output("stream", name="stdout", text=f"[{ex_id}] Toy: PASSED\n")]
+    c.execution_count = 4
+    return c
+
+
+def toy_notebook() -> nbformat.NotebookNode:
+    """A valid solution notebook for the fake registry, with outputs everywhere."""
+    intro = new_markdown_cell("# Toy\nprose with $x^2$", id="intro")
+    imports = new_code_cell("from course_utils.checks import check, fallback", id="imports")
+    imports.execution_count = 1
+    ex1 = _exercise("ex-42-1", "42.1", SOFTMAX_SOLUTION, 2)
+    ex1.execution_count = 2
+    ex1.metadata["execution"] = {"iopub.execute_input": "2024-01-01T00:00:00Z"}
+    ex1.metadata["collapsed"] = False
+    demo = new_code_cell("softmax(torch.tensor([1.0, 2.0]))", id="demo")
+    demo.metadata["tags"] = ["nbval-ignore-output"]
+    demo.execution_count = 3
+    demo.outputs = [
+        new_output("execute_result", data={"text/plain": "tensor([0.2689, 0.7311])"},
+                   execution_count=3),
+        new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"}),
+    ]
+    ex2 = _exercise("ex-42-2", "42.2", LAYER_SOLUTION, 3)
+    answer = _exercise("ex-42-3", "42.3", "Why?\n\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION\n",
+                       1, cell=new_markdown_cell)
+    nb = new_notebook(cells=[intro, imports, ex1, _check("check-42-1", "42.1", "softmax", 2),
+                             demo, ex2, _check("check-42-2", "42.2", "ToyLayer", 3), answer])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    return nb
+
+
+def released(nb=None) -> dict:
+    return release.release_notebook(nb if nb is not None else toy_notebook(), NAME, REGISTRY)
+
+
+def cell(nb, cid) -> dict:
+    return next(c for c in nb["cells"] if c["id"] == cid)
+
+
+def write_nb(path: Path, nb) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # plain json: nbformat.writes would silently "repair" duplicate or missing ids
+    path.write_text(json.dumps(nb, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def dirs(tmp_path, monkeypatch):
+    """A solutions/ folder holding the toy notebook, and an empty notebooks/ path; the fake
+    registry stands in for course_utils.checks."""
+    monkeypatch.setattr(release, "_load_registry", lambda: REGISTRY)
+    write_nb(tmp_path / "solutions" / NAME, toy_notebook())
+    (tmp_path / "solutions" / "scratch.ipynb").write_text("not a course notebook")
+    return tmp_path / "solutions", tmp_path / "notebooks"
+
+
+def run_cli(*argv) -> int:
+    return cli.main(["release", *map(str, argv)])
+
+
+# ------------------------------------------------------------------------------ stubs
+
+
+def test_code_region_becomes_stub_at_marker_indentation_naming_exercise_and_function():
+    src = cell(released(), "ex-42-1")["source"]
+    assert src == ('def softmax(x):\n    """x: (..., D) -> (..., D)."""\n'
+                   '    raise NotImplementedError("Exercise 42.1: implement softmax")')
+
+
+def test_every_region_of_a_cell_is_stubbed_at_its_own_indentation():
+    src = cell(released(), "ex-42-2")["source"]
+    stub = 'raise NotImplementedError("Exercise 42.2: implement ToyLayer")'
+    assert f"    def __init__(self, d):\n        {stub}\n" in src
+    assert f"        if x is None:\n            {stub}\n        return x" in src
+    assert "self.d = d" not in src and "return 0" not in src
+
+
+def test_unregistered_exercise_is_named_after_outermost_enclosing_def_or_class():
+    nb = toy_notebook()
+    nb.cells.insert(5, _exercise("ex-42-9", "42.9", "class Extra:\n    def go(self):\n"
+                                 "        ### BEGIN SOLUTION\n        pass\n"
+                                 "        ### END SOLUTION", 0))
+    src = cell(released(nb), "ex-42-9")["source"]
+    assert src.endswith('        raise NotImplementedError("Exercise 42.9: implement Extra")')
+
+
+def test_markdown_region_becomes_answer_placeholder():
+    src = cell(released(), "ex-42-3")["source"]
+    assert src == "Why?\n\nYOUR ANSWER HERE\n"
+
+
+def test_student_version_holds_no_solution_text_and_no_markers():
+    text = release.render(released())
+    for secret in ("x.amax(dim=-1", "self.d = d", "Because.", "BEGIN SOLUTION", "END SOLUTION",
+                   "PASSED", "0.7311", "iVBORw0KGgo"):
+        assert secret not in text
+
+
+def test_outputs_and_execution_counts_are_cleared_in_every_cell():
+    nb = released()
+    code_cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code_cells and all(c["outputs"] == [] and c["execution_count"] is None
+                              for c in code_cells)
+
+
+def test_cell_ids_tags_and_course_metadata_are_kept_and_volatile_metadata_dropped():
+    source_nb, nb = toy_notebook(), released()
+    assert [c["id"] for c in nb["cells"]] == [c["id"] for c in source_nb.cells]
+    for before, after in zip(source_nb.cells, nb["cells"]):
+        assert after["metadata"].get("tags") == before.metadata.get("tags")
+        assert after["metadata"].get("course") == before.metadata.get("course")
+    assert "execution" not in cell(nb, "ex-42-1")["metadata"]
+    assert cell(nb, "ex-42-1")["metadata"]["collapsed"] is False
+    assert "widgets" not in nb["metadata"] and nb["metadata"]["kernelspec"]["name"] == "python3"
+
+
+def test_release_does_not_modify_its_input():
+    nb = toy_notebook()
+    before = json.dumps(nb, sort_keys=True)
+    released(nb)
+    assert json.dumps(nb, sort_keys=True) == before
+
+
+# ---------------------------------------------------------------------- determinism
+
+
+def test_release_is_byte_identical_on_rerun_sorted_nbformat_4_5_with_trailing_newline(dirs):
+    solutions, notebooks = dirs
+    assert run_cli("--solutions", solutions, "--notebooks", notebooks) == 0
+    first = (notebooks / NAME).read_bytes()
+    assert run_cli("--solutions", solutions, "--notebooks", notebooks) == 0
+    assert (notebooks / NAME).read_bytes() == first
+    text = first.decode("utf-8")
+    data = json.loads(text)
+    assert text.endswith("}\n") and (data["nbformat"], data["nbformat_minor"]) == (4, 5)
+    assert text == nbformat.writes(nbformat.from_dict(data)) + "\n"  # as Jupyter saves it
+    assert list(data) == sorted(data) and list(data["cells"][0]) == sorted(data["cells"][0])
+    assert sorted(p.name for p in notebooks.iterdir()) == [NAME]
+
+
+def test_rerunning_release_on_a_student_notebook_changes_nothing():
+    # releasing twice is stable: stubs have no markers, so a second pass would fail validation,
+    # but rendering the released notebook again gives the same bytes
+    nb = released()
+    assert release.render(json.loads(release.render(nb))) == release.render(nb)
+
+
+# ------------------------------------------------------------------------- --check
+
+
+def test_check_passes_when_notebooks_match(dirs, capsys):
+    solutions, notebooks = dirs
+    run_cli("--solutions", solutions, "--notebooks", notebooks)
+    assert run_cli("--solutions", solutions, "--notebooks", notebooks, "--check") == 0
+    assert "up to date" in capsys.readouterr().out
+
+
+def test_check_fails_and_names_a_changed_notebook(dirs, capsys):
+    solutions, notebooks = dirs
+    run_cli("--solutions", solutions, "--notebooks", notebooks)
+    nb = toy_notebook()
+    nb.cells[0].source = "# Toy, edited"
+    write_nb(solutions / NAME, nb)
+    assert run_cli("--solutions", solutions, "--notebooks", notebooks, "--check") == 1
+    err = capsys.readouterr().err
+    assert f"{notebooks / NAME}: differs" in err and "course release" in err
+
+
+def test_check_fails_on_a_hand_edited_student_notebook(dirs, capsys):
+    solutions, notebooks = dirs
+    run_cli("--solutions", solutions, "--notebooks", notebooks)
+    target = notebooks / NAME
+    target.write_text(target.read_text().replace("YOUR ANSWER HERE", "my answer"))
+    assert run_cli("--solutions", solutions, "--notebooks", notebooks, "--check") == 1
+    assert NAME in capsys.readouterr().err
+
+
+def test_check_fails_on_missing_and_extra_notebooks(dirs, capsys):
+    solutions, notebooks = dirs
+    notebooks.mkdir()
+    (notebooks / "07_gone.ipynb").write_text("{}")
+    assert run_cli("--solutions", solutions, "--notebooks", notebooks, "--check") == 1
+    err = capsys.readouterr().err
+    assert f"{notebooks / NAME}: missing" in err
+    assert f"{notebooks / '07_gone.ipynb'}: extra" in err
+    assert not (notebooks / NAME).exists()  # --check writes nothing
+
+
+def test_release_removes_student_notebooks_whose_solution_is_gone(dirs, capsys):
+    solutions, notebooks = dirs
+    notebooks.mkdir()
+    (notebooks / "07_gone.ipynb").write_text("{}")
+    assert run_cli("--solutions", solutions, "--notebooks", notebooks) == 0
+    assert sorted(p.name for p in notebooks.iterdir()) == [NAME]
+    assert "removed" in capsys.readouterr().out
+
+
+def test_empty_solutions_folder_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(release, "_load_registry", lambda: REGISTRY)
+    (tmp_path / "solutions").mkdir()
+    assert run_cli("--solutions", tmp_path / "solutions", "--notebooks", tmp_path / "nb") == 2
+    assert "no solution notebooks" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- validation
+
+
+def _set_source(cid, source):
+    def mutate(nb):
+        next(c for c in nb.cells if c.id == cid).source = source
+    return mutate
+
+
+def _set_meta(cid, key, value):
+    def mutate(nb):
+        next(c for c in nb.cells if c.id == cid).metadata["course"][key] = value
+    return mutate
+
+
+def _drop_cell(cid):
+    def mutate(nb):
+        nb.cells = [c for c in nb.cells if c.id != cid]
+    return mutate
+
+
+def _set_id(old, new):
+    def mutate(nb):
+        next(c for c in nb.cells if c.id == old).id = new
+    return mutate
+
+
+def _add_cell(index, new_cell):
+    def mutate(nb):
+        nb.cells.insert(index, new_cell)
+    return mutate
+
+
+def _move_check_first(nb):
+    chk = next(c for c in nb.cells if c.id == "check-42-1")
+    nb.cells.remove(chk)
+    nb.cells.insert(0, chk)
+
+
+def _untag(cid):
+    def mutate(nb):
+        next(c for c in nb.cells if c.id == cid).metadata["tags"] = []
+    return mutate
+
+
+INVALID = {
+    "begin_without_end": (_set_source("ex-42-1", "def softmax(x):\n    ### BEGIN SOLUTION\n"
+                                      "    return x"), "ex-42-1",
+                          "'### BEGIN SOLUTION' has no '### END SOLUTION'"),
+    "end_without_begin": (_set_source("ex-42-1", "def softmax(x):\n    return x\n"
+                                      "    ### END SOLUTION"), "ex-42-1",
+                          "'### END SOLUTION' without a '### BEGIN SOLUTION'"),
+    "nested_regions": (_set_source("ex-42-1", "def softmax(x):\n    ### BEGIN SOLUTION\n"
+                                   "    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION"),
+                       "ex-42-1", "cannot nest"),
+    "malformed_marker": (_set_source("ex-42-1", "def softmax(x):\n    # BEGIN SOLUTION\n"
+                                     "    return x\n    ### END SOLUTION"), "ex-42-1",
+                         "malformed solution marker"),
+    "exercise_without_markers": (_set_source("ex-42-1", "def softmax(x):\n    return x"),
+                                 "ex-42-1", "has no '### BEGIN SOLUTION'"),
+    "region_at_top_level": (_set_source("ex-42-1", "### BEGIN SOLUTION\nsoftmax = None\n"
+                                        "### END SOLUTION"), "ex-42-1",
+                            "not inside a function body"),
+    "region_in_class_body": (_set_source("ex-42-2", "class ToyLayer:\n    ### BEGIN SOLUTION\n"
+                                         "    d = 3\n    ### END SOLUTION"), "ex-42-2",
+                             "not inside a function body"),
+    "stub_not_valid_python": (_set_source("ex-42-1", "def softmax(x):\n    y = 1\n"
+                                          "        ### BEGIN SOLUTION\n    return x\n"
+                                          "        ### END SOLUTION"),
+                              "ex-42-1", "not valid Python: indent the"),
+    "markers_outside_exercise_cell": (_set_source("demo", "def f():\n    ### BEGIN SOLUTION\n"
+                                                  "    pass\n    ### END SOLUTION"), "demo",
+                                      "not tagged 'exercise'"),
+    "check_not_registered": (_add_cell(4, _check("check-42-7", "42.7", "softmax", 2)),
+                             "check-42-7", "42.7, which is not registered"),
+    "duplicate_cell_ids": (_set_id("demo", "ex-42-1"), "ex-42-1", "duplicate cell id 'ex-42-1'"),
+    "missing_cell_id": (_set_id("demo", ""), None, "has no id"),
+    "check_without_exercise": (_drop_cell("ex-42-1"), "check-42-1",
+                               "check cell for exercise 42.1 has no exercise cell"),
+    "check_before_exercise": (_move_check_first, "check-42-1", "has no exercise cell"),
+    "exercise_points_differ": (_set_meta("ex-42-1", "points", 5), "ex-42-1",
+                               "course.points is 5 but the registry"),
+    "check_points_differ": (_set_meta("check-42-2", "points", 1), "check-42-2",
+                            "course.points is 1 but the registry"),
+    "check_source_edited": (_set_source("check-42-1", 'check("42.1", naive_softmax)'),
+                            "check-42-1", "must be exactly 'check(\"42.1\", softmax)'"),
+    "registered_exercise_missing": (_drop_cell("check-42-2"), None,
+                                    "registered exercise 42.2 (Toy layer) has no check cell"),
+    "tag_without_metadata_role": (_set_meta("ex-42-1", "role", "check"), "ex-42-1",
+                                  "needs metadata \"course\": {\"role\": 'exercise'"),
+    "metadata_without_tag": (_untag("ex-42-1"), "ex-42-1", "is not tagged 'exercise'"),
+    "bad_exercise_id": (_set_meta("ex-42-3", "id", "42-3"), "ex-42-3", "got id '42-3'"),
+    "id_of_another_notebook": (_set_meta("ex-42-3", "id", "43.1"), "ex-42-3",
+                               "belongs to notebook 43"),
+}
+
+
+@pytest.mark.parametrize("case", list(INVALID))
+def test_invalid_solution_gives_exit_2_naming_file_cell_and_problem(case, dirs, capsys):
+    mutate, cid, fragment = INVALID[case]
+    solutions, notebooks = dirs
+    nb = toy_notebook()
+    mutate(nb)
+    write_nb(solutions / NAME, nb)
+    assert run_cli("--solutions", solutions, "--notebooks", notebooks) == 2
+    err = capsys.readouterr().err
+    line = next((ln for ln in err.splitlines() if fragment in ln), None)
+    assert line is not None, err
+    assert NAME in line
+    if cid:
+        assert f"cell {cid!r}" in line
+    assert not notebooks.exists()  # nothing written
+
+
+def test_validation_reports_every_problem_of_every_notebook_at_once(dirs, capsys):
+    solutions, notebooks = dirs
+    nb = toy_notebook()
+    _drop_cell("ex-42-1")(nb)
+    _set_meta("check-42-2", "points", 1)(nb)
+    write_nb(solutions / NAME, nb)
+    other = toy_notebook()
+    _set_source("ex-42-2", "class ToyLayer:\n    pass")(other)
+    write_nb(solutions / "43_other.ipynb", other)
+    assert run_cli("--solutions", solutions, "--notebooks", notebooks, "--check") == 2
+    err = capsys.readouterr().err
+    assert "has no exercise cell" in err and "course.points is 1" in err
+    assert "43_other.ipynb: cell 'ex-42-2'" in err
+
+
+def test_malformed_json_is_a_clear_error(dirs, capsys):
+    solutions, notebooks = dirs
+    (solutions / NAME).write_text('{"cells": [')
+    assert run_cli("--solutions", solutions, "--notebooks", notebooks) == 2
+    assert f"{NAME}: cannot read the notebook" in capsys.readouterr().err
+
+
+def test_notebook_without_cell_ids_is_rejected():
+    nb = json.loads(nbformat.writes(toy_notebook()))
+    nb["nbformat_minor"] = 4
+    for c in nb["cells"]:
+        del c["id"]
+    with pytest.raises(release.ReleaseError, match="nbformat 4.4 has no cell ids"):
+        release.release_notebook(nb, NAME, REGISTRY)
+
+
+# ----------------------------------------------------------- the committed notebooks
+
+
+def test_committed_student_notebooks_match_solutions():
+    messages = release.drift(REPO / "solutions", REPO / "notebooks")
+    assert not messages, "notebooks/ drifted; run `course release`:\n" + "\n".join(messages)

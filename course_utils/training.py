@@ -355,7 +355,7 @@ def train(model: nn.Module, data: Any, *, steps: int, lr: float = 1e-3,
                dynamic_ncols=True, leave=True)
     autocast = (torch.autocast(device_type=dev.type, dtype=autocast_dtype)
                 if autocast_dtype is not None else contextlib.nullcontext())
-    running = torch.zeros((), device=dev)
+    running: torch.Tensor | None = None  # sum of the losses since the last log, on the device
     n_running = 0
     last_norm = float("nan")
     start = time.perf_counter()
@@ -380,10 +380,14 @@ def train(model: nn.Module, data: Any, *, steps: int, lr: float = 1e-3,
             if grad_clip:
                 norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
             opt.step()
-            running = running + loss.detach().float()
+            detached = loss.detach()
+            if detached.dtype in (torch.float16, torch.bfloat16):
+                detached = detached.float()
+            running = detached if running is None else running + detached
             n_running += 1
 
             if (step + 1) % log_every == 0 or step == steps - 1:
+                assert running is not None
                 if data_parallel and world > 1:
                     running = distributed.all_reduce_mean(running)
                 mean_loss = running.item() / n_running
@@ -400,8 +404,7 @@ def train(model: nn.Module, data: Any, *, steps: int, lr: float = 1e-3,
                 history.lr.append(float(opt.param_groups[0]["lr"]))
                 history.grad_norm.append(last_norm)
                 history.time.append(time.perf_counter() - start)
-                running = torch.zeros((), device=dev)
-                n_running = 0
+                running, n_running = None, 0
                 bar.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{history.lr[-1]:.2e}", refresh=False)
 
             last = step == steps - 1

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 from course_utils.checks.core import Case, Outputs, allclose_compare
@@ -165,19 +165,28 @@ def build_module(cls: Any, args: tuple, kwargs: dict[str, Any], inputs: dict[str
 # ----------------------------------------------------------------------------- allocations
 
 
-class AllocationTracker(TorchDispatchMode):
-    """Records the largest floating-point tensor any operation allocates while active.
+class AllocationTracker(TorchFunctionMode):
+    """Records the largest floating-point tensor that a torch function returns while active,
+    and whether a fused attention kernel (``F.scaled_dot_product_attention``) was called.
 
-    Views share their base's storage, so the size counted is the storage's (in elements):
-    expanding or reshaping a small tensor does not count as allocating a large one.
+    A torch *function* mode, not a dispatch mode: it is cheap to enter (a dispatch mode imports
+    torch's compiler stack, seconds on a first use) and sees every torch function, tensor method
+    and operator the candidate calls, with its result. Views share their base's storage, so the
+    size counted is the storage's (in elements): expanding, slicing or reshaping a small tensor
+    does not count as a large one. Temporaries inside one fused kernel are invisible, hence the
+    separate ``fused`` flag.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.largest = 0
         self.largest_shape: tuple[int, ...] = ()
+        self.fused: str | None = None  # name of the fused attention function called, if any
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if "scaled_dot_product" in name or "multi_head_attention" in name:
+            self.fused = self.fused or name
         out = func(*args, **(kwargs or {}))
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor) and t.is_floating_point():

@@ -419,7 +419,11 @@ def _check(kernel: GradingKernel, g: GradedExercise, seed: int, limit: float, wo
         elif h.status == "not_attempted":
             entry.update(status=NOT_ATTEMPTED, message=h.message or "not attempted")
         elif h.status == "error":
-            entry.update(status=ERROR, message=h.message)
+            message = h.message
+            if "MemoryError" in message or "allocate" in message:
+                message += (f"\n(the kernel's memory limit is {opts.memory_mb} MB)"
+                            if opts.memory_mb and not opts.gpu else "")
+            entry.update(status=ERROR, message=message)
         elif h.status == "missing":
             if own_error is not None:
                 entry.update(status=ERROR, message=f"your exercise cell raised {own_error[0]}: "
@@ -497,4 +501,6 @@ def _write_executed(nb, executed, assignment: Assignment, out_dir: str, path: st
                 "stream", name="stdout", text=verdict.verdict_line() + "\n" + result["message"] + "\n")]
         out.cells.append(cell)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    nbformat.write(out, str(Path(out_dir) / Path(path).name))
+    parts = [p for p in Path(path).with_suffix("").parts[-2:] if p not in ("", ".", "/")]
+    name = "__".join(parts) or "submission"
+    nbformat.write(out, str(Path(out_dir) / f"{name}.ipynb"))

@@ -364,6 +364,15 @@ def build_plan(sub_nb: dict[str, Any], assignment: Assignment) -> Plan:
         if role == "check" or ref_role == "check":
             dropped.add(i)
 
+    for x in ids:  # tell the instructor what the student did to the check cells
+        theirs = [i for i in dropped if (course_meta(cells[i])[0] or (
+            course_meta(ref_cells[match[i]])[0] if match[i] is not None else None)) == x]
+        ref_src = _norm(ref_cells[ref_check[x]]["source"]) if x in ref_check else None
+        if not theirs:
+            notes.append(f"the check cell of {x} was deleted; it was restored from the reference")
+        elif ref_src is not None and any(_norm(cells[i]["source"]) != ref_src for i in theirs):
+            notes.append(f"the check cell of {x} was edited; the reference check was used")
+
     exercise_cells: dict[str, list[int]] = {x: [] for x in ids}
     for i, c in enumerate(cells):
         if i in dropped or c["cell_type"] != "code":

@@ -76,6 +76,19 @@ class EncoderDecoderTransformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.generator = nn.Linear(d_model, tgt_vocab)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Embeddings ~ N(0, 1/D), so that ``embedding * sqrt(D)`` has unit scale like the
+        positional encoding (with PyTorch's default N(0, 1) the positions would be drowned out);
+        Xavier-uniform matrices elsewhere, as ``nn.Transformer`` does."""
+        for name, p in self.named_parameters():
+            if p.dim() > 1 and "embed" not in name:
+                nn.init.xavier_uniform_(p)
+        for emb in (self.src_embed, self.tgt_embed):
+            nn.init.normal_(emb.weight, std=self.d_model**-0.5)
+            with torch.no_grad():
+                emb.weight[self.pad_id].zero_()
 
     # ----------------------------------------------------------------------------------
     def src_mask(

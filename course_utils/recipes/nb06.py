@@ -1,0 +1,247 @@
+"""Notebook 06 (multi-head attention): experiment sizes per profile and helpers.
+
+* :func:`config` — every size the notebook uses, from the active profile.
+* :class:`LookupTask` — a toy task whose solution needs *different* heads: at every position
+  predict three tokens, the previous one, the mirror one (position ``T - 1 - i``) and the first
+  one. Each lookup is one attention pattern (a sub-diagonal, an anti-diagonal, a column), so a
+  trained model's heads specialise visibly.
+* :class:`HeadsModel` and :func:`train_heads_model` — a 2-layer encoder trained on it in
+  seconds; :func:`attention_maps` returns every head's weights, :func:`head_ablation` the
+  accuracy with one head switched off (Michel et al. 2019).
+* :func:`heads_in_a_loop` — multi-head attention written head by head, to time against the
+  batched version; :func:`mha_flops` — the four matmuls' FLOPs, per matmul.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from course_utils.layers import TransformerBlock
+from course_utils.profiles import pick
+
+__all__ = ["Config", "config", "LookupTask", "HeadsModel", "train_heads_model", "accuracy",
+           "attention_maps", "head_ablation", "heads_in_a_loop", "mha_flops", "mha_params"]
+
+
+@dataclass(frozen=True)
+class Config:
+    """Sizes of notebook 06's experiments."""
+
+    # the head-viewer model and its task
+    vocab: int  # letters a, b, c, ...
+    seq_len: int
+    d_model: int
+    n_heads: int
+    n_layers: int
+    d_ff: int
+    steps: int
+    batch: int
+    lr: float
+    n_sentences: int  # sentences offered by the viewer
+    # loop-over-heads vs batched timing
+    time_batch: int
+    time_len: int
+    time_d_model: int
+    time_heads: tuple[int, ...]
+    min_run_time: float  # seconds per torch.utils.benchmark measurement
+
+
+def config() -> Config:
+    """The active profile's sizes."""
+    return Config(
+        vocab=8,
+        seq_len=10,
+        d_model=pick(ci=32, cpu=48),
+        n_heads=4,
+        n_layers=2,
+        d_ff=pick(ci=64, cpu=96),
+        steps=pick(ci=250, cpu=1500, gpu=1500),
+        batch=pick(ci=64, cpu=128),
+        lr=pick(ci=5e-3, cpu=3e-3),
+        n_sentences=6,
+        time_batch=pick(ci=4, cpu=8, gpu=32),
+        time_len=pick(ci=64, cpu=128, gpu=512),
+        time_d_model=pick(ci=128, cpu=256, gpu=1024),
+        time_heads=pick(ci=(1, 4, 16), cpu=(1, 2, 4, 8, 16, 32), gpu=(1, 2, 4, 8, 16, 32)),
+        min_run_time=pick(ci=0.05, cpu=0.3),
+    )
+
+
+# ----------------------------------------------------------------------------- the task
+
+
+class LookupTask:
+    """Sequences of random letters; at position ``i`` predict three letters.
+
+    ``x`` (B, T) token ids in ``[0, vocab)``; ``y`` (B, T, 3): ``y[:, i, 0] = x[:, i - 1]``
+    (previous token, wrapping around at ``i = 0``), ``y[:, i, 1] = x[:, T - 1 - i]`` (mirror),
+    ``y[:, i, 2] = x[:, 0]`` (first token).
+    """
+
+    LOOKUPS = ("previous", "mirror", "first")
+
+    def __init__(self, vocab: int = 8, seq_len: int = 10):
+        if not 2 <= vocab <= 26:
+            raise ValueError(f"expected 2 <= vocab <= 26 (letters a-z), got {vocab}")
+        self.vocab, self.seq_len = vocab, seq_len
+
+    def targets(self, x: Tensor) -> Tensor:
+        """x (B, T) -> y (B, T, 3): previous, mirror and first token at every position."""
+        prev = x.roll(1, dims=1)
+        mirror = x.flip(1)
+        first = x[:, :1].expand_as(x)
+        return torch.stack([prev, mirror, first], dim=-1)
+
+    def sample(self, batch: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+        """A batch ``(x (B, T), y (B, T, 3))`` of random sentences."""
+        x = torch.randint(0, self.vocab, (batch, self.seq_len), generator=generator)
+        return x, self.targets(x)
+
+    def letters(self, x: Tensor) -> list[str]:
+        """One sentence (T,) as letters, for axis labels."""
+        return [chr(ord("a") + int(i)) for i in x]
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+class HeadsModel(nn.Module):
+    """Token + learned position embeddings, ``n_layers`` pre-norm Transformer blocks, a final
+    LayerNorm and one classifier per lookup: x (B, T) -> logits (B, T, 3, vocab)."""
+
+    def __init__(self, vocab: int, seq_len: int, d_model: int, n_heads: int, n_layers: int,
+                 d_ff: int, n_outputs: int = 3):
+        super().__init__()
+        self.vocab, self.n_outputs = vocab, n_outputs
+        self.embed = nn.Embedding(vocab, d_model)
+        self.pos = nn.Parameter(0.02 * torch.randn(seq_len, d_model))
+        self.blocks = nn.ModuleList(
+            TransformerBlock(d_model, n_heads, d_ff, norm_first=True) for _ in range(n_layers))
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, n_outputs * vocab)
+
+    def forward(self, x: Tensor, need_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """x (B, T) -> logits (B, T, 3, V); with ``need_weights`` also the attention weights
+        of every layer and head, (L, B, H, T, T)."""
+        h = self.embed(x) + self.pos[: x.shape[1]]  # (B, T, D)
+        maps = []
+        for block in self.blocks:
+            if need_weights:
+                h, w = block(h, need_weights=True)  # w (B, H, T, T)
+                maps.append(w)
+            else:
+                h = block(h)
+        logits = self.head(self.norm(h)).unflatten(-1, (self.n_outputs, self.vocab))
+        return (logits, torch.stack(maps)) if need_weights else logits
+
+
+def _loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+    x, y = batch
+    logits = model(x)  # (B, T, 3, V)
+    return F.cross_entropy(logits.flatten(0, -2), y.flatten())
+
+
+def train_heads_model(cfg: Config | None = None, seed: int = 0, progress: bool | str = "auto"):
+    """Train a :class:`HeadsModel` on :class:`LookupTask`; returns ``(model, task, history)``."""
+    from course_utils.training import train
+
+    cfg = cfg or config()
+    torch.manual_seed(seed)
+    task = LookupTask(cfg.vocab, cfg.seq_len)
+    model = HeadsModel(cfg.vocab, cfg.seq_len, cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff)
+    gen = torch.Generator().manual_seed(seed)
+    val = task.sample(1024, torch.Generator().manual_seed(seed + 1))
+
+    history = train(model, lambda step: task.sample(cfg.batch, gen), steps=cfg.steps, lr=cfg.lr,
+                    loss_fn=_loss, warmup=cfg.steps // 10,
+                    eval_fn=lambda m: {"accuracy": accuracy(m, *val).min().item()},
+                    eval_every=max(cfg.steps // 5, 1), progress=progress, desc="lookup task")
+    return model, task, history
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+    """Per-lookup token accuracy, shape (3,): previous, mirror, first."""
+    return (model(x).argmax(-1) == y).float().mean(dim=(0, 1))
+
+
+@torch.no_grad()
+def attention_maps(model: HeadsModel, x: Tensor) -> Tensor:
+    """Every head's attention weights on the sentences x (B, T): (L, B, H, T, T)."""
+    model.eval()
+    return model(x, need_weights=True)[1]
+
+
+@torch.no_grad()
+def head_ablation(model: HeadsModel, x: Tensor, y: Tensor) -> Tensor:
+    """Accuracy per lookup with one head switched off: (L, H, 3).
+
+    A head is switched off by zeroing its slice ``h*Dh:(h+1)*Dh`` of the merged heads before
+    ``W_O`` (a forward pre-hook on ``attn.out``): exactly removing it from the concatenation.
+    """
+    model.eval()
+    L = len(model.blocks)
+    H = model.blocks[0].attn.n_heads
+    Dh = model.blocks[0].attn.head_dim
+    result = torch.zeros(L, H, y.shape[-1])
+    for layer, block in enumerate(model.blocks):
+        for head in range(H):
+            def zero_head(module, args, head=head):
+                merged = args[0].clone()  # (B, T, D): the heads side by side
+                merged[..., head * Dh:(head + 1) * Dh] = 0
+                return (merged,)
+
+            handle = block.attn.out.register_forward_pre_hook(zero_head)
+            try:
+                result[layer, head] = accuracy(model, x, y)
+            finally:
+                handle.remove()
+    return result
+
+
+# ----------------------------------------------------------------------------- cost
+
+
+def heads_in_a_loop(x: Tensor, qkv: nn.Linear, out: nn.Linear, n_heads: int) -> Tensor:
+    """Multi-head self attention one head at a time (the slow way): x (B, T, D) -> (B, T, D).
+
+    Head ``h`` uses rows ``h*Dh:(h+1)*Dh`` of each of W_q, W_k, W_v (the blocks of ``qkv``);
+    the heads' outputs are concatenated and projected by ``out`` (W_O).
+    """
+    D = x.shape[-1]
+    Dh = D // n_heads
+    w_q, w_k, w_v = qkv.weight.split(D)  # each (D, D)
+    b_q, b_k, b_v = qkv.bias.split(D)
+    outputs = []
+    for h in range(n_heads):
+        rows = slice(h * Dh, (h + 1) * Dh)
+        q = F.linear(x, w_q[rows], b_q[rows])  # (B, T, Dh)
+        k = F.linear(x, w_k[rows], b_k[rows])
+        v = F.linear(x, w_v[rows], b_v[rows])
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(Dh), dim=-1)  # (B, T, T)
+        outputs.append(weights @ v)  # (B, T, Dh)
+    return out(torch.cat(outputs, dim=-1))  # (B, T, D)
+
+
+def mha_flops(B: int, T: int, D: int, H: int) -> dict[str, int]:
+    """FLOPs (2 per multiply-add) of the four matmuls of self attention on x (B, T, D).
+
+    The head count cancels: H heads of width D/H cost what one head of width D costs.
+    """
+    Dh = D // H
+    return {
+        "1. QKV projection  x W_qkv": 2 * B * T * D * 3 * D,
+        "2. scores  Q K^T (per head)": 2 * B * H * T * T * Dh,
+        "3. weighted sum  A V (per head)": 2 * B * H * T * T * Dh,
+        "4. output projection  Y W_O": 2 * B * T * D * D,
+    }
+
+
+def mha_params(D: int) -> dict[str, int]:
+    """Parameters of multi-head attention of width D (with biases): 4 D^2 + 4 D."""
+    return {"W_qkv (3D x D) + bias": 3 * D * D + 3 * D, "W_O (D x D) + bias": D * D + D}

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -248,11 +251,25 @@ def test_data_parallel_training_on_two_gloo_processes_equals_full_batch_training
     assert [r["rank"] for r in result.ranks] == [0, 1]
     assert all(r["world_size"] == 2 for r in result.ranks)
     assert result.max_abs_diff < 1e-10  # float64: equal up to summation order
-    for key, value in result.single["state"].items():
+    for key in result.single["state"]:
         assert torch.allclose(result.ranks[0]["state"][key], result.ranks[1]["state"][key],
                               rtol=0, atol=0)
     assert result.ranks[0]["loss"] == pytest.approx(result.single["loss"], rel=1e-9)
     assert result.ranks[0]["loss"][-1] < result.ranks[0]["loss"][0]
+
+
+@pytest.mark.slow
+def test_demo_under_torchrun_matches_the_single_process_run(tmp_path):
+    steps = 6
+    single = distributed.demo_worker(distributed.DistInfo(0, 1, 0, torch.device("cpu"), None), steps)
+    checksum = sum(float(v.double().sum()) for v in single["state"].values())
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "course_utils.distributed", "--steps", str(steps), "--backend", "gloo"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rank 0 of 2 (gloo)" in done.stdout
+    assert f"parameter checksum {checksum:.10f}" in done.stdout
 
 
 @pytest.mark.slow

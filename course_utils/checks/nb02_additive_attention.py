@@ -14,7 +14,14 @@ import torch
 from torch import Tensor
 
 from course_utils import attention
-from course_utils.checks._common import as_pair, as_tensor, close, distinct_sizes, lengths_mask, size
+from course_utils.checks._common import (
+    as_pair,
+    as_tensor,
+    close,
+    distinct_sizes,
+    lengths_mask,
+    size,
+)
 from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
 
 NOTEBOOK = "02_additive_attention.ipynb"

@@ -206,7 +206,7 @@ def compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
 EXERCISES = [
     Exercise(
         id="03.2",
-        title="attention with learned key and value projections",
+        title="Attention with learned key and value projections",
         points=3,
         notebook=NOTEBOOK,
         function="kv_attention",

@@ -385,7 +385,7 @@ EQUIVARIANCE_MISTAKES = [
 EXERCISES = [
     Exercise(
         id="04.1",
-        title="a self-attention layer",
+        title="Self-attention layer",
         points=3,
         notebook=NOTEBOOK,
         function="SelfAttention",
@@ -399,7 +399,7 @@ EXERCISES = [
     ),
     Exercise(
         id="04.2",
-        title="a permutation-equivariance test",
+        title="Permutation-equivariance test",
         points=2,
         notebook=NOTEBOOK,
         function="is_permutation_equivariant",

@@ -168,7 +168,6 @@ MERGE = Exercise(
 def _mha_cases(seed: int) -> list[Case]:
     g = generator(seed)
     H, Dh = size(g, 2, 4), size(g, 2, 5)
-    D = H * Dh
     B, T = size(g, 2, 3), size(g, 3, 7)
     if T == Dh:
         T += 1

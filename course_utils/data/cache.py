@@ -136,7 +136,7 @@ def describe_optional_data() -> list[str]:
     else:
         lines.append(
             "CIFAR-10: not cached (only the gpu profile of notebook 09 uses it; "
-            "load_cifar10(download=True) fetches 163 MB)"
+            "load_cifar10(download=True) fetches 170 MB)"
         )
     lines.append("digits: bundled with scikit-learn (always available)")
     return lines

@@ -186,7 +186,7 @@ def load_cifar10(path: str | os.PathLike | None = None, *, download: bool = Fals
 
 
 def _how_to_get() -> str:
-    return (f"Call load_cifar10(download=True) to fetch {CIFAR10_URL} (163 MB, MD5-checked) into "
+    return (f"Call load_cifar10(download=True) to fetch {CIFAR10_URL} (170 MB, MD5-checked) into "
             f"{cache.cache_dir()}, or copy {CIFAR10_FILE} there yourself (set {cache.ENV_VAR} to "
             "choose another folder), or pass path=...")
 

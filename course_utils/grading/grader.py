@@ -439,16 +439,24 @@ def _check(kernel: GradingKernel, g: GradedExercise, seed: int, limit: float, wo
                 and h.status != "missing":
             entry["message"] = _clip(f"{entry['message']} (note: your exercise cell raised "
                                      f"{own_error[0]}: {_clip(own_error[1], 200)})")
-        if entry["flags"]:
-            detail = "; ".join(f.split(": ", 1)[-1] for f in entry["flags"])
-            if opts.zero_flagged and entry["status"] == PASSED:
-                entry.update(status=FAILED, points=0,
-                             message=f"not accepted: {detail}. Write your own implementation.")
-            else:
-                entry["message"] = _clip(f"{entry['message']}. Flagged for review: {detail}")
+        apply_flag_policy(entry, zero_flagged=opts.zero_flagged)
         return entry, r
     finally:
         entry["runtime_s"] = round(time.monotonic() - t0, 3)
+
+
+def apply_flag_policy(entry: dict[str, Any], *, zero_flagged: bool = False) -> dict[str, Any]:
+    """Re-export flags: by default keep status and points and say so in the message; with
+    ``zero_flagged`` a flagged pass becomes a failure with zero points."""
+    if not entry.get("flags"):
+        return entry
+    detail = "; ".join(f.split(": ", 1)[-1] for f in entry["flags"])
+    if zero_flagged and entry["status"] == PASSED:
+        entry.update(status=FAILED, points=0,
+                     message=f"not accepted: {detail}. Write your own implementation.")
+    else:
+        entry["message"] = _clip(f"{entry['message']}. Flagged for review: {detail}")
+    return entry
 
 
 def _tampering(h: hv.Harvest, ex: core.Exercise, trusted: dict[str, str]) -> list[str]:

@@ -119,9 +119,15 @@ def reexport_flags(candidate, reference, function):
         flags.append("course_module: " + function + " is defined in " + mod + ", not in the notebook")
     for fn, code in _codes_of(candidate):
         globs = getattr(fn, "__globals__", {}) or {}
+        bound = [(name, globs[name]) for name in code.co_names if name in globs]
+        cells = getattr(fn, "__closure__", None) or ()
+        for name, cell in zip(getattr(fn.__code__, "co_freevars", ()), cells):
+            try:
+                bound.append((name, cell.cell_contents))
+            except ValueError:  # an empty cell
+                pass
         hit = None
-        for name in code.co_names:
-            value = globs.get(name, None)
+        for name, value in bound:
             if value is reference:
                 hit = name
             elif isinstance(value, _types.ModuleType) and ref_name in code.co_names \
@@ -129,12 +135,6 @@ def reexport_flags(candidate, reference, function):
                 hit = name + "." + ref_name
             if hit:
                 break
-        for cell in (getattr(fn, "__closure__", None) or ()):
-            try:
-                if cell.cell_contents is reference:
-                    hit = hit or "a closure variable"
-            except ValueError:
-                pass
         if hit:
             flags.append("calls_reference: " + function + " calls " + where + " (via " + hit + ")")
             break

@@ -8,8 +8,8 @@
 * :class:`HeadsModel` and :func:`train_heads_model` — a 2-layer encoder trained on it in
   seconds; :func:`attention_maps` returns every head's weights, :func:`head_ablation` the
   accuracy with one head switched off (Michel et al. 2019).
-* :func:`heads_in_a_loop` — multi-head attention written head by head, to time against the
-  batched version; :func:`mha_flops` — the four matmuls' FLOPs, per matmul.
+* :func:`draw_split_heads` — the picture of ``split_heads``: which numbers land in which head;
+  :func:`mha_flops` / :func:`mha_params` — the four matmuls' FLOPs and the parameters.
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from matplotlib.patches import Rectangle
 from torch import Tensor, nn
 
 from course_utils.layers import TransformerBlock
 from course_utils.profiles import pick
 
 __all__ = ["Config", "config", "LookupTask", "HeadsModel", "train_heads_model", "accuracy",
-           "attention_maps", "head_ablation", "heads_in_a_loop", "mha_flops", "mha_params"]
+           "attention_maps", "head_ablation", "draw_split_heads", "mha_flops", "mha_params"]
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,9 @@ def config() -> Config:
         n_heads=4,
         n_layers=2,
         d_ff=pick(ci=64, cpu=96),
-        steps=pick(ci=250, cpu=1500, gpu=1500),
+        steps=pick(ci=150, cpu=600, gpu=600),
         batch=pick(ci=64, cpu=128),
-        lr=pick(ci=5e-3, cpu=3e-3),
+        lr=pick(ci=1e-2, cpu=5e-3),
         n_sentences=6,
         time_batch=pick(ci=4, cpu=8, gpu=32),
         time_len=pick(ci=64, cpu=128, gpu=512),
@@ -119,7 +120,7 @@ class HeadsModel(nn.Module):
         super().__init__()
         self.vocab, self.n_outputs = vocab, n_outputs
         self.embed = nn.Embedding(vocab, d_model)
-        self.pos = nn.Parameter(0.02 * torch.randn(seq_len, d_model))
+        self.pos = nn.Parameter(torch.randn(seq_len, d_model))  # as strong as the tokens
         self.blocks = nn.ModuleList(
             TransformerBlock(d_model, n_heads, d_ff, norm_first=True) for _ in range(n_layers))
         self.norm = nn.LayerNorm(d_model)
@@ -207,27 +208,6 @@ def head_ablation(model: HeadsModel, x: Tensor, y: Tensor) -> Tensor:
 # ----------------------------------------------------------------------------- cost
 
 
-def heads_in_a_loop(x: Tensor, qkv: nn.Linear, out: nn.Linear, n_heads: int) -> Tensor:
-    """Multi-head self attention one head at a time (the slow way): x (B, T, D) -> (B, T, D).
-
-    Head ``h`` uses rows ``h*Dh:(h+1)*Dh`` of each of W_q, W_k, W_v (the blocks of ``qkv``);
-    the heads' outputs are concatenated and projected by ``out`` (W_O).
-    """
-    D = x.shape[-1]
-    Dh = D // n_heads
-    w_q, w_k, w_v = qkv.weight.split(D)  # each (D, D)
-    b_q, b_k, b_v = qkv.bias.split(D)
-    outputs = []
-    for h in range(n_heads):
-        rows = slice(h * Dh, (h + 1) * Dh)
-        q = F.linear(x, w_q[rows], b_q[rows])  # (B, T, Dh)
-        k = F.linear(x, w_k[rows], b_k[rows])
-        v = F.linear(x, w_v[rows], b_v[rows])
-        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(Dh), dim=-1)  # (B, T, T)
-        outputs.append(weights @ v)  # (B, T, Dh)
-    return out(torch.cat(outputs, dim=-1))  # (B, T, D)
-
-
 def mha_flops(B: int, T: int, D: int, H: int) -> dict[str, int]:
     """FLOPs (2 per multiply-add) of the four matmuls of self attention on x (B, T, D).
 
@@ -245,3 +225,66 @@ def mha_flops(B: int, T: int, D: int, H: int) -> dict[str, int]:
 def mha_params(D: int) -> dict[str, int]:
     """Parameters of multi-head attention of width D (with biases): 4 D^2 + 4 D."""
     return {"W_qkv (3D x D) + bias": 3 * D * D + 3 * D, "W_O (D x D) + bias": D * D + D}
+
+
+# ----------------------------------------------------------------------------- the picture
+
+
+def _draw_grid(ax, labels: list[list[str]], colours: list[list[int]], x0: float, y0: float,
+               title: str, palette) -> None:
+    rows, cols = len(labels), len(labels[0])
+    for r in range(rows):
+        for c in range(cols):
+            ax.add_patch(Rectangle((x0 + c, y0 - r - 1), 1, 1, facecolor=palette(colours[r][c]),
+                                   edgecolor="black", linewidth=0.8))
+            ax.text(x0 + c + 0.5, y0 - r - 0.5, labels[r][c], ha="center", va="center",
+                    fontsize=8)
+    ax.text(x0, y0 + 0.3, title, fontsize=9, va="bottom")
+
+
+def draw_split_heads(T: int = 3, D: int = 6, H: int = 2):
+    """A figure of ``split_heads`` on one sequence x (T, D): every cell is labelled
+    ``token,feature`` and coloured by the head that owns its feature.
+
+    Left: x (T, D). Middle: ``x.reshape(T, H, Dh).transpose(0, 1)`` (H, T, Dh), the right
+    split: each head gets every token and its own ``Dh`` features. Right: a plain
+    ``x.reshape(H, T, Dh)``, the classic mistake: a "head" then mixes different tokens.
+    """
+    import matplotlib.pyplot as plt
+
+    if D % H:
+        raise ValueError(f"expected D divisible by H, got D={D}, H={H}")
+    Dh = D // H
+    palette = plt.get_cmap("Pastel1")
+    x = [[(t, d) for d in range(D)] for t in range(T)]
+    flat = [cell for row in x for cell in row]
+    right = [[[x[t][h * Dh + j] for j in range(Dh)] for t in range(T)] for h in range(H)]
+    wrong = [[[flat[(h * T + t) * Dh + j] for j in range(Dh)] for t in range(T)] for h in range(H)]
+
+    fig, ax = plt.subplots(figsize=(11, 1.6 + 1.1 * T * H / 2 + 0.6 * H), constrained_layout=True)
+    height = H * (T + 1.2)
+
+    def lab(cells):
+        return [[f"{t},{d}" for t, d in row] for row in cells]
+
+    def col(cells):
+        return [[d // Dh for _, d in row] for row in cells]
+
+    _draw_grid(ax, lab(x), col(x), 0, height, "x: (T, D)", palette)
+    xs = D + 2
+    for h in range(H):
+        y = height - h * (T + 1.2)
+        _draw_grid(ax, lab(right[h]), col(right[h]), xs, y, f"head {h}: (T, Dh)", palette)
+        _draw_grid(ax, lab(wrong[h]), col(wrong[h]), xs + Dh + 3, y, f"\"head\" {h}: (T, Dh)",
+                   palette)
+    ax.text(xs, height + 1.2, "split_heads: reshape (T, H, Dh), transpose", fontsize=10,
+            weight="bold")
+    ax.text(xs + Dh + 3, height + 1.2, "wrong: plain reshape to (H, T, Dh)", fontsize=10,
+            weight="bold", color="firebrick")
+    ax.set_xlim(-0.5, xs + 2 * Dh + 4)
+    ax.set_ylim(-0.5, height + 2)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(f"split_heads on one sequence, T={T}, D={D}, H={H} (cell = token,feature; "
+                 "colour = head that owns the feature)", fontsize=10)
+    return fig

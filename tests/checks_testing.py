@@ -1,0 +1,53 @@
+"""Shared helpers for the tests of the exercise checks (``tests/test_checks_*.py``).
+
+Not a test module (pytest only collects ``test_*.py``); imported by name because ``tests/`` is
+on ``sys.path`` under pytest's default import mode.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils import checks
+
+SEEDS = (0, 1, 2)  # every claim is checked on a few draws of the cases, not one
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny float64 matmuls are slower with several threads on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def assert_passes(exercise_id: str, candidate, seeds=SEEDS) -> None:
+    """``candidate`` passes the check on every seed."""
+    for seed in seeds:
+        result = checks.run(exercise_id, candidate, seed=seed)
+        assert result.status == "passed", f"seed {seed}: {result.message}"
+        assert result.points == result.max_points
+
+
+def assert_rejected(exercise_id: str, candidate, mistake: str, seeds=SEEDS) -> None:
+    """``candidate`` fails on every seed, and the message names ``mistake``."""
+    for seed in seeds:
+        result = checks.run(exercise_id, candidate, seed=seed)
+        assert result.status == "failed", f"seed {seed}: {result.status}: {result.message}"
+        assert result.points == 0
+        assert result.mistake == mistake, f"seed {seed}: {result.message}"
+        assert f"Likely mistake: {mistake}." in result.message
+
+
+def assert_registered_mistakes_named(exercise_id: str, seeds=SEEDS) -> None:
+    """Every Mistake registered for the exercise is rejected under its own name."""
+    exercise = checks.get(exercise_id)
+    assert exercise.mistakes, f"{exercise_id} has no mistakes"
+    for mistake in exercise.mistakes:
+        assert_rejected(exercise_id, mistake.impl, mistake.name, seeds)
+
+
+def mistake_names(exercise_id: str) -> set[str]:
+    return {m.name for m in checks.get(exercise_id).mistakes}

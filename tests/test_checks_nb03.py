@@ -1,0 +1,171 @@
+"""Check 03.1 (scaled dot-product attention) accepts correct answers written differently and
+names each classic mistake; its reference agrees with F.scaled_dot_product_attention. The
+wrong answers here are written independently of the check's own."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from checks_testing import (  # noqa: F401  (one_thread is an autouse fixture)
+    SEEDS,
+    assert_passes,
+    assert_registered_mistakes_named,
+    assert_rejected,
+    mistake_names,
+    one_thread,
+)
+
+from course_utils import checks
+
+ID = "03.1"
+
+
+def sdpa_einsum(q, k, v, attn_mask=None):
+    scores = torch.einsum("...td,...sd->...ts", q, k) / math.sqrt(q.size(-1))
+    if attn_mask is not None:
+        scores = scores.masked_fill(attn_mask.logical_not(), float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return torch.einsum("...ts,...sd->...td", weights, v), weights
+
+
+def sdpa_where(q, k, v, attn_mask=None):
+    scores = q @ k.mT * q.shape[-1] ** -0.5
+    if attn_mask is None:
+        weights = scores.softmax(-1)
+    else:
+        scores = torch.where(attn_mask, scores, torch.tensor(-1e30, dtype=scores.dtype))
+        weights = scores.softmax(-1) * attn_mask
+        weights = torch.where(attn_mask.any(-1, keepdim=True), weights, 0.0)
+    return weights @ v, weights
+
+
+def sdpa_float_mask(q, k, v, attn_mask=None):
+    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(k.shape[-1])
+    if attn_mask is not None:
+        additive = torch.zeros(attn_mask.shape, dtype=q.dtype).masked_fill(~attn_mask, -math.inf)
+        scores = scores + additive
+    weights = F.softmax(scores, dim=-1)
+    weights = torch.where(torch.isnan(weights), torch.zeros_like(weights), weights)
+    return torch.matmul(weights, v), weights
+
+
+def sdpa_in_place(q, k, v, attn_mask=None):
+    q /= math.sqrt(q.shape[-1])  # edits the caller's q: must not change the expected answer
+    return sdpa_einsum(q * math.sqrt(q.shape[-1]), k, v, attn_mask)
+
+
+@pytest.mark.parametrize("candidate", [sdpa_einsum, sdpa_where, sdpa_float_mask,
+                                       checks.get(ID).reference],
+                         ids=["einsum+nan_to_num", "where", "float mask", "reference"])
+def test_sdpa_check_accepts_correct_answers(candidate):
+    assert_passes(ID, candidate)
+
+
+def test_sdpa_check_is_not_fooled_by_in_place_edits_of_the_inputs():
+    # sdpa_in_place scales q in place then undoes it: correct on its own inputs; the reference
+    # must still see the original q
+    assert_passes(ID, sdpa_in_place)
+
+
+def manual(scale=None, dim=-1, fill=None, after=False, scale_after=False, invert=False,
+           ignore_mask=False):
+    def impl(q, k, v, attn_mask=None):
+        factor = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(q, k, v)
+        s = q @ k.transpose(-2, -1)
+        if not scale_after:
+            s = s * factor
+        m = attn_mask
+        if m is not None and invert:
+            m = ~m
+        if m is not None and not after and not ignore_mask:
+            s = s.masked_fill(~m, float("-inf") if fill is None else fill)
+        w = torch.softmax(s, dim=dim)
+        if m is not None and after:
+            w = w * m
+        if fill is None and not after and m is not None and not ignore_mask and not invert:
+            w = w.nan_to_num(0.0)
+        if scale_after:
+            w = w * factor
+        return w @ v, w
+
+    return impl
+
+
+WRONG = {
+    "missing 1/sqrt(d_k) scaling": manual(scale=lambda q, k, v: 1.0),
+    "scaled by 1/sqrt(d_v) instead of 1/sqrt(d_k)": manual(scale=lambda q, k, v: v.shape[-1] ** -.5),
+    "scaled by 1/d_k instead of 1/sqrt(d_k)": manual(scale=lambda q, k, v: 1 / k.shape[-1]),
+    "multiplied by sqrt(d_k) instead of dividing": manual(scale=lambda q, k, v: q.shape[-1] ** .5),
+    "scaled by the wrong size (q.shape[1] instead of q.shape[-1])":
+        manual(scale=lambda q, k, v: 1 / math.sqrt(q.size(1))),
+    "softmax over the query axis (dim=-2) instead of the keys (dim=-1)": manual(dim=-2),
+    "scaling applied after the softmax": manual(scale_after=True),
+    "mask applied after the softmax": manual(after=True),
+    "masked scores filled with 0 instead of -inf": manual(fill=0.0),
+    "mask inverted (True treated as blocked)": manual(invert=True),
+    "mask ignored": manual(ignore_mask=True),
+    "fully masked rows get uniform weights (finite fill such as -1e9)": manual(fill=-1e9),
+    "returned (weights, output) instead of (output, weights)":
+        lambda q, k, v, attn_mask=None: sdpa_einsum(q, k, v, attn_mask)[::-1],
+}
+
+
+def sdpa_nan_rows(q, k, v, attn_mask=None):
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, float("-inf"))
+    w = torch.softmax(s, dim=-1)
+    return w @ v, w
+
+
+WRONG["NaN on fully masked rows"] = sdpa_nan_rows
+
+
+@pytest.mark.parametrize("mistake", sorted(WRONG))
+def test_sdpa_check_names_each_classic_mistake(mistake):
+    assert_rejected(ID, WRONG[mistake], mistake)
+
+
+def test_sdpa_check_covers_every_registered_mistake():
+    assert set(WRONG) == mistake_names(ID)
+    assert_registered_mistakes_named(ID)
+
+
+def test_sdpa_check_asks_for_a_pair():
+    result = checks.run(ID, lambda q, k, v, attn_mask=None: sdpa_einsum(q, k, v, attn_mask)[0])
+    assert result.status == "error"
+    assert "should return a pair (output, weights)" in result.message
+
+
+def test_sdpa_cases_cover_the_edge_cases():
+    cases = checks.get(ID).make_cases(0)
+    q_dims = {c.inputs["q"].ndim for c in cases}
+    assert {2, 3, 4} <= q_dims
+    assert any(c.inputs["q"].shape[-2] != c.inputs["k"].shape[-2] for c in cases)  # T != S
+    assert all(c.inputs["k"].shape[-1] != c.inputs["v"].shape[-1] for c in cases)  # Dk != Dv
+    masks = [c.inputs["attn_mask"] for c in cases if "attn_mask" in c.inputs]
+    assert masks and all(m.dtype == torch.bool for m in masks)
+    assert any((~m.any(dim=-1)).any() for m in masks)  # a fully masked row
+    assert {c.inputs["q"].dtype for c in cases} == {torch.float64, torch.float32}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sdpa_reference_agrees_with_torch_sdpa_on_every_case(seed):
+    exercise = checks.get(ID)
+    for case in exercise.make_cases(seed):
+        q, k, v = case.inputs["q"], case.inputs["k"], case.inputs["v"]
+        mask = case.inputs.get("attn_mask")
+        out, weights = exercise.reference(q, k, v, attn_mask=mask)
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if mask is not None:  # backends differ on fully masked rows: ours gives zeros
+            empty = ~mask.expand(weights.shape).any(dim=-1, keepdim=True)
+            assert torch.all(out.masked_select(empty) == 0), case.name
+            assert torch.all(weights.masked_select(empty.expand(weights.shape)) == 0)
+            keep = ~empty
+            out, expected = out.masked_select(keep), expected.masked_select(keep)
+        torch.testing.assert_close(out, expected, msg=case.name)
+        torch.testing.assert_close(weights.sum(-1)[weights.sum(-1) > 0],
+                                   torch.ones_like(weights.sum(-1)[weights.sum(-1) > 0]))

@@ -391,22 +391,47 @@ def test_bad_inputs_get_reports_without_starting_a_kernel(fx, tmp_path):
 # ----------------------------------------------------------------------------- real kernels
 
 
+def _once(tmp_path_factory, name: str, run) -> tuple[int, Path]:
+    """Run ``run(out_dir) -> exit code`` once per test session, even under pytest-xdist
+    (workers share the result through a locked folder instead of grading twice)."""
+    import fcntl
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    out = root / f"grading-{name}"
+    out.mkdir(exist_ok=True)
+    with open(out / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = out / "exit-code"
+        if not done.exists():
+            done.write_text(str(run(out)))
+        return int(done.read_text()), out
+
+
+def _course(argv: list[str]) -> int:
+    from course_utils import cli as course_cli
+
+    with pytest.MonkeyPatch.context() as mp:  # --checks edits sys.path and PYTHONPATH
+        mp.setattr(sys, "path", list(sys.path))
+        mp.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        return course_cli.main(argv)
+
+
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
     """Grade every fixture submission once, as an instructor would: one command, -j 2."""
-    from course_utils import cli as course_cli
-
-    out = tmp_path_factory.mktemp("batch")
     paths = sorted(str(p) for p in SUBS.glob("*.ipynb"))
-    argv = ["grade", *paths, "--checks", str(CHECKS), "--reference-dir", str(REFS),
-            "--assignment", "99_fixture", "--cell-timeout", "5", "--memory-mb", "2048",
-            "-j", "2", "-q", "--json", str(out / "grades.json"), "--junit", str(out / "grades.xml"),
-            "--csv", str(out / "grades.csv"), "--feedback", str(out / "feedback"),
-            "--classroom", str(out / "classroom.json"), "--executed", str(out / "executed")]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sys, "path", list(sys.path))
-        mp.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-        code = course_cli.main(argv)
+
+    def run(out: Path) -> int:
+        return _course(["grade", *paths, "--checks", str(CHECKS), "--reference-dir", str(REFS),
+                        "--assignment", "99_fixture", "--cell-timeout", "5", "--memory-mb", "2048",
+                        "-j", "2", "-q", "--json", str(out / "grades.json"),
+                        "--junit", str(out / "grades.xml"), "--csv", str(out / "grades.csv"),
+                        "--feedback", str(out / "feedback"), "--classroom",
+                        str(out / "classroom.json"), "--executed", str(out / "executed")])
+
+    code, out = _once(tmp_path_factory, "batch", run)
     reports = json.loads((out / "grades.json").read_text())
     by_name = {Path(r["notebook"]).stem: r for r in reports}
     return SimpleNamespace(code=code, reports=reports, by=by_name, out=out, paths=paths)
@@ -600,14 +625,15 @@ def test_total_time_limit_stops_grading_and_keeps_earlier_points(fx):
 
 @pytest.fixture(scope="module")
 def notebook_00(tmp_path_factory):
-    from course_utils import cli as course_cli
-
-    out = tmp_path_factory.mktemp("nb00") / "grades.json"
     paths = [str(ROOT / "solutions" / "00_start_here.ipynb"),
              str(ROOT / "notebooks" / "00_start_here.ipynb")]
-    code = course_cli.main(["grade", *paths, "-j", "2", "-q", "--json", str(out),
-                            "--reference-dir", str(ROOT / "solutions"), "--cell-timeout", "120"])
-    return code, json.loads(out.read_text())
+
+    def run(out: Path) -> int:
+        return _course(["grade", *paths, "-j", "2", "-q", "--json", str(out / "grades.json"),
+                        "--reference-dir", str(ROOT / "solutions"), "--cell-timeout", "120"])
+
+    code, out = _once(tmp_path_factory, "nb00", run)
+    return code, json.loads((out / "grades.json").read_text())
 
 
 @pytest.mark.slow

@@ -60,7 +60,7 @@ class CharTokenizer:
 
     >>> tok = CharTokenizer.from_text("hello")
     >>> tok.encode("hole"), tok.decode([2, 3, 1, 0])
-    ([2, 3, 1, 0], 'lole')
+    ([1, 3, 2, 0], 'lohe')
     """
 
     def __init__(self, chars: Iterable[str]) -> None:

@@ -157,7 +157,13 @@ def grade_all(paths: list[str], options, jobs: int = 1, progress: bool = True) -
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
-            ctx = mp.get_context("spawn")  # never fork a process that holds torch threads
+            # Never fork a process that may hold torch threads: workers come from a fresh
+            # fork server that imports the grader (and torch) once, or are spawned.
+            if "forkserver" in mp.get_all_start_methods():
+                ctx = mp.get_context("forkserver")
+                ctx.set_forkserver_preload(["course_utils.grading.grader"])
+            else:
+                ctx = mp.get_context("spawn")
             with ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=ctx) as pool:
                 futures = {pool.submit(_grade_one, p, options): i for i, p in enumerate(paths)}
                 for fut in as_completed(futures):

@@ -83,7 +83,7 @@ def _skeleton(path: str, seed: int | None) -> dict[str, Any]:
             "kernel": {"status": "not_started", "detail": ""},
             "cells": {"executed": 0, "errors": []},
             "output": {"bytes_seen": 0, "bytes_kept": 0, "truncated": False},
-            "seed": seed, "runtime_s": 0.0, "grader_version": GRADER_VERSION}
+            "seed": seed, "runtime_s": 0.0, "reference": None, "grader_version": GRADER_VERSION}
 
 
 def _finish(report: dict[str, Any], t0: float) -> dict[str, Any]:
@@ -341,7 +341,7 @@ def _run(nb: dict[str, Any], assignment: Assignment, report: dict[str, Any], opt
 
 
 def _warmup_code(modules: tuple[str, ...]) -> str:
-    lines = ["import numpy", "import torch", "import course_utils.checks.core"]
+    lines = ["import numpy", "import torch", "import course_utils.checks"]
     lines += [f"import {m}" for m in modules if m.replace(".", "").replace("_", "").isalnum()]
     # run in a private namespace: the student's namespace starts empty, as in Jupyter
     return f"exec({chr(10).join(lines)!r}, {{}})"

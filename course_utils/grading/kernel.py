@@ -7,7 +7,7 @@ executes code in it one request at a time. What it guarantees, whatever the stud
   ``RLIMIT_AS = memory_mb`` (virtual address space), set by a tiny wrapper that calls
   ``setrlimit`` and then ``exec``\\ s the kernel, so the limit cannot be raised from inside.
   A memory bomb gets ``MemoryError`` / a failed allocation instead of taking the machine down.
-  Core dumps are disabled.
+  No file it writes may exceed 4 GiB (``RLIMIT_FSIZE``); core dumps are disabled.
 - **time**: every request has a deadline. When it passes, the kernel is interrupted (SIGINT to
   its process group); if it does not answer within a grace period it is killed.
 - **death**: a kernel that exits (``os._exit``, a segfault, the OOM killer) is noticed within a
@@ -34,12 +34,15 @@ from typing import Any
 # it back), disable core dumps, then become the kernel (same pid, so interrupts still work).
 _LAUNCHER = (
     "import os, resource, sys\n"
-    "limit = int(sys.argv[1])\n"
+    "limit, fsize = int(sys.argv[1]), int(sys.argv[2])\n"
     "if limit > 0:\n"
     "    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
+    "if fsize > 0:\n"
+    "    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))\n"
     "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
 )
+MAX_FILE_BYTES = 4 << 30  # RLIMIT_FSIZE: no single file written by the kernel above 4 GiB
 
 # Environment variables passed from the grader to the kernel; everything else (tokens, cloud
 # credentials, CI secrets) stays out of the student's reach.
@@ -164,7 +167,7 @@ class GradingKernel:
         from jupyter_client import KernelManager
 
         limit = self.memory_mb * 1024 * 1024 if self.memory_mb > 0 else 0
-        launcher = [sys.executable, "-c", _LAUNCHER, str(limit)]
+        launcher = [sys.executable, "-c", _LAUNCHER, str(limit), str(MAX_FILE_BYTES)]
 
         class _LimitedKernelManager(KernelManager):
             def format_kernel_cmd(self, extra_arguments=None):  # noqa: D401 - jupyter API
@@ -389,7 +392,8 @@ def describe_exit(code: int | None) -> str:
             name = f"signal {-code}"
         hint = {"SIGKILL": " (killed: often the machine's out-of-memory killer)",
                 "SIGSEGV": " (a segmentation fault)", "SIGABRT": " (aborted, e.g. a failed "
-                "memory allocation in C++ code)"}.get(name, "")
+                "memory allocation in C++ code)", "SIGXFSZ": " (it wrote a file larger than "
+                f"{MAX_FILE_BYTES >> 30} GB)"}.get(name, "")
         return f"the kernel was killed by {name}{hint}"
     return f"the kernel exited with code {code} (os._exit, sys.exit or a crash)"
 

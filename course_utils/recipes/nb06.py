@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -261,7 +260,7 @@ def draw_split_heads(T: int = 3, D: int = 6, H: int = 2):
     right = [[[x[t][h * Dh + j] for j in range(Dh)] for t in range(T)] for h in range(H)]
     wrong = [[[flat[(h * T + t) * Dh + j] for j in range(Dh)] for t in range(T)] for h in range(H)]
 
-    fig, ax = plt.subplots(figsize=(11, 1.6 + 1.1 * T * H / 2 + 0.6 * H), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(10, 0.55 * (H * (T + 1.2) + 2.5)), constrained_layout=True)
     height = H * (T + 1.2)
 
     def lab(cells):
@@ -275,13 +274,13 @@ def draw_split_heads(T: int = 3, D: int = 6, H: int = 2):
     for h in range(H):
         y = height - h * (T + 1.2)
         _draw_grid(ax, lab(right[h]), col(right[h]), xs, y, f"head {h}: (T, Dh)", palette)
-        _draw_grid(ax, lab(wrong[h]), col(wrong[h]), xs + Dh + 3, y, f"\"head\" {h}: (T, Dh)",
+        _draw_grid(ax, lab(wrong[h]), col(wrong[h]), xs + Dh + 4, y, f"\"head\" {h}: (T, Dh)",
                    palette)
-    ax.text(xs, height + 1.2, "split_heads: reshape (T, H, Dh), transpose", fontsize=10,
+    ax.text(xs, height + 1.2, "right: reshape, transpose", fontsize=10,
             weight="bold")
-    ax.text(xs + Dh + 3, height + 1.2, "wrong: plain reshape to (H, T, Dh)", fontsize=10,
+    ax.text(xs + Dh + 4, height + 1.2, "wrong: plain reshape", fontsize=10,
             weight="bold", color="firebrick")
-    ax.set_xlim(-0.5, xs + 2 * Dh + 4)
+    ax.set_xlim(-0.5, xs + 2 * Dh + 5)
     ax.set_ylim(-0.5, height + 2)
     ax.set_aspect("equal")
     ax.axis("off")

@@ -1,0 +1,46 @@
+"""Notebook 04 (self, cross and position): experiment sizes per profile and the lag task.
+
+The lag task needs positions: the answer at position t is the token at position t - lag, so a
+model that sees only the *set* of tokens cannot know which one to copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from course_utils.profiles import pick
+
+
+@dataclass(frozen=True)
+class Config:
+    """Sizes of notebook 04's experiments."""
+
+    vocab: int  # token ids 0..vocab-1 in the lag task
+    seq_len: int  # tokens per sequence
+    d_model: int  # width of the embeddings and of q, k, v
+    lag: int  # the answer at position t is the token at t - lag
+    steps: int  # training steps per positional encoding
+    batch: int  # sequences per step
+    lr: float
+    max_distance: int  # relative position bias: distances clipped to +-max_distance
+    n_test: int  # test sequences
+
+
+def config() -> Config:
+    """The active profile's sizes."""
+    return Config(vocab=16, seq_len=24, d_model=32, lag=2,
+                  steps=pick(ci=150, cpu=400), batch=32, lr=0.01, max_distance=8,
+                  n_test=pick(ci=256, cpu=1024))
+
+
+def lag_batch(n: int, cfg: Config, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Random token sequences and their lag-task targets.
+
+    Returns (tokens (n, seq_len) int64, targets (n, seq_len - lag)): the target for position
+    t >= lag is tokens[:, t - lag], so ``targets[:, i]`` belongs to position ``i + lag``.
+    """
+    tokens = torch.randint(0, cfg.vocab, (n, cfg.seq_len), generator=generator)
+    return tokens, tokens[:, : cfg.seq_len - cfg.lag]

@@ -368,6 +368,7 @@ def test_help_documents_the_options_and_exit_codes():
                    "--seed", "--assignment", "--checks", "--zero-flagged"):
         assert option in text
     assert "exit codes" in text and "3  the grading machine failed" in text
+    assert "2  usage error or bad input" in text and "1  a submission scored below" in text
 
 
 def test_usage_errors_exit_2_before_grading(capsys):
@@ -564,13 +565,22 @@ def test_reexported_reference_is_flagged_but_keeps_its_points(batch):
 
 
 @pytest.mark.slow
+def test_submission_killing_its_grading_process_costs_only_its_own_report(batch):
+    rep = batch.by["kill_grader"]
+    assert (rep["total"], rep["max"]) == (0, 3)
+    assert "grading process of this submission died" in rep["error"]
+    assert all(e["status"] == "error" for e in rep["exercises"])
+    assert batch.by["solution"]["total"] == 3  # graded in parallel, untouched
+
+
+@pytest.mark.slow
 def test_notebook_without_ids_or_metadata_is_graded(batch):
     assert batch.by["no_ids"]["total"] == 3
 
 
 @pytest.mark.slow
-def test_batch_exits_2_and_still_reports_every_submission(batch):
-    assert batch.code == 2  # malformed.ipynb and other_assignment.ipynb are bad input
+def test_batch_exit_code_is_the_worst_problem_and_every_submission_is_reported(batch):
+    assert batch.code == 3  # kill_grader (its grading process died); 2 for bad input alone
     assert len(batch.reports) == len(batch.paths)
     assert len({r["seed"] for r in batch.reports if r["seed"] is not None}) > 1  # fresh seeds
 

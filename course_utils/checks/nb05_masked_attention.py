@@ -108,9 +108,9 @@ def _filled(fill: float, invert: bool = False, dim: int = -1):
 
 
 def _naive_exp(scores: Tensor, mask: Tensor) -> Tensor:
-    e = torch.exp(scores) * mask
-    s = e.sum(dim=-1, keepdim=True)
-    return torch.where(s > 0, e / s, torch.zeros_like(e))
+    e = torch.exp(scores.masked_fill(~mask, float("-inf")))  # inf for scores above ~709
+    total = e.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, e / total, torch.zeros_like(e))  # empty rows handled
 
 
 MASKED_SOFTMAX_MISTAKES = [

@@ -13,8 +13,9 @@ process (see :mod:`course_utils.grading`). Exit codes (the highest that applies)
 - ``2`` usage error or bad input: a file that is missing, not valid JSON, not a notebook, or
   a notebook of another assignment (the others are still graded and reported, that one
   with zero points);
-- ``3`` the grading machine failed: no kernel could start, or the installed course lacks a
-  check an assignment needs. Never the student's fault.
+- ``3`` the grading machine failed: no kernel could start, the installed course lacks a
+  check an assignment needs, or a grading process died (in a batch each submission has its
+  own process, so a submission that kills it loses only its own report).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ exit codes (the highest that applies):
   1  a submission scored below --fail-under
   2  usage error or bad input: missing file, malformed JSON, not a notebook, a notebook of
      another assignment (the other submissions are still graded and reported)
-  3  the grading machine failed (no kernel could start, a check is missing from the course)
+  3  the grading machine failed: no kernel could start, a check is missing from the course,
+     or a grading process died (possibly killed by its submission; the others are reported)
 
 what the grader does:
   Each submission runs top to bottom in a fresh python3 kernel, in a temporary copy of its
@@ -133,57 +135,91 @@ def _grade_one(path: str, options) -> dict[str, Any]:
     try:
         return grade_submission(path, options)
     except Exception as exc:  # pragma: no cover - a bug in the grader; keep the batch going
+        from course_utils.grading.grader import lost_report
+
         detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-4))
-        return {"notebook": path, "student": Path(path).stem, "assignment": None, "total": 0,
-                "max": 0, "percent": 0.0, "exercises": [], "flags": [], "notes": [detail[-2000:]],
-                "error": f"internal grader error: {type(exc).__name__}: {exc}",
-                "error_kind": "grader", "kernel": {}, "cells": {}, "output": {}, "seed": None,
-                "runtime_s": 0.0}
+        report = lost_report(path, options, f"internal error {type(exc).__name__}: {exc}")
+        report["notes"].append(detail[-2000:])
+        return report
 
 
 def grade_all(paths: list[str], options, jobs: int = 1, progress: bool = True) -> list[dict[str, Any]]:
-    """Grade ``paths`` (in parallel processes when ``jobs > 1``), in the given order."""
+    """Grade ``paths``, ``jobs`` at a time, and return the reports in the given order.
+
+    One submission is graded in this process. Several are graded each in its own fresh
+    process (at most ``jobs`` at once), so that a submission that kills its grading process
+    costs its own report only, never the others'.
+    """
     from tqdm import tqdm
 
     bar = tqdm(total=len(paths), desc="grading", unit="nb", file=sys.stderr,
                disable=not progress or len(paths) < 2, dynamic_ncols=True)
-    reports: list[dict[str, Any] | None] = [None] * len(paths)
     try:
-        if jobs <= 1 or len(paths) < 2:
-            for i, p in enumerate(paths):
-                reports[i] = _grade_one(p, options)
-                bar.update(1)
-        else:
-            import multiprocessing as mp
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            # Never fork a process that may hold torch threads: workers come from a fresh
-            # fork server that imports the grader (and torch) once, or are spawned.
-            if "forkserver" in mp.get_all_start_methods():
-                ctx = mp.get_context("forkserver")
-                ctx.set_forkserver_preload(["course_utils.grading.grader"])
-            else:
-                ctx = mp.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=ctx) as pool:
-                futures = {pool.submit(_grade_one, p, options): i for i, p in enumerate(paths)}
-                for fut in as_completed(futures):
-                    i = futures[fut]
-                    try:
-                        reports[i] = fut.result()
-                    except Exception as exc:  # a worker died: report it, keep the rest
-                        reports[i] = _worker_lost(paths[i], exc)
-                    bar.update(1)
+        if len(paths) < 2:
+            reports = [_grade_one(p, options) for p in paths]
+            bar.update(len(paths))
+            return reports
+        return _grade_isolated(paths, options, max(1, jobs), bar)
     finally:
         bar.close()
-    return [r for r in reports if r is not None]
 
 
-def _worker_lost(path: str, exc: BaseException) -> dict[str, Any]:
-    return {"notebook": path, "student": Path(path).stem, "assignment": None, "total": 0,
-            "max": 0, "percent": 0.0, "exercises": [], "flags": [], "notes": [],
-            "error": f"the grading process died: {type(exc).__name__}: {exc}",
-            "error_kind": "grader", "kernel": {}, "cells": {}, "output": {}, "seed": None,
-            "runtime_s": 0.0}
+def _worker(path: str, options, out: str) -> None:
+    """Entry point of a grading process: grade one submission, write its report atomically."""
+    import json
+
+    report = _grade_one(path, options)
+    tmp = out + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(report, fh)
+    os.replace(tmp, out)
+
+
+def _grade_isolated(paths: list[str], options, jobs: int, bar) -> list[dict[str, Any]]:
+    import json
+    import multiprocessing as mp
+    import shutil
+    import tempfile
+    from multiprocessing.connection import wait
+
+    # Never fork a process that may hold torch threads: workers come from a fresh fork
+    # server that imports the grader (and torch) once, or are spawned.
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["course_utils.grading.grader"])
+    else:
+        ctx = mp.get_context("spawn")
+    results: dict[int, dict[str, Any]] = {}
+    todo = list(enumerate(paths))
+    running: dict[int, tuple[Any, str]] = {}
+    tmpdir = tempfile.mkdtemp(prefix="course-grade-batch-")
+    try:
+        while todo or running:
+            while todo and len(running) < jobs:
+                i, path = todo.pop(0)
+                out = os.path.join(tmpdir, f"{i}.json")
+                proc = ctx.Process(target=_worker, args=(path, options, out), name=f"grade-{i}")
+                proc.start()
+                running[i] = (proc, out)
+            wait([proc.sentinel for proc, _ in running.values()], timeout=1.0)
+            for i, (proc, out) in list(running.items()):
+                if proc.is_alive():
+                    continue
+                proc.join()
+                try:
+                    with open(out, encoding="utf-8") as fh:
+                        results[i] = json.load(fh)
+                except (OSError, ValueError):
+                    from course_utils.grading.grader import lost_report
+
+                    results[i] = lost_report(paths[i], options, f"exit code {proc.exitcode}")
+                del running[i]
+                bar.update(1)
+    finally:
+        for proc, _ in running.values():  # interrupted (Ctrl-C): leave nothing behind
+            proc.kill()
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    return [results[i] for i in range(len(paths))]
 
 
 def exit_code(reports: list[dict[str, Any]], fail_under: float | None) -> int:

@@ -153,6 +153,29 @@ def grade_submission(path: str | os.PathLike, options: GradeOptions | None = Non
     return _finish(report, t0)
 
 
+def lost_report(path: str | os.PathLike, options: GradeOptions | None, why: str) -> dict[str, Any]:
+    """The report of a submission whose grading process died: zero for every exercise of its
+    assignment (when it can still be told), ``error_kind = "grader"``."""
+    opts = options or GradeOptions()
+    report = _skeleton(str(path), None)
+    message = (f"not graded: the grading process of this submission died ({why}); was it "
+               f"killed by the submission itself?")
+    report.update(error=message, error_kind="grader")
+    try:
+        table = exercise_table(opts.checks_modules)
+        try:
+            nb = read_notebook(path)
+        except BadSubmission:
+            nb = None
+        assignment = resolve_assignment(str(path), nb, dirs=reference_dirs(opts.reference_dir),
+                                        table=table, forced=opts.assignment)
+        report["assignment"] = assignment.name
+        report["exercises"] = [_entry(g, ERROR, message) for g in assignment.exercises]
+    except Exception:
+        pass
+    return _finish(report, time.monotonic())
+
+
 def _copy_submission_dir(src: Path, dst: Path) -> None:
     """Copy the submission's folder (small files only, no notebooks, no hidden folders)."""
     dst.mkdir(parents=True, exist_ok=True)

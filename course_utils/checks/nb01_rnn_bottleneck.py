@@ -1,0 +1,475 @@
+"""Checks for notebook 01 (the RNN bottleneck): 01.1 the seq2seq forward pass with teacher
+forcing, 01.2 greedy decoding.
+
+Both exercises take a :class:`~course_utils.models.Seq2SeqRNN` *without* attention and use its
+submodules. The check builds a small seeded float64 model from plain weights (so a grader can
+hand the case to another process) and compares the student's answer with the model's own
+verified methods (``Seq2SeqRNN.forward`` and ``Seq2SeqRNN.greedy_decode``).
+
+While the student's function runs, the model's shortcut methods are switched off (calling them
+raises a ``RuntimeError`` that says what to use instead): 01.1 must build the decoder step from
+``model.tgt_embed``, ``model.decoder_cell`` and ``model.out``; 01.2 may use ``model.encode`` and
+``model.decode_step`` but not ``model.greedy_decode`` or ``model(...)``.
+
+Conventions (those of ``Seq2SeqRNN``):
+
+- ``seq2seq_forward(model, src, src_lengths, tgt_in) -> logits (B, T, V)``:
+  ``enc_states, c = model.encode(src, src_lengths)``; ``s_0 = c``; for every t,
+  ``s_t = decoder_cell([tgt_embed(tgt_in[:, t]); c], s_{t-1})`` and
+  ``logits_t = out([s_t; c])``.
+- ``greedy_decode(model, src, src_lengths, max_len) -> tokens (B, T')``, ``T' <= max_len``:
+  start from BOS, feed back the argmax, each row up to and including its EOS and PAD after it.
+  Stopping early once every row has ended is optional: the check pads shorter outputs with PAD
+  to ``max_len`` before comparing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+
+from course_utils.checks._common import as_tensor, build_module, close, random_weights, size
+from course_utils.checks.core import Case, Exercise, Mistake, generator
+from course_utils.data.tasks import BOS, EOS, PAD
+from course_utils.models import Seq2SeqRNN
+
+NOTEBOOK = "01_rnn_bottleneck.ipynb"
+
+__all__ = ["EXERCISES", "seq2seq_forward", "greedy_decode", "GuardedSeq2SeqRNN", "unguarded",
+           "model_case_inputs", "build_case_model"]
+
+
+# ----------------------------------------------------------------------------- shared helpers
+
+
+class GuardedSeq2SeqRNN(Seq2SeqRNN):
+    """A ``Seq2SeqRNN`` whose shortcut methods can be switched off while a student's answer runs.
+
+    ``model.blocked = {"forward": "use ... instead"}`` makes ``model.forward`` (and so
+    ``model(...)``) raise ``RuntimeError`` with that message; :func:`unguarded` lifts it.
+    """
+
+    def _guard(self, name: str) -> None:
+        message = self.__dict__.get("blocked", {}).get(name)
+        if message:
+            raise RuntimeError(message)
+
+    def forward(self, *args, **kwargs):  # noqa: D401 - same contract as Seq2SeqRNN.forward
+        self._guard("forward")
+        return super().forward(*args, **kwargs)
+
+    def decode_step(self, *args, **kwargs):
+        self._guard("decode_step")
+        return super().decode_step(*args, **kwargs)
+
+    def greedy_decode(self, *args, **kwargs):
+        self._guard("greedy_decode")
+        return super().greedy_decode(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def unguarded(model: torch.nn.Module) -> Iterator[None]:
+    """Within this block every method of a :class:`GuardedSeq2SeqRNN` works again."""
+    blocked = model.__dict__.pop("blocked", None)
+    try:
+        yield
+    finally:
+        if blocked is not None:
+            model.__dict__["blocked"] = blocked
+
+
+def model_case_inputs(gen: torch.Generator, *, attention: bool, src_vocab: int, tgt_vocab: int,
+                      emb_dim: int, hidden_dim: int, attn_dim: int | None = None,
+                      eos_bias: float = 0.0) -> dict:
+    """Plain case inputs describing a seeded model: sizes (ints) and ``"w:<name>"`` weights.
+
+    Weights are float64, N(0, 1/fan_in) for matrices; the attention vector ``v`` is scaled up
+    so that the weights are far from uniform; ``eos_bias`` is added to the EOS logit's bias.
+    """
+    sizes = {"src_vocab": src_vocab, "tgt_vocab": tgt_vocab, "emb_dim": emb_dim,
+             "hidden_dim": hidden_dim, "attention": attention,
+             "attn_dim": attn_dim if attn_dim is not None else hidden_dim}
+    with torch.random.fork_rng(devices=[]):
+        template = _make_model(sizes)
+    shapes = {name: tuple(p.shape) for name, p in template.named_parameters()}
+    scale = {"attention.v": 10.0, "src_embed.weight": 3.0, "tgt_embed.weight": 3.0}
+    weights = random_weights(gen, shapes, scale)
+    weights["w:out.bias"][EOS] += eos_bias
+    return {**sizes, **weights}
+
+
+def _make_model(sizes: dict) -> GuardedSeq2SeqRNN:
+    return GuardedSeq2SeqRNN(int(sizes["src_vocab"]), int(sizes["tgt_vocab"]),
+                             int(sizes["emb_dim"]), int(sizes["hidden_dim"]),
+                             attention=bool(sizes["attention"]), attn_dim=int(sizes["attn_dim"]))
+
+
+def build_case_model(inputs: dict, blocked: dict[str, str] | None = None) -> GuardedSeq2SeqRNN:
+    """The case's float64 eval-mode model with its weights; ``blocked`` methods switched off."""
+    sizes = {k: inputs[k] for k in ("src_vocab", "tgt_vocab", "emb_dim", "hidden_dim",
+                                    "attention", "attn_dim")}
+    model = build_module(lambda: _make_model(sizes), (), {}, inputs, "Seq2SeqRNN")
+    if blocked:
+        model.__dict__["blocked"] = dict(blocked)
+    return model
+
+
+def _source(gen: torch.Generator, B: int, S: int, vocab: int) -> tuple[Tensor, Tensor]:
+    """Padded source ids (B, S) with lengths in [1, S] (one row full, one of length 1 if B > 2)."""
+    lengths = torch.randint(1, S + 1, (B,), generator=gen)
+    lengths[size(gen, 0, B - 1)] = S
+    if B > 2:
+        lengths[(int(lengths.argmax()) + 1) % B] = 1
+    src = torch.randint(3, vocab, (B, S), generator=gen)
+    src = src.masked_fill(torch.arange(S)[None, :] >= lengths[:, None], PAD)
+    return src, lengths
+
+
+# ----------------------------------------------------------------------------- 01.1 forward
+
+_FORWARD_BLOCKED = {
+    "forward": "exercise 01.1 asks you to write the forward pass yourself: do not call model(...) "
+               "or model.forward; use model.encode, model.tgt_embed, model.decoder_cell and "
+               "model.out",
+    "decode_step": "exercise 01.1 asks you to write the decoder step yourself: use "
+                   "model.tgt_embed, model.decoder_cell and model.out (model.decode_step "
+                   "packages the same step, and you may use it in exercise 01.2)",
+    "greedy_decode": "exercise 01.1 is the teacher-forced forward pass: feed the true previous "
+                     "tokens tgt_in, do not decode greedily",
+}
+
+
+def seq2seq_forward(model: Seq2SeqRNN, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
+    """Teacher-forced logits of a ``Seq2SeqRNN`` (the reference answer to 01.1).
+
+    src (B, S) ids, src_lengths (B,), tgt_in (B, T) = BOS + target -> logits (B, T, V)
+    predicting tgt_out = target + EOS. Uses the model's own verified ``forward``.
+    """
+    with unguarded(model):
+        return Seq2SeqRNN.forward(model, src, src_lengths, tgt_in)[0]
+
+
+def _forward_cases(seed: int) -> list[Case]:
+    g = generator(seed)
+    cases = []
+    shapes = [("padded batch", size(g, 3, 5), size(g, 5, 7), 8),
+              ("one sentence (B = 1)", 1, size(g, 3, 6), 5),
+              ("short target, long source", size(g, 2, 4), 9, 3)]
+    for name, B, S, T in shapes:
+        E, H = 5, 7
+        inputs = model_case_inputs(g, attention=False, src_vocab=size(g, 9, 12),
+                                   tgt_vocab=size(g, 10, 13), emb_dim=E, hidden_dim=H)
+        src, lengths = _source(g, B, S, inputs["src_vocab"])
+        tgt_len = torch.randint(1, T + 1, (B,), generator=g)
+        tgt_len[0] = T
+        tgt_in = torch.randint(3, inputs["tgt_vocab"], (B, T), generator=g)
+        tgt_in[:, 0] = BOS
+        tgt_in = tgt_in.masked_fill(torch.arange(T)[None, :] >= tgt_len[:, None], PAD)
+        cases.append(Case(name, {**inputs, "src": src, "src_lengths": lengths, "tgt_in": tgt_in}))
+    return cases
+
+
+def _forward_call(candidate, case: Case) -> dict[str, Tensor]:
+    i = case.inputs
+    model = build_case_model(i, _FORWARD_BLOCKED)
+    out = candidate(model, i["src"].clone(), i["src_lengths"].clone(), i["tgt_in"].clone())
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        out = out[0]  # (logits, attention) like model.forward: the logits count
+    return {"logits": as_tensor(out, "seq2seq_forward(...)")}
+
+
+def _decoder_loop(model, src, src_lengths, tgt_in, *, initial="c", context="c", order="emb_c",
+                  out_order="s_c", out_from="new", feed="teacher", stack_dim=1, probs=False,
+                  shift=0):
+    """A configurable teacher-forced loop, used to write the classic mistakes."""
+    enc_states, c = Seq2SeqRNN.encode(model, src, src_lengths)
+    if initial == "padded_last":
+        c = enc_states[:, -1]
+    ctx = torch.zeros_like(c) if context == "zeros" else c
+    state = torch.zeros_like(c) if initial == "zeros" else c
+    B, T = tgt_in.shape
+    if shift == 1:  # reads the token it should predict
+        tokens = torch.cat([tgt_in[:, 1:], torch.full_like(tgt_in[:, :1], PAD)], dim=1)
+    elif shift == -1:  # BOS prepended once more
+        tokens = torch.cat([torch.full_like(tgt_in[:, :1], BOS), tgt_in[:, :-1]], dim=1)
+    else:
+        tokens = tgt_in
+    logits, token = [], tokens[:, 0]
+    for t in range(T):
+        if feed == "teacher":
+            token = tokens[:, t]
+        emb = model.tgt_embed(token)
+        x = torch.cat([emb, ctx] if order == "emb_c" else [ctx, emb], dim=-1)
+        new = model.decoder_cell(x, state)
+        s = new if out_from == "new" else state
+        step = model.out(torch.cat([s, ctx] if out_order == "s_c" else [ctx, s], dim=-1))
+        logits.append(step)
+        state = new
+        token = step.argmax(dim=-1)
+    out = torch.stack(logits, dim=stack_dim)
+    return out.softmax(dim=-1) if probs else out
+
+
+def _loop(**kw):
+    def impl(model, src, src_lengths, tgt_in):
+        return _decoder_loop(model, src, src_lengths, tgt_in, **kw)
+
+    return impl
+
+
+FORWARD_MISTAKES = [
+    Mistake("predictions fed back instead of the true previous tokens (no teacher forcing)",
+            "under teacher forcing the decoder reads the true previous token tgt_in[:, t] at "
+            "step t, not its own argmax prediction", _loop(feed="greedy")),
+    Mistake("off by one: the decoder reads the token it should predict",
+            "tgt_in is already shifted (BOS, y_1, ..., y_{T-1}); at step t feed tgt_in[:, t] to "
+            "predict tgt_out[:, t] = y_t, not tgt_in[:, t + 1]", _loop(shift=1)),
+    Mistake("off by one: tgt_in shifted a second time (BOS fed twice)",
+            "tgt_in already starts with BOS: feed tgt_in[:, t] at step t, do not prepend another "
+            "BOS", _loop(shift=-1)),
+    Mistake("decoder started from a zero state instead of the context vector c",
+            "the context vector c (the encoder's final state, from model.encode) is the "
+            "decoder's initial state: s_0 = c", _loop(initial="zeros")),
+    Mistake("context c taken from enc_states[:, -1] (a padding position for short sentences)",
+            "enc_states is zero after each sentence's last real token; use the second output of "
+            "model.encode, the state after the last real token", _loop(initial="padded_last")),
+    Mistake("context c not fed to the decoder at every step",
+            "this decoder reads [embedding of y_{t-1}; c] at every step and its output layer "
+            "reads [s_t; c] (Cho et al. 2014): concatenate c, not zeros",
+            _loop(context="zeros")),
+    Mistake("decoder input concatenated as [c; embedding] instead of [embedding; c]",
+            "decoder_cell expects torch.cat([embedding, c], dim=-1): embedding first",
+            _loop(order="c_emb")),
+    Mistake("output layer fed [c; s_t] instead of [s_t; c]",
+            "the output layer expects torch.cat([s_t, c], dim=-1): the new state first",
+            _loop(out_order="c_s")),
+    Mistake("logits computed from the previous state s_{t-1} instead of the new state s_t",
+            "first update the state, s_t = decoder_cell(...), then compute out([s_t; c])",
+            _loop(out_from="old")),
+    Mistake("logits stacked time-first (T, B, V) instead of (B, T, V)",
+            "stack the per-step logits along dim=1: torch.stack(logits, dim=1)",
+            _loop(stack_dim=0)),
+    Mistake("returned softmax probabilities instead of logits",
+            "return the raw logits; the cross-entropy loss applies the softmax itself",
+            _loop(probs=True)),
+]
+
+FORWARD = Exercise(
+    id="01.1",
+    title="Seq2seq forward pass with teacher forcing",
+    points=3,
+    notebook=NOTEBOOK,
+    function="seq2seq_forward",
+    reference=seq2seq_forward,
+    make_cases=_forward_cases,
+    call=_forward_call,
+    mistakes=FORWARD_MISTAKES,
+    compare=close(),
+    hint="enc_states, c = model.encode(src, src_lengths); s = c; for each t: "
+         "x = cat([model.tgt_embed(tgt_in[:, t]), c]); s = model.decoder_cell(x, s); "
+         "logits_t = model.out(cat([s, c])); return torch.stack(logits, dim=1) of shape (B, T, V)",
+)
+
+
+# ----------------------------------------------------------------------------- 01.2 greedy
+
+_GREEDY_BLOCKED = {
+    "forward": "exercise 01.2 asks you to decode step by step: use model.encode and "
+               "model.decode_step, not model(...) (the teacher-forced forward needs the answer)",
+    "greedy_decode": "exercise 01.2 asks you to write greedy decoding yourself: do not call "
+                     "model.greedy_decode; use model.encode and model.decode_step",
+}
+
+
+def greedy_decode(model: Seq2SeqRNN, src: Tensor, src_lengths: Tensor, max_len: int) -> Tensor:
+    """Greedy decoding (the reference answer to 01.2), the model's own ``greedy_decode``.
+
+    src (B, S), src_lengths (B,) -> tokens (B, T') with T' <= max_len, without BOS: each row
+    up to and including its EOS, PAD after it.
+    """
+    with unguarded(model):
+        return Seq2SeqRNN.greedy_decode(model, src, src_lengths, max_len)[0]
+
+
+def _eos_steps(tokens: Tensor, max_len: int) -> list[int]:
+    """Step at which each row produced EOS (max_len if never)."""
+    out = []
+    for row in tokens.tolist():
+        out.append(row.index(EOS) if EOS in row else max_len)
+    return out
+
+
+@torch.no_grad()
+def _eos_margins(inputs: dict) -> Tensor:
+    """(B, max_len): how far the EOS logit stays below the best other token at each greedy step.
+
+    Decoding with EOS never chosen follows the same path as real greedy decoding until EOS
+    wins, and adding ``b`` to EOS's bias makes a row end at the first step whose margin is
+    below ``b``. So the bias that spreads the sentence ends can be computed, not searched.
+    """
+    model = build_case_model(inputs)
+    src, lengths, max_len = inputs["src"], inputs["src_lengths"], int(inputs["max_len"])
+    enc_states, c = model.encode(src, lengths)
+    mask = model.src_mask(src, lengths)
+    token, state, margins = torch.full((src.shape[0],), BOS, dtype=torch.long), c, []
+    for _ in range(max_len):
+        logits, state, _ = model.decode_step(token, state, enc_states, mask, c)
+        eos = logits[:, EOS].clone()
+        logits[:, EOS] = float("-inf")
+        best, token = logits.max(dim=-1)
+        margins.append(best - eos)
+    return torch.stack(margins, dim=1)
+
+
+def _spread_bias(margins: Tensor, all_end: bool | None) -> float:
+    """An EOS bias for which the rows end at as many different steps as possible."""
+    B, max_len = margins.shape
+    values = margins.flatten().sort().values
+    candidates = ((values[1:] + values[:-1]) / 2).tolist() + [float(values[-1]) + 1.0]
+    best, best_score = candidates[0], float("-inf")
+    for b in candidates:
+        below = margins < b
+        ends = torch.where(below.any(dim=1), below.float().argmax(dim=1),
+                           torch.full((B,), max_len)).tolist()
+        ended = [e for e in ends if e < max_len]
+        if all_end is True and len(ended) < B or all_end is False and not 0 < len(ended) < B:
+            continue
+        score = len(set(ended)) + 0.5 * (min(ends) >= 1) - 0.01 * ends.count(0)
+        if score > best_score:
+            best, best_score = b, score
+    return best
+
+
+def _greedy_cases(seed: int) -> list[Case]:
+    """Cases where sentences end at different steps; B equals the target vocabulary size, so
+    an argmax over the wrong axis still yields valid (wrong) tokens rather than a crash."""
+    g = generator(seed)
+    cases = []
+    for name, S, max_len, all_end in [
+        ("sentences end at different steps", size(g, 4, 6), 9, True),
+        ("one sentence never ends (stops at max_len)", size(g, 3, 5), 7, False),
+        ("long source", 10, 8, None),
+    ]:
+        V = size(g, 6, 8)
+        B = V
+        inputs = model_case_inputs(g, attention=False, src_vocab=size(g, 8, 11), tgt_vocab=V,
+                                   emb_dim=4, hidden_dim=6)
+        src, lengths = _source(g, B, S, inputs["src_vocab"])
+        inputs = {**inputs, "src": src, "src_lengths": lengths, "max_len": max_len}
+        inputs["w:out.bias"][EOS] += _spread_bias(_eos_margins(inputs), all_end)
+        cases.append(Case(name, inputs))
+    return cases
+
+
+def _greedy_call(candidate, case: Case) -> dict[str, Tensor]:
+    i = case.inputs
+    model = build_case_model(i, _GREEDY_BLOCKED)
+    max_len = int(i["max_len"])
+    with torch.no_grad():
+        out = candidate(model, i["src"].clone(), i["src_lengths"].clone(), max_len)
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        out = out[0]  # (tokens, attention) like model.greedy_decode
+    tokens = as_tensor(out, "greedy_decode(...)")
+    if tokens.dim() != 2 or tokens.shape[0] != i["src"].shape[0]:
+        raise ValueError(f"greedy_decode should return token ids of shape (B, T') with "
+                         f"B = {i['src'].shape[0]}, got {tuple(tokens.shape)}")
+    if tokens.is_floating_point():
+        raise TypeError(f"greedy_decode should return integer token ids (argmax), got "
+                        f"{tokens.dtype}")
+    tokens = tokens.long()
+    if tokens.shape[1] < max_len:  # stopping early once every row has ended is allowed
+        pad = torch.full((tokens.shape[0], max_len - tokens.shape[1]), PAD, dtype=torch.long)
+        tokens = torch.cat([tokens, pad], dim=1)
+    return {"tokens": tokens}
+
+
+def _greedy_loop(model, src, src_lengths, max_len, *, mask_after_eos=True, stop="all",
+                 keep_eos=True, feed="prediction", argmax_dim=-1, bos_in_output=False,
+                 carry_state=True):
+    """A configurable greedy decoder, used to write the classic mistakes."""
+    enc_states, c = Seq2SeqRNN.encode(model, src, src_lengths)
+    mask = model.src_mask(src, src_lengths)
+    B = src.shape[0]
+    state = c
+    bos = torch.full((B,), BOS, dtype=torch.long)
+    token, finished, out = bos, torch.zeros(B, dtype=torch.bool), []
+    for _ in range(max_len):
+        logits, new_state, _ = Seq2SeqRNN.decode_step(model, token, state, enc_states, mask, c)
+        if carry_state:
+            state = new_state
+        pred = logits.argmax(dim=argmax_dim)
+        emitted = pred
+        if mask_after_eos:
+            emitted = emitted.masked_fill(finished, PAD)
+        is_eos = emitted == EOS
+        if not keep_eos:
+            emitted = emitted.masked_fill(is_eos, PAD)
+        out.append(emitted)
+        finished = finished | is_eos
+        token = bos if feed == "bos" else pred
+        if stop == "any" and bool(finished.any()):
+            break
+        if stop == "all" and bool(finished.all()):
+            break
+    tokens = torch.stack(out, dim=1)
+    if bos_in_output:
+        tokens = torch.cat([bos[:, None], tokens], dim=1)
+    return tokens
+
+
+def _greedy(**kw):
+    def impl(model, src, src_lengths, max_len):
+        return _greedy_loop(model, src, src_lengths, max_len, **kw)
+
+    return impl
+
+
+_NO_MASK = ("once a sentence has produced EOS it is finished: keep a bool `finished` (B,) and "
+            "write PAD for its later steps, token.masked_fill(finished, PAD)")
+
+GREEDY_MISTAKES = [
+    Mistake("tokens after EOS not replaced by PAD", _NO_MASK,
+            _greedy(mask_after_eos=False, stop="all")),
+    Mistake("tokens after EOS not replaced by PAD", _NO_MASK,
+            _greedy(mask_after_eos=False, stop="never")),
+    Mistake("stopped when the first sentence ended instead of when every sentence had",
+            "stop early only when *every* row has produced EOS (finished.all()), or run all "
+            "max_len steps", _greedy(stop="any")),
+    Mistake("EOS itself replaced by PAD",
+            "keep each sentence's EOS in the output (it tells where the sentence ends); only "
+            "the steps after it become PAD", _greedy(keep_eos=False)),
+    Mistake("the prediction is not fed back (BOS fed at every step)",
+            "greedy decoding feeds its own argmax prediction as the next input token",
+            _greedy(feed="bos")),
+    Mistake("argmax over the batch axis (dim=0) instead of the vocabulary",
+            "logits from model.decode_step have shape (B, V): the next token is "
+            "logits.argmax(dim=-1)", _greedy(argmax_dim=0)),
+    Mistake("BOS included as the first output token",
+            "return only the generated tokens: the output starts with the first predicted "
+            "word, not with BOS", _greedy(bos_in_output=True)),
+    Mistake("decoder state not carried to the next step",
+            "use the new state that model.decode_step returns as the state of the next step",
+            _greedy(carry_state=False)),
+]
+
+GREEDY = Exercise(
+    id="01.2",
+    title="Greedy decoding",
+    points=3,
+    notebook=NOTEBOOK,
+    function="greedy_decode",
+    reference=greedy_decode,
+    make_cases=_greedy_cases,
+    call=_greedy_call,
+    mistakes=GREEDY_MISTAKES,
+    compare=close(),
+    hint="enc_states, c = model.encode(...); mask = model.src_mask(src, src_lengths); start from "
+         "BOS with s = c; each step: logits, s, _ = model.decode_step(token, s, enc_states, mask, "
+         "c); token = logits.argmax(-1), PAD for finished rows; stop when all rows have produced "
+         "EOS or after max_len steps; return (B, T') without BOS",
+)
+
+EXERCISES = [FORWARD, GREEDY]

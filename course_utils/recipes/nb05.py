@@ -1,0 +1,91 @@
+"""Notebook 05 (masked attention): experiment sizes per profile, a character corpus and a tiny
+one-layer attention language model.
+
+The corpus is generated (no download): English sentences of the toy translation task, joined
+into one string. The model is deliberately small, so that training it with and without the
+causal mask takes seconds and the difference is the mask alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from course_utils.attention import scaled_dot_product_attention
+from course_utils.data.tasks import TranslationTask
+from course_utils.profiles import pick
+
+
+@dataclass(frozen=True)
+class Config:
+    """Sizes of notebook 05's experiments."""
+
+    n_sentences: int  # sentences in the character corpus
+    seq_len: int  # characters per training window
+    d_model: int  # width of the embeddings and of q, k, v
+    steps: int  # training steps per model
+    batch: int  # windows per step
+    lr: float
+    n_eval: int  # windows in the evaluation batch
+    sample_len: int  # characters generated per sample
+
+
+def config() -> Config:
+    """The active profile's sizes."""
+    return Config(n_sentences=3000, seq_len=32, d_model=64,
+                  steps=pick(ci=200, cpu=800), batch=32, lr=3e-3,
+                  n_eval=pick(ci=32, cpu=128), sample_len=48)
+
+
+def char_corpus(n_sentences: int, seed: int = 0) -> tuple[str, list[str]]:
+    """(text, characters): English sentences of :class:`TranslationTask` joined by " . "."""
+    task = TranslationTask(seed=seed)
+    text = " . ".join(" ".join(ex.src) for ex in task.sample(n_sentences, 3, 12, generator=seed))
+    return text, sorted(set(text))
+
+
+def windows(data: Tensor, n: int, seq_len: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Random training windows of a 1-D token tensor: (inputs (n, seq_len), targets (n, seq_len)),
+    targets shifted by one (the next character)."""
+    start = torch.randint(0, len(data) - seq_len - 1, (n,), generator=generator)
+    idx = start[:, None] + torch.arange(seq_len)[None, :]  # (n, seq_len)
+    return data[idx], data[idx + 1]
+
+
+class TinyLM(nn.Module):
+    """Character embedding + learned positions -> one self-attention layer (residual) -> MLP ->
+    next-character logits. ``mask`` (bool (T, T), True = may attend) decides what each position
+    sees; ``None`` lets every position see the whole window, the future included.
+    """
+
+    def __init__(self, vocab: int, d_model: int, max_len: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d_model)
+        self.pos = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
+        self.W_q = nn.Linear(d_model, d_model, bias=False)
+        self.W_k = nn.Linear(d_model, d_model, bias=False)
+        self.W_v = nn.Linear(d_model, d_model, bias=False)
+        self.mlp = nn.Sequential(nn.LayerNorm(d_model), nn.Linear(d_model, 4 * d_model), nn.GELU(),
+                                 nn.Linear(4 * d_model, vocab))
+
+    def embed_tokens(self, tokens: Tensor) -> Tensor:
+        """tokens (B, T) -> input vectors (B, T, D): character embedding + position."""
+        return self.embed(tokens) + self.pos[: tokens.shape[1]]
+
+    def from_embeddings(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        """x (B, T, D) -> logits (B, T, vocab); differentiable in x (for the Jacobian)."""
+        q, k, v = self.W_q(x), self.W_k(x), self.W_v(x)
+        out, _ = scaled_dot_product_attention(q, k, v, mask)
+        return self.mlp(x + out)
+
+    def forward(self, tokens: Tensor, mask: Tensor | None) -> Tensor:
+        """tokens (B, T) -> logits (B, T, vocab)."""
+        return self.from_embeddings(self.embed_tokens(tokens), mask)
+
+
+def uniform_loss(vocab: int) -> float:
+    """Cross-entropy (nats) of guessing uniformly among ``vocab`` characters."""
+    return math.log(vocab)

@@ -1,0 +1,278 @@
+"""Notebook 07 (the Transformer block): experiment sizes per profile and helpers.
+
+* :func:`config` — every size the notebook uses, from the active profile.
+* RNN vs CNN vs self attention, measured: :func:`sequence_models` builds the four contenders
+  for a length ``n`` (a GRU, one conv layer, a conv stack deep enough to cover ``n``, one
+  self-attention layer); :func:`time_vs_length` times them with ``torch.utils.benchmark``;
+  :func:`fit_exponent` reads the growth rate off a log-log fit; :func:`influence` and
+  :func:`conv_layers_needed` measure which inputs can reach the last output.
+* The block: :func:`copy_from_torch` loads an ``nn.TransformerEncoderLayer``'s weights into a
+  block with the course's parameter names.
+* Depth: :class:`VariantBlock` (residual on/off, LayerNorm pre/post/none) and
+  :func:`gradient_norms_by_layer` for the deep-stack gradient experiment.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from course_utils.layers import MLP, MultiHeadAttention
+from course_utils.profiles import pick
+
+__all__ = ["Config", "config", "ConvStack", "conv_layers_to_cover", "sequence_models",
+           "time_vs_length", "fit_exponent", "influence", "conv_layers_needed",
+           "copy_from_torch", "VariantBlock", "VARIANTS", "gradient_norms_by_layer"]
+
+
+@dataclass(frozen=True)
+class Config:
+    """Sizes of notebook 07's experiments."""
+
+    # RNN vs CNN vs self attention
+    lengths: tuple[int, ...]  # sequence lengths n timed
+    width: int  # feature width D of every contender
+    time_batch: int
+    kernel: int  # convolution kernel size k
+    n_heads: int
+    min_run_time: float  # seconds per torch.utils.benchmark measurement
+    influence_len: int  # n of the "who can reach the last output" picture
+    # the deep stack
+    depth: int
+    stack_width: int
+    stack_heads: int
+    stack_ff: int
+    stack_len: int
+    stack_batch: int
+
+
+def config() -> Config:
+    """The active profile's sizes."""
+    return Config(
+        lengths=pick(ci=(16, 32, 64, 128, 256), cpu=(16, 32, 64, 128, 256, 512, 1024)),
+        width=pick(ci=32, cpu=64),
+        time_batch=pick(ci=2, cpu=4),
+        kernel=3,
+        n_heads=4,
+        min_run_time=pick(ci=0.02, cpu=0.2),
+        influence_len=32,
+        depth=pick(ci=24, cpu=48),
+        stack_width=pick(ci=32, cpu=64),
+        stack_heads=4,
+        stack_ff=pick(ci=64, cpu=256),
+        stack_len=pick(ci=16, cpu=32),
+        stack_batch=pick(ci=8, cpu=16),
+    )
+
+
+# ----------------------------------------------------------------------------- contenders
+
+
+class ConvStack(nn.Module):
+    """``n_layers`` causal 1-D convolutions of width D and kernel k, ReLU between:
+    x (B, T, D) -> (B, T, D). Output t sees inputs t - k + 1 .. t of the layer below (left
+    padding, like the GRU it is compared with), so the stack sees ``1 + n_layers * (k - 1)``
+    positions back."""
+
+    def __init__(self, d_model: int, n_layers: int, kernel: int = 3):
+        super().__init__()
+        if kernel < 2:
+            raise ValueError(f"expected a kernel size >= 2, got {kernel}")
+        self.kernel = kernel
+        self.convs = nn.ModuleList(nn.Conv1d(d_model, d_model, kernel) for _ in range(n_layers))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (B, T, D) -> (B, T, D)."""
+        h = x.transpose(1, 2)  # (B, D, T): Conv1d wants channels first
+        for i, conv in enumerate(self.convs):
+            h = conv(F.pad(h, (self.kernel - 1, 0)))  # pad on the left only: causal
+            if i < len(self.convs) - 1:
+                h = torch.relu(h)
+        return h.transpose(1, 2)
+
+
+def conv_layers_to_cover(n: int, kernel: int = 3) -> int:
+    """Layers a stack of kernel-``k`` convolutions needs so that position ``n - 1`` sees
+    position 0: ``ceil((n - 1) / (k - 1))`` (each layer widens the view by ``k - 1``)."""
+    return max(1, math.ceil((n - 1) / (kernel - 1)))
+
+
+class _GRU(nn.Module):
+    """nn.GRU that returns only its outputs: x (B, T, D) -> (B, T, D)."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.gru = nn.GRU(d_model, d_model, batch_first=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.gru(x)[0]
+
+
+def sequence_models(n: int, cfg: Config | None = None) -> dict[str, nn.Module]:
+    """The four contenders for sequences of length ``n``, each x (B, n, D) -> (B, n, D)."""
+    cfg = cfg or config()
+    D, k = cfg.width, cfg.kernel
+    return {
+        "RNN (GRU, 1 layer)": _GRU(D),
+        f"CNN (1 layer, k={k})": ConvStack(D, 1, k),
+        f"CNN ({conv_layers_to_cover(n, k)} layers: covers n)": ConvStack(
+            D, conv_layers_to_cover(n, k), k),
+        "self-attention (1 layer)": MultiHeadAttention(D, cfg.n_heads),
+    }
+
+
+def _kind(name: str) -> str:
+    """A stable label: the CNN stack's name carries its depth, which changes with n."""
+    return "CNN (enough layers to cover n)" if "covers n" in name else name
+
+
+@torch.no_grad()
+def time_vs_length(cfg: Config | None = None, seed: int = 0) -> dict[str, dict[int, float]]:
+    """Median seconds per forward pass, ``{contender: {n: seconds}}``, on x (B, n, D)."""
+    from torch.utils import benchmark
+
+    cfg = cfg or config()
+    torch.manual_seed(seed)
+    results: dict[str, dict[int, float]] = {}
+    for n in cfg.lengths:
+        x = torch.randn(cfg.time_batch, n, cfg.width)
+        for name, model in sequence_models(n, cfg).items():
+            model.eval()
+            timer = benchmark.Timer(stmt="model(x)", globals={"model": model, "x": x},
+                                    num_threads=torch.get_num_threads())
+            seconds = timer.blocked_autorange(min_run_time=cfg.min_run_time).median
+            results.setdefault(_kind(name), {})[n] = seconds
+    return results
+
+
+def fit_exponent(times: dict[int, float], last: int = 3) -> float:
+    """Slope of log(time) against log(n) over the ``last`` largest n: time ~ n^slope."""
+    ns = sorted(times)[-last:]
+    xs = torch.tensor([math.log(n) for n in ns])
+    ys = torch.tensor([math.log(times[n]) for n in ns])
+    xc = xs - xs.mean()
+    return float((xc * (ys - ys.mean())).sum() / (xc * xc).sum())
+
+
+def influence(model: nn.Module, n: int, d_model: int, seed: int = 0) -> Tensor:
+    """How much each input position can change the **last** output: (n,) tensor of
+    ``|d y[n-1] / d x[j]|`` (gradient norm over features), computed in float64 so that
+    exact zeros mean "no path" rather than "rounded away"."""
+    gen = torch.Generator().manual_seed(seed)
+    model = model.double()
+    x = torch.randn(1, n, d_model, generator=gen, dtype=torch.float64, requires_grad=True)
+    y = model(x)  # (1, n, D)
+    direction = torch.randn(d_model, generator=gen, dtype=torch.float64)
+    (y[0, -1] @ direction).backward()
+    return x.grad[0].norm(dim=-1).detach()
+
+
+def conv_layers_needed(n: int, d_model: int, kernel: int = 3, seed: int = 0) -> int:
+    """Measured: the fewest conv layers for which input 0 influences output ``n - 1``."""
+    layers = 1
+    while True:
+        torch.manual_seed(seed)
+        if influence(ConvStack(d_model, layers, kernel), n, d_model, seed)[0] > 0:
+            return layers
+        layers += 1
+
+
+# ----------------------------------------------------------------------------- the block
+
+
+def copy_from_torch(block: nn.Module, layer: nn.TransformerEncoderLayer) -> nn.Module:
+    """Copy ``layer``'s weights into ``block`` (parameters ``attn.qkv``, ``attn.out``,
+    ``norm1``, ``norm2``, ``mlp.fc1``, ``mlp.fc2``); returns ``block``."""
+    sa = layer.self_attn
+    pairs = {
+        "attn.qkv.weight": sa.in_proj_weight, "attn.qkv.bias": sa.in_proj_bias,
+        "attn.out.weight": sa.out_proj.weight, "attn.out.bias": sa.out_proj.bias,
+        "norm1.weight": layer.norm1.weight, "norm1.bias": layer.norm1.bias,
+        "norm2.weight": layer.norm2.weight, "norm2.bias": layer.norm2.bias,
+        "mlp.fc1.weight": layer.linear1.weight, "mlp.fc1.bias": layer.linear1.bias,
+        "mlp.fc2.weight": layer.linear2.weight, "mlp.fc2.bias": layer.linear2.bias,
+    }
+    with torch.no_grad():
+        for name, value in pairs.items():
+            block.get_parameter(name).copy_(value)
+    return block
+
+
+# ----------------------------------------------------------------------------- depth
+
+
+class VariantBlock(nn.Module):
+    """A Transformer block with the residuals and LayerNorms switchable: x (B, T, D) -> same.
+
+    ``norm``: "post" (x = norm(x + f(x))), "pre" (x = x + f(norm(x))) or None;
+    ``residual=False`` drops the ``x +``.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, *, residual: bool = True,
+                 norm: str | None = "post"):
+        super().__init__()
+        if norm not in ("pre", "post", None):
+            raise ValueError(f"expected norm 'pre', 'post' or None, got {norm!r}")
+        self.residual, self.norm = residual, norm
+        self.attn = MultiHeadAttention(d_model, n_heads)
+        self.mlp = MLP(d_model, d_ff)
+        self.norm1 = nn.LayerNorm(d_model) if norm else nn.Identity()
+        self.norm2 = nn.LayerNorm(d_model) if norm else nn.Identity()
+
+    def _sublayer(self, x: Tensor, f: Callable[[Tensor], Tensor], norm: nn.Module) -> Tensor:
+        if self.norm == "pre":
+            y = f(norm(x))
+            return x + y if self.residual else y
+        y = f(x)
+        y = x + y if self.residual else y
+        return norm(y)  # post-norm, or Identity when norm is None
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self._sublayer(x, self.attn, self.norm1)
+        return self._sublayer(x, self.mlp, self.norm2)
+
+
+VARIANTS: dict[str, dict] = {
+    "post-norm (2017 paper)": {"residual": True, "norm": "post"},
+    "pre-norm (GPT-2 onwards)": {"residual": True, "norm": "pre"},
+    "residual, no LayerNorm": {"residual": True, "norm": None},
+    "LayerNorm (post), no residual": {"residual": False, "norm": "post"},
+    "neither": {"residual": False, "norm": None},
+}
+
+
+def gradient_norms_by_layer(variant: dict, cfg: Config | None = None, seed: int = 0
+                            ) -> tuple[Tensor, Tensor]:
+    """Build a ``cfg.depth``-block stack of :class:`VariantBlock` (``variant`` = its kwargs),
+    run one batch through it at initialisation and backpropagate a loss.
+
+    Returns ``(grad_norms, output_std)``: the norm of the gradient of the loss with respect to
+    each block's parameters, (depth,) from the input side to the output side, and the standard
+    deviation of each block's output, (depth,). Computed in float64, so that a vanishing
+    gradient shows its size instead of underflowing to 0. The loss is the mean squared error against
+    random targets, read out through a final LayerNorm and linear layer (as a model's head).
+    """
+    cfg = cfg or config()
+    torch.manual_seed(seed)
+    D = cfg.stack_width
+    blocks = nn.ModuleList(VariantBlock(D, cfg.stack_heads, cfg.stack_ff, **variant)
+                           for _ in range(cfg.depth)).double()  # float64: tiny norms stay > 0
+    head = nn.Sequential(nn.LayerNorm(D), nn.Linear(D, D)).double()
+    x = torch.randn(cfg.stack_batch, cfg.stack_len, D, dtype=torch.float64)
+    target = torch.randn(cfg.stack_batch, cfg.stack_len, D, dtype=torch.float64)
+    stds = []
+    h = x
+    for block in blocks:
+        h = block(h)
+        stds.append(h.detach().std())
+    loss = F.mse_loss(head(h), target)
+    loss.backward()
+    norms = torch.stack([
+        torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in block.parameters()]))
+        for block in blocks])
+    return norms, torch.stack(stds)

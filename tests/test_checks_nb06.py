@@ -1,0 +1,278 @@
+"""Checks 06.1 (split_heads), 06.2 (merge_heads) and 06.3 (MultiHeadAttention) accept correct
+answers written differently and name each classic mistake; the reference module agrees with
+nn.MultiheadAttention. The wrong answers here are written independently of the check's own."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from checks_testing import (  # noqa: F401  (one_thread is an autouse fixture)
+    SEEDS,
+    assert_passes,
+    assert_registered_mistakes_named,
+    assert_rejected,
+    mistake_names,
+    one_thread,
+)
+from torch import nn
+
+from course_utils import checks, layers
+from course_utils.checks._common import build_module
+
+# ----------------------------------------------------------------------------- 06.1 / 06.2
+
+
+def split_view_permute(x, H):
+    B, T, D = x.shape
+    return x.view(B, T, H, D // H).permute(0, 2, 1, 3)
+
+
+def split_chunks(x, H):
+    return torch.stack(x.chunk(H, dim=-1), dim=1)
+
+
+def split_unflatten(x, H):
+    return x.unflatten(-1, (H, -1)).movedim(-2, 1)
+
+
+@pytest.mark.parametrize("candidate", [split_view_permute, split_chunks, split_unflatten,
+                                       layers.split_heads])
+def test_split_heads_check_accepts_correct_answers(candidate):
+    assert_passes("06.1", candidate)
+
+
+SPLIT_WRONG = {
+    "heads split without transpose (plain reshape to (B, H, T, Dh))":
+        lambda x, H: x.view(x.shape[0], H, x.shape[1], -1),
+    "heads take strided columns (reshape to (B, T, Dh, H))":
+        lambda x, H: x.unflatten(-1, (-1, H)).permute(0, 3, 1, 2),
+    "head axis not moved forward (returned (B, T, H, Dh))": lambda x, H: x.unflatten(-1, (H, -1)),
+    "returned (B, H, Dh, T)": lambda x, H: x.unflatten(-1, (H, -1)).permute(0, 2, 3, 1),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(SPLIT_WRONG))
+def test_split_heads_check_names_each_classic_mistake(mistake):
+    assert_rejected("06.1", SPLIT_WRONG[mistake], mistake)
+
+
+def test_split_heads_check_covers_every_registered_mistake():
+    assert set(SPLIT_WRONG) == mistake_names("06.1")
+    assert_registered_mistakes_named("06.1")
+
+
+def merge_cat(x):
+    return torch.cat(x.unbind(dim=1), dim=-1)
+
+
+def merge_contiguous_view(x):
+    B, H, T, Dh = x.shape
+    return x.permute(0, 2, 1, 3).contiguous().view(B, T, H * Dh)
+
+
+@pytest.mark.parametrize("candidate", [merge_cat, merge_contiguous_view,
+                                       lambda x: x.transpose(1, 2).flatten(2), layers.merge_heads],
+                         ids=["cat", "contiguous view", "flatten", "reference"])
+def test_merge_heads_check_accepts_correct_answers(candidate):
+    assert_passes("06.2", candidate)
+
+
+def test_merge_heads_with_view_on_a_non_contiguous_tensor_is_an_error_with_the_message():
+    result = checks.run("06.2", lambda x: x.transpose(1, 2).view(x.shape[0], x.shape[2], -1))
+    assert result.status == "error"
+    assert "view" in result.message
+
+
+MERGE_WRONG = {
+    "heads merged without transpose (plain reshape to (B, T, D))":
+        lambda x: x.reshape(x.shape[0], x.shape[2], -1),
+    "merged in the wrong order (B, T, Dh, H)": lambda x: x.movedim(1, -1).flatten(2),
+    "heads summed instead of concatenated": lambda x: x.sum(1),
+    "heads averaged instead of concatenated": lambda x: x.mean(1),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(MERGE_WRONG))
+def test_merge_heads_check_names_each_classic_mistake(mistake):
+    assert_rejected("06.2", MERGE_WRONG[mistake], mistake)
+
+
+def test_merge_heads_check_covers_every_registered_mistake():
+    assert set(MERGE_WRONG) == mistake_names("06.2")
+    assert_registered_mistakes_named("06.2")
+
+
+# ----------------------------------------------------------------------------- 06.3
+
+
+class Given(nn.Module):
+    """The __init__ the notebook gives the student."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+
+class MHALoop(Given):
+    """One head at a time, float -inf masking, nan_to_num."""
+
+    def forward(self, x, attn_mask=None):
+        q, k, v = self.qkv(x).split(x.shape[-1], dim=-1)
+        Dh = x.shape[-1] // self.n_heads
+        mask = None if attn_mask is None else attn_mask.expand(
+            x.shape[0], self.n_heads, x.shape[1], x.shape[1])
+        heads = []
+        for h in range(self.n_heads):
+            sl = slice(h * Dh, (h + 1) * Dh)
+            s = q[..., sl] @ k[..., sl].transpose(1, 2) / math.sqrt(Dh)
+            if mask is not None:
+                s = s.masked_fill(~mask[:, h], float("-inf"))
+            heads.append(torch.softmax(s, -1).nan_to_num(0.0) @ v[..., sl])
+        return self.out(torch.cat(heads, dim=-1))
+
+
+class MHAFused(Given):
+    """nanoGPT style: F.scaled_dot_product_attention."""
+
+    def forward(self, x, attn_mask=None):
+        B, T, D = x.shape
+        q, k, v = (t.view(B, T, self.n_heads, -1).transpose(1, 2)
+                   for t in self.qkv(x).chunk(3, dim=-1))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        return self.out(y.transpose(1, 2).reshape(B, T, D))
+
+
+class MHAEinsum(Given):
+    def forward(self, x, attn_mask=None):
+        B, T, D = x.shape
+        H = self.n_heads
+        qkv = self.qkv(x).view(B, T, 3, H, D // H)
+        q, k, v = qkv.unbind(2)  # (B, T, H, Dh)
+        s = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(D // H)
+        if attn_mask is not None:
+            s = s.masked_fill(~attn_mask, -1e9)
+        y = torch.einsum("bhts,bshd->bthd", s.softmax(-1), v)
+        return self.out(y.reshape(B, T, D))
+
+
+@pytest.mark.parametrize("candidate", [MHALoop, MHAFused, MHAEinsum, layers.MultiHeadAttention])
+def test_mha_check_accepts_correct_answers(candidate):
+    assert_passes("06.3", candidate)
+
+
+def mha_from(split=None, merge=None, scale=None, per_head_qkv=False, out=True, dim=-1,
+             mask_fn=None):
+    class Wrong(Given):
+        def forward(self, x, attn_mask=None):
+            B, T, D = x.shape
+            H = self.n_heads
+            if per_head_qkv:
+                q, k, v = self.qkv(x).view(B, T, H, 3 * D // H).split(D // H, dim=-1)
+                q, k, v = (t.reshape(B, T, D) for t in (q, k, v))
+            else:
+                q, k, v = self.qkv(x).split(D, dim=-1)
+            q, k, v = ((split or split_view_permute)(t, H) for t in (q, k, v))
+            s = q @ k.transpose(-1, -2) * (scale(D, H) if scale else (D // H) ** -0.5)
+            if mask_fn is not None:
+                w = mask_fn(s, attn_mask)
+            else:
+                if attn_mask is not None:
+                    s = s.masked_fill(~attn_mask, float("-inf"))
+                w = s.softmax(dim)
+            y = (merge or merge_cat)(w @ v)
+            return self.out(y) if out else y
+
+    return Wrong
+
+
+def _inverted(s, m):
+    return s.softmax(-1) if m is None else s.masked_fill(m, float("-inf")).softmax(-1)
+
+
+def _zero_fill(s, m):
+    return s.softmax(-1) if m is None else s.masked_fill(~m, 0.0).softmax(-1)
+
+
+def _after(s, m):
+    return s.softmax(-1) if m is None else s.softmax(-1) * m
+
+
+MHA_WRONG = {
+    "heads split without transpose (plain reshape to (B, H, T, Dh))":
+        mha_from(split=lambda x, H: x.reshape(x.shape[0], H, x.shape[1], -1)),
+    "heads merged without transpose (plain reshape to (B, T, D))":
+        mha_from(merge=lambda y: y.reshape(y.shape[0], y.shape[2], -1)),
+    "missing 1/sqrt(d_head) scaling": mha_from(scale=lambda D, H: 1.0),
+    "scaled by 1/sqrt(d_model) instead of 1/sqrt(d_head)": mha_from(scale=lambda D, H: D ** -0.5),
+    "q, k, v cut per head from qkv instead of as three blocks [q | k | v]":
+        mha_from(per_head_qkv=True),
+    "output projection missing": mha_from(out=False),
+    "softmax over the query axis (dim=-2) instead of the keys (dim=-1)": mha_from(dim=-2),
+    "mask inverted (True treated as blocked)": mha_from(mask_fn=_inverted),
+    "masked scores filled with 0 instead of -inf": mha_from(mask_fn=_zero_fill),
+    "mask applied after the softmax": mha_from(mask_fn=_after),
+    "mask ignored": mha_from(mask_fn=lambda s, m: s.softmax(-1)),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(MHA_WRONG))
+def test_mha_check_names_each_classic_mistake(mistake):
+    assert_rejected("06.3", MHA_WRONG[mistake], mistake)
+
+
+def test_mha_check_covers_every_registered_mistake():
+    assert set(MHA_WRONG) == mistake_names("06.3")
+    assert_registered_mistakes_named("06.3")
+
+
+def test_mha_check_names_a_renamed_submodule():
+    class Renamed(nn.Module):
+        def __init__(self, d_model, n_heads):
+            super().__init__()
+            self.in_proj = nn.Linear(d_model, 3 * d_model)
+            self.out = nn.Linear(d_model, d_model)
+
+        def forward(self, x, attn_mask=None):
+            return x
+
+    result = checks.run("06.3", Renamed)
+    assert result.status == "error"
+    assert "no parameter 'qkv.weight'" in result.message
+
+
+def test_mha_check_does_not_move_the_global_random_stream():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    checks.run("06.3", MHALoop)
+    torch.testing.assert_close(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_mha_reference_agrees_with_nn_multiheadattention_on_every_case(seed):
+    exercise = checks.get("06.3")
+    for case in exercise.make_cases(seed):
+        i = case.inputs
+        ours = build_module(layers.MultiHeadAttention, (i["d_model"], i["n_heads"]), {}, i, "MHA")
+        torch_mha = nn.MultiheadAttention(i["d_model"], i["n_heads"], batch_first=True).double()
+        with torch.no_grad():
+            torch_mha.in_proj_weight.copy_(ours.qkv.weight)
+            torch_mha.in_proj_bias.copy_(ours.qkv.bias)
+            torch_mha.out_proj.weight.copy_(ours.out.weight)
+            torch_mha.out_proj.bias.copy_(ours.out.bias)
+        x = i["x"]
+        B, T, _ = x.shape
+        mask = i.get("attn_mask")
+        torch_mask = None
+        if mask is not None:  # torch: True = NOT allowed, shape (T, T) or (B * H, T, T)
+            full = mask.expand(B, i["n_heads"], T, T).reshape(B * i["n_heads"], T, T)
+            torch_mask = ~full
+        expected, _ = torch_mha(x, x, x, attn_mask=torch_mask, need_weights=False)
+        with torch.no_grad():
+            got = exercise.call(layers.MultiHeadAttention, case)["output"]
+        torch.testing.assert_close(got, expected.detach(), msg=case.name)

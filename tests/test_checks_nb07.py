@@ -1,0 +1,163 @@
+"""Check 07.1 (TransformerBlock, pre- and post-norm) accepts correct answers written
+differently and names each classic mistake; its reference agrees with
+nn.TransformerEncoderLayer. The wrong answers here are written independently of the check's own."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from checks_testing import (  # noqa: F401  (one_thread is an autouse fixture)
+    SEEDS,
+    assert_passes,
+    assert_registered_mistakes_named,
+    assert_rejected,
+    mistake_names,
+    one_thread,
+)
+from torch import nn
+
+from course_utils import checks, layers
+from course_utils.checks._common import build_module
+
+ID = "07.1"
+
+
+class Given(nn.Module):
+    """The __init__ the notebook gives the student."""
+
+    def __init__(self, d_model, n_heads, d_ff, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.attn = layers.MultiHeadAttention(d_model, n_heads)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.mlp = layers.MLP(d_model, d_ff)
+
+
+class BlockSublayers(Given):
+    def _attn(self, x):
+        return self.attn(x)
+
+    def _ff(self, x):
+        return self.mlp.fc2(torch.relu(self.mlp.fc1(x)))
+
+    def forward(self, x):
+        for sub, norm in ((self._attn, self.norm1), (self._ff, self.norm2)):
+            x = x + sub(norm(x)) if self.norm_first else norm(x + sub(x))
+        return x
+
+
+class BlockFunctionalNorm(Given):
+    def forward(self, x):
+        def ln(norm, t):
+            return F.layer_norm(t, t.shape[-1:], norm.weight, norm.bias, norm.eps)
+
+        if self.norm_first:
+            h = x + self.attn(ln(self.norm1, x))
+            return h + self.mlp(ln(self.norm2, h))
+        h = ln(self.norm1, x + self.attn(x))
+        return ln(self.norm2, h + self.mlp(h))
+
+
+@pytest.mark.parametrize("candidate", [BlockSublayers, BlockFunctionalNorm, layers.TransformerBlock])
+def test_block_check_accepts_correct_answers(candidate):
+    assert_passes(ID, candidate)
+
+
+def block_from(pre, post):
+    class Wrong(Given):
+        def forward(self, x):
+            return pre(self, x) if self.norm_first else post(self, x)
+
+    return Wrong
+
+
+def right_pre(m, x):
+    h = x + m.attn(m.norm1(x))
+    return h + m.mlp(m.norm2(h))
+
+
+def right_post(m, x):
+    h = m.norm1(x + m.attn(x))
+    return m.norm2(h + m.mlp(h))
+
+
+def ff(m, x, act):
+    return m.mlp.fc2(act(m.mlp.fc1(x)))
+
+
+WRONG = {
+    "LayerNorm in the wrong place (pre-norm and post-norm swapped)":
+        block_from(right_post, right_pre),
+    "missing residual around the attention": block_from(
+        lambda m, x: (lambda a: a + m.mlp(m.norm2(a)))(m.attn(m.norm1(x))),
+        lambda m, x: (lambda a: m.norm2(a + m.mlp(a)))(m.norm1(m.attn(x)))),
+    "missing residual around the MLP": block_from(
+        lambda m, x: m.mlp(m.norm2(x + m.attn(m.norm1(x)))),
+        lambda m, x: m.norm2(m.mlp(m.norm1(x + m.attn(x))))),
+    "norm1 and norm2 swapped": block_from(
+        lambda m, x: (lambda a: a + m.mlp(m.norm1(a)))(x + m.attn(m.norm2(x))),
+        lambda m, x: (lambda a: m.norm1(a + m.mlp(a)))(m.norm2(x + m.attn(x)))),
+    "pre-norm residual taken from the normalised input": block_from(
+        lambda m, x: (lambda n: (lambda a: m.norm2(a) + m.mlp(m.norm2(a)))(n + m.attn(n)))(
+            m.norm1(x)),
+        right_post),
+    "LayerNorm applied to the sublayer output before the residual": block_from(
+        right_pre, lambda m, x: (lambda a: a + m.norm2(m.mlp(a)))(x + m.norm1(m.attn(x)))),
+    "MLP fed the block input instead of the attention sublayer's output": block_from(
+        lambda m, x: x + m.attn(m.norm1(x)) + m.mlp(m.norm2(x)),
+        lambda m, x: m.norm2(m.norm1(x + m.attn(x)) + m.mlp(x))),
+    "MLP activation missing": block_from(
+        lambda m, x: (lambda a: a + ff(m, m.norm2(a), nn.Identity()))(x + m.attn(m.norm1(x))),
+        lambda m, x: (lambda a: m.norm2(a + ff(m, a, nn.Identity())))(m.norm1(x + m.attn(x)))),
+    "GELU instead of ReLU": block_from(
+        lambda m, x: (lambda a: a + ff(m, m.norm2(a), nn.GELU()))(x + m.attn(m.norm1(x))),
+        lambda m, x: (lambda a: m.norm2(a + ff(m, a, nn.GELU())))(m.norm1(x + m.attn(x)))),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(WRONG))
+def test_block_check_names_each_classic_mistake(mistake):
+    assert_rejected(ID, WRONG[mistake], mistake)
+
+
+def test_block_check_covers_every_registered_mistake():
+    assert set(WRONG) == mistake_names(ID)
+    assert_registered_mistakes_named(ID)
+
+
+def test_block_ignoring_norm_first_is_named_as_the_wrong_norm_place():
+    assert_rejected(ID, block_from(right_post, right_post),
+                    "LayerNorm in the wrong place (pre-norm and post-norm swapped)")
+
+
+def test_block_cases_cover_both_norm_orders_with_distinct_norms():
+    cases = checks.get(ID).make_cases(0)
+    assert {c.inputs["norm_first"] for c in cases} == {True, False}
+    for c in cases:
+        assert not torch.allclose(c.inputs["w:norm1.weight"], c.inputs["w:norm2.weight"])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_block_reference_agrees_with_nn_transformer_encoder_layer_on_every_case(seed):
+    exercise = checks.get(ID)
+    for case in exercise.make_cases(seed):
+        i = case.inputs
+        ours = build_module(layers.TransformerBlock, (i["d_model"], i["n_heads"], i["d_ff"]),
+                            {"norm_first": i["norm_first"]}, i, "TransformerBlock")
+        theirs = nn.TransformerEncoderLayer(i["d_model"], i["n_heads"], i["d_ff"], dropout=0.0,
+                                            batch_first=True, norm_first=i["norm_first"])
+        theirs = theirs.double().eval()
+        with torch.no_grad():
+            theirs.self_attn.in_proj_weight.copy_(ours.attn.qkv.weight)
+            theirs.self_attn.in_proj_bias.copy_(ours.attn.qkv.bias)
+            theirs.self_attn.out_proj.weight.copy_(ours.attn.out.weight)
+            theirs.self_attn.out_proj.bias.copy_(ours.attn.out.bias)
+            for name in ("norm1", "norm2"):
+                getattr(theirs, name).load_state_dict(getattr(ours, name).state_dict())
+            theirs.linear1.load_state_dict(ours.mlp.fc1.state_dict())
+            theirs.linear2.load_state_dict(ours.mlp.fc2.state_dict())
+            expected = theirs(i["x"])
+        got = exercise.call(layers.TransformerBlock, case)["output"]
+        torch.testing.assert_close(got, expected, msg=case.name)

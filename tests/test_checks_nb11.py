@@ -1,0 +1,199 @@
+"""Check 11.1 (tiled attention) accepts correct tilings written differently, rejects an
+implementation that builds the full (T, S) score matrix even when its values are right, and
+names each classic online-softmax mistake. The wrong answers here are written independently of
+the check's own."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from checks_testing import (  # noqa: F401  (one_thread is an autouse fixture)
+    assert_passes,
+    assert_registered_mistakes_named,
+    assert_rejected,
+    mistake_names,
+    one_thread,
+)
+
+from course_utils import attention, checks
+from course_utils.checks._common import AllocationTracker
+
+ID = "11.1"
+
+
+def tiled_loop(q, k, v, block_size, causal=False, rescale=(True, True), use_max=True,
+               scale=True, last_block=True, local_causal=False, ignore_causal=False):
+    """Online softmax, written as a student might (with switches to break it)."""
+    T, S = q.shape[-2], k.shape[-2]
+    sm = 1 / math.sqrt(q.shape[-1]) if scale else 1.0
+    row_max = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype)
+    denom = torch.zeros(q.shape[:-1], dtype=q.dtype)
+    num = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+    end = S if last_block else (S // block_size) * block_size
+    for j0 in range(0, end, block_size):
+        j1 = min(j0 + block_size, S)
+        s = torch.einsum("...td,...sd->...ts", q, k[..., j0:j1, :]) * sm
+        if causal and not ignore_causal:
+            if local_causal:
+                keep = torch.arange(j1 - j0)[None, :] <= torch.arange(T)[:, None]
+            else:
+                keep = torch.arange(j0, j1)[None, :] <= torch.arange(T)[:, None]
+            s = s.masked_fill(~keep, -math.inf)
+        if use_max:
+            new_max = torch.maximum(row_max, s.max(dim=-1).values)
+            safe = new_max.nan_to_num(neginf=0.0)
+            corr = torch.exp(row_max - safe)
+        else:
+            new_max, safe, corr = row_max, torch.zeros_like(row_max), torch.ones_like(row_max)
+        p = torch.exp(s - safe[..., None])
+        denom = (denom * corr if rescale[0] else denom) + p.sum(-1)
+        num = (num * corr[..., None] if rescale[1] else num) + p @ v[..., j0:j1, :]
+        row_max = new_max
+    return num / denom.clamp_min(1e-300)[..., None]
+
+
+def tiled_query_blocks(q, k, v, block_size, causal=False):
+    """Tiles queries as well as keys (FlashAttention's two loops)."""
+    T = q.shape[-2]
+    outs = [tiled_loop(q[..., i:i + block_size, :], k, v, block_size, causal=False)
+            for i in range(0, T, block_size)] if not causal else None
+    if causal:  # the causal offset of a query block is its start
+        outs = []
+        for i in range(0, T, block_size):
+            qb = q[..., i:i + block_size, :]
+            kb, vb = k[..., :i + qb.shape[-2], :], v[..., :i + qb.shape[-2], :]
+            pad = torch.zeros(*qb.shape[:-2], i, qb.shape[-1], dtype=q.dtype)
+            out = tiled_loop(torch.cat([pad, qb], dim=-2), kb, vb, block_size, causal=True)
+            outs.append(out[..., i:, :])
+    return torch.cat(outs, dim=-2)
+
+
+def tiled_lse_merge(q, k, v, block_size, causal=False):
+    """Each block's softmax output merged with its log-sum-exp (no running max variable)."""
+    T, S = q.shape[-2], k.shape[-2]
+    out, lse = None, None
+    for j0 in range(0, S, block_size):
+        s = q @ k[..., j0:j0 + block_size, :].mT / math.sqrt(q.shape[-1])
+        if causal:
+            keep = torch.arange(j0, j0 + s.shape[-1]) <= torch.arange(T)[:, None]
+            s = s.masked_fill(~keep, -math.inf)
+        block_lse = torch.logsumexp(s, dim=-1, keepdim=True)  # -inf on empty rows
+        block_out = torch.exp(s - block_lse.nan_to_num(neginf=0.0)) @ v[..., j0:j0 + block_size, :]
+        if out is None:
+            out, lse = block_out, block_lse
+            continue
+        new_lse = torch.logaddexp(lse, block_lse)
+        safe = new_lse.nan_to_num(neginf=0.0)
+        out = out * torch.exp(lse - safe) + block_out * torch.exp(block_lse - safe)
+        lse = new_lse
+    return out
+
+
+@pytest.mark.parametrize("candidate", [tiled_loop, tiled_query_blocks, tiled_lse_merge,
+                                       attention.tiled_attention],
+                         ids=["loop", "query blocks too", "lse merge", "reference"])
+def test_tiled_check_accepts_correct_tilings(candidate):
+    assert_passes(ID, candidate)
+
+
+def naive_einsum(q, k, v, block_size, causal=False):
+    s = torch.einsum("...td,...sd->...ts", q, k) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
+    return s.softmax(-1) @ v
+
+
+def full_float_causal_mask(q, k, v, block_size, causal=False):
+    T, S = q.shape[-2], k.shape[-2]
+    bias = torch.zeros(T, S, dtype=q.dtype)  # (T, S) floats: as big as the scores
+    if causal:
+        bias = bias.masked_fill(torch.ones(T, S, dtype=torch.bool).triu(1), -math.inf)
+    out = None
+    m = l = None
+    for j0 in range(0, S, block_size):
+        s = q @ k[..., j0:j0 + block_size, :].mT / math.sqrt(q.shape[-1]) + bias[:, j0:j0 + block_size]
+        bm = s.amax(-1, keepdim=True)
+        if out is None:
+            m, l, out = bm, torch.zeros_like(bm), torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+        new = torch.maximum(m, bm)
+        p = torch.exp(s - new)
+        l = l * torch.exp(m - new) + p.sum(-1, keepdim=True)
+        out = out * torch.exp(m - new) + p @ v[..., j0:j0 + block_size, :]
+        m = new
+    return out / l
+
+
+WRONG = {
+    "materialises the full (T, S) score matrix": naive_einsum,
+    "calls F.scaled_dot_product_attention instead of tiling":
+        lambda q, k, v, block_size, causal=False: F.scaled_dot_product_attention(
+            q, k, v, is_causal=causal),
+    "online softmax without rescaling":
+        lambda q, k, v, bs, causal=False: tiled_loop(q, k, v, bs, causal, rescale=(False, False)),
+    "running sum rescaled but not the output accumulator":
+        lambda q, k, v, bs, causal=False: tiled_loop(q, k, v, bs, causal, rescale=(True, False)),
+    "output accumulator rescaled but not the running sum":
+        lambda q, k, v, bs, causal=False: tiled_loop(q, k, v, bs, causal, rescale=(False, True)),
+    "no running max (exp overflows on large scores)":
+        lambda q, k, v, bs, causal=False: tiled_loop(q, k, v, bs, causal, use_max=False),
+    "each block normalised on its own (block outputs averaged)":
+        lambda q, k, v, bs, causal=False: torch.stack([
+            tiled_loop(q, k[..., j:j + bs, :], v[..., j:j + bs, :], bs, False)
+            if not causal else attention.scaled_dot_product_attention(
+                q, k[..., j:j + bs, :], v[..., j:j + bs, :],
+                torch.arange(j, j + k[..., j:j + bs, :].shape[-2]) <= torch.arange(q.shape[-2])[:, None])[0]
+            for j in range(0, k.shape[-2], bs)]).mean(0),
+    "last partial block dropped":
+        lambda q, k, v, bs, causal=False: tiled_loop(q, k, v, bs, causal, last_block=False),
+    "missing 1/sqrt(d_k) scaling":
+        lambda q, k, v, bs, causal=False: tiled_loop(q, k, v, bs, causal, scale=False),
+    "causal mask built from block-local indices":
+        lambda q, k, v, bs, causal=False: tiled_loop(q, k, v, bs, causal, local_causal=True),
+    "causal flag ignored":
+        lambda q, k, v, bs, causal=False: tiled_loop(q, k, v, bs, causal, ignore_causal=True),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(WRONG))
+def test_tiled_check_names_each_classic_mistake(mistake):
+    assert_rejected(ID, WRONG[mistake], mistake)
+
+
+def test_tiled_check_covers_every_registered_mistake():
+    assert set(WRONG) == mistake_names(ID)
+    assert_registered_mistakes_named(ID)
+
+
+def test_tiled_check_rejects_a_full_size_float_mask_even_with_right_values():
+    result = checks.run(ID, full_float_causal_mask)
+    assert result.status == "failed"
+    assert "the values are right" in result.message
+    assert "Likely mistake: materialises the full (T, S) score matrix" in result.message
+
+
+def test_tiled_check_message_shows_the_full_matrix_shape():
+    result = checks.run(ID, naive_einsum)
+    case = checks.get(ID).make_cases(0)[0]
+    T, S = case.inputs["q"].shape[-2], case.inputs["k"].shape[-2]
+    assert f"shape ({T}, {S})" in result.message
+
+
+def test_allocation_tracker_counts_storage_not_the_size_of_views():
+    a = torch.randn(4, 8)
+    with AllocationTracker() as tracker:
+        big_view = a.expand(100, 4, 8)  # 3200 elements seen, 32 stored
+        torch.ones(50, 50, dtype=torch.bool)  # not floating point
+        c = torch.zeros(6, 6) + 1.0  # 36 stored
+    assert big_view.numel() == 3200 and c.numel() == 36
+    assert tracker.largest == 36 and tracker.largest_shape == (6, 6)
+    assert tracker.fused is None
+
+
+def test_allocation_tracker_flags_fused_attention():
+    q = torch.randn(1, 3, 4)
+    with AllocationTracker() as tracker:
+        F.scaled_dot_product_attention(q, q, q)
+    assert tracker.fused is not None

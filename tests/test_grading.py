@@ -122,6 +122,16 @@ def test_notebook_of_no_known_assignment_is_rejected(fx, tmp_path):
         pl.resolve_assignment("essay.ipynb", nb, dirs=[REFS], table=fx.table, forced="42_nope")
 
 
+def test_reference_exercise_without_a_registered_check_is_a_grader_problem(fx, tmp_path):
+    nb = json.loads((REFS / "98_other.ipynb").read_text())
+    for cell in nb["cells"]:
+        if "course" in cell["metadata"]:
+            cell["metadata"]["course"]["id"] = "97.1"
+    (tmp_path / "97_orphan.ipynb").write_text(json.dumps(nb))
+    found = pl.resolve_assignment("97_orphan.ipynb", None, dirs=[tmp_path], table=fx.table)
+    assert found.exercises == [] and found.problems == ["97.1"]
+
+
 # ----------------------------------------------------------------------------- the plan
 
 

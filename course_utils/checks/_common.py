@@ -213,7 +213,7 @@ class AllocationTracker(TorchFunctionMode):
         if "scaled_dot_product" in name or "multi_head_attention" in name:
             self.fused = self.fused or name
         out = func(*args, **(kwargs or {}))
-        for t in tree_flatten(out)[0]:
+        for t in (out,) if isinstance(out, torch.Tensor) else tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor) and t.is_floating_point():
                 try:
                     n = t.untyped_storage().nbytes() // t.element_size()

@@ -337,7 +337,7 @@ def _spread_bias(margins: Tensor, all_end: bool | None) -> float:
         ended = [e for e in ends if e < max_len]
         if all_end is True and len(ended) < B or all_end is False and not 0 < len(ended) < B:
             continue
-        score = len(set(ended)) + 0.5 * (min(ends) >= 1) - 0.01 * ends.count(0)
+        score = len({e for e in ended if e > 0}) - 0.5 * ends.count(0)
         if score > best_score:
             best, best_score = b, score
     return best

@@ -79,6 +79,15 @@ class _ForwardNotAllowed(GPT):
             "not by calling model(idx)")
 
 
+class _GenerateNotAllowed(GPT):
+    """The check's GPT for 08.2: ``model.generate`` is what the exercise writes."""
+
+    def generate(self, *args, **kwargs):  # noqa: D102
+        raise RuntimeError(
+            "generate should write the sampling loop itself (call model(idx_cond) for the "
+            "logits), not call model.generate")
+
+
 def _build_gpt(inputs: dict[str, Any], cls: type[GPT] = GPT) -> GPT:
     """A float64 eval-mode GPT with the case's weights (under a forked RNG)."""
     cfg = GPTConfig(**{k: int(inputs[k]) for k in _CONFIG_KEYS}, dropout=0.0)
@@ -315,7 +324,7 @@ class _MultinomialRecorder(TorchFunctionMode):
 
 def _generate_call(candidate, case: Case) -> Outputs:
     i = case.inputs
-    model = _build_gpt(i)
+    model = _build_gpt(i, _GenerateNotAllowed)
     gen = torch.Generator().manual_seed(int(i["seed"]))
     with _MultinomialRecorder() as rec, torch.no_grad():
         out = candidate(model, i["idx"], int(i["max_new_tokens"]), temperature=i["temperature"],
@@ -340,6 +349,8 @@ def _generate_compare(case: Case, got: Outputs, expected: Outputs) -> str | None
     if not torch.equal(tok[:, :T0], exp_tok[:, :T0]):
         return f"{name}: the output should start with the prompt idx, unchanged"
     probs, exp_probs = got["probs"], expected["probs"]
+    if exp_probs.shape[0] == 0:  # judging against a known mistake that never samples
+        return None if torch.equal(tok, exp_tok) else f"{name}: the tokens differ"
     if probs.shape[0] == 0:
         return (f"{name}: generate never called torch.multinomial: sample each token with "
                 "torch.multinomial(probs, num_samples=1, generator=generator)")

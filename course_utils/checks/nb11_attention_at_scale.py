@@ -30,10 +30,10 @@ NOTEBOOK = "11_attention_at_scale.ipynb"
 
 def _tiled_cases(seed: int) -> list[Case]:
     g = generator(seed)
-    Dk = size(g, 4, 8)
-    Dv = size(g, 4, 7)
+    Dk = size(g, 4, 6)
+    Dv = size(g, 3, 6)
     Dv = Dv + 1 if Dv == Dk else Dv
-    bs = size(g, 5, 8)
+    bs = size(g, 6, 9)
 
     def case(name: str, *batch: int, T: int, S: int, block_size: int = bs, causal: bool = False,
              gain: float = 1.0, watch: bool = True) -> Case:
@@ -41,13 +41,15 @@ def _tiled_cases(seed: int) -> list[Case]:
                            "v": randn(g, *batch, S, Dv), "block_size": block_size,
                            "causal": causal, "max_elements": T * S if watch else 0})
 
-    T, S = size(g, 48, 64), size(g, 96, 120)
+    # Sizes keep every legitimate tensor below T*S elements: batch * max(Dk, Dv, block_size)
+    # < min(T, S) (batch <= 2 here), so only a full-size tensor trips the watch.
+    T, S = size(g, 20, 28), size(g, 40, 52)
     S += S % bs == 0  # a last, partial block
-    L = size(g, 64, 80)
+    L = size(g, 24, 32)
     L += L % bs == 0
     return [
         case("no batch dims, T != S, a partial last block", T=T, S=S),
-        case("heads (2, 2, T, D)", 2, 2, T=T, S=S),
+        case("heads (1, 2, T, D)", 1, 2, T=T, S=S),
         case("causal (T == S)", 2, T=L, S=L, causal=True),
         case("large scores (exp overflows without the running max)", 2, T=T, S=S, gain=20.0),
         case("block_size 1", T=12, S=25, block_size=1),
@@ -77,15 +79,19 @@ def _tiled_compare(case: Case, got, expected) -> str | None:
                       {"output": expected["output"]})
     if problem is not None:
         return problem
-    if bool(got["fused_kernel"]) != bool(expected["fused_kernel"]):
-        if bool(got["fused_kernel"]):
+    def flag(outputs, key: str) -> bool:
+        value = outputs.get(key)
+        return isinstance(value, torch.Tensor) and value.numel() == 1 and bool(value)
+
+    if flag(got, "fused_kernel") != flag(expected, "fused_kernel"):
+        if flag(got, "fused_kernel"):
             return (f"case '{case.name}': the values are right, but your code calls "
                     f"F.scaled_dot_product_attention: write the loop over key blocks yourself")
         return f"case '{case.name}': F.scaled_dot_product_attention was not called"
-    if bool(got["full_matrix"]) != bool(expected["full_matrix"]):
+    if flag(got, "full_matrix") != flag(expected, "full_matrix"):
         T, S = case.inputs["q"].shape[-2], case.inputs["k"].shape[-2]
-        if bool(got["full_matrix"]):
-            shape = tuple(int(s) for s in got["largest_shape"])
+        if flag(got, "full_matrix"):
+            shape = tuple(int(s) for s in got.get("largest_shape", torch.zeros(0)))
             return (f"case '{case.name}': the values are right, but a tensor of shape {shape} "
                     f"was created, with at least T*S = {T}*{S} elements: tiled attention must "
                     f"never build the full (T, S) score matrix (nor a full-size float mask)")

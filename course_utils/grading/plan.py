@@ -32,6 +32,7 @@ import ast
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,9 @@ def read_notebook(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(raw, dict) or not isinstance(raw.get("cells", raw.get("worksheets")), list):
         raise BadSubmission(f"{p.name}: valid JSON but not a Jupyter notebook (no 'cells')")
     try:
-        nb = nbformat.reads(text, as_version=4)
+        with warnings.catch_warnings():  # e.g. "missing cell ids": we cope, no need to shout
+            warnings.simplefilter("ignore")
+            nb = nbformat.reads(text, as_version=4)
     except Exception as exc:
         raise BadSubmission(f"{p.name}: not a readable notebook ({type(exc).__name__}: {exc})") from None
     cells = []

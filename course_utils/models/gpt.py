@@ -321,4 +321,3 @@ def sample_next_token(
 def _cache_len(cache: KVCache) -> int:
     """Number of positions already stored in a layer's cache."""
     return len(cache)
-

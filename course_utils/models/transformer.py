@@ -91,9 +91,7 @@ class EncoderDecoderTransformer(nn.Module):
                 emb.weight[self.pad_id].zero_()
 
     # ----------------------------------------------------------------------------------
-    def src_mask(
-        self, src: torch.Tensor, src_lengths: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def src_mask(self, src: torch.Tensor, src_lengths: torch.Tensor | None = None) -> torch.Tensor:
         """Bool (B, S), True at real source tokens. ``src_lengths=None``: tokens != pad_id."""
         if src_lengths is None:
             return src != self.pad_id
@@ -138,7 +136,9 @@ class EncoderDecoderTransformer(nn.Module):
                 x, w = _decoder_block_with_weights(block, x, memory, memory_key_padding_mask)
                 cross.append(w)
             else:
-                x = block(x, memory, memory_key_padding_mask=memory_key_padding_mask, is_causal=True)
+                x = block(
+                    x, memory, memory_key_padding_mask=memory_key_padding_mask, is_causal=True
+                )
         logits = self.generator(self.decoder_norm(x))
         return (logits, cross) if need_weights else logits
 
@@ -212,6 +212,10 @@ def _decoder_block_with_weights(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run one decoder block and return (x, cross-attention weights (B, H, T, S))."""
     x, weights = block(
-        x, memory, memory_key_padding_mask=memory_key_padding_mask, is_causal=True, need_weights=True
+        x,
+        memory,
+        memory_key_padding_mask=memory_key_padding_mask,
+        is_causal=True,
+        need_weights=True,
     )  # weights: {"self": (B, H, T, T), "cross": (B, H, T, S)}
     return x, weights["cross"]

@@ -35,8 +35,8 @@ class Config:
 
 def config() -> Config:
     """The active profile's sizes."""
-    return Config(n_sentences=3000, seq_len=32, d_model=64,
-                  steps=pick(ci=200, cpu=800), batch=32, lr=3e-3,
+    return Config(n_sentences=3000, seq_len=32, d_model=48,
+                  steps=pick(ci=200, cpu=800), batch=32, lr=1e-2,
                   n_eval=pick(ci=32, cpu=128), sample_len=48)
 
 

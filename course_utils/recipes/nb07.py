@@ -133,7 +133,12 @@ def _kind(name: str) -> str:
 
 @torch.no_grad()
 def time_vs_length(cfg: Config | None = None, seed: int = 0) -> dict[str, dict[int, float]]:
-    """Median seconds per forward pass, ``{contender: {n: seconds}}``, on x (B, n, D)."""
+    """Seconds per forward pass, ``{contender: {n: seconds}}``, on x (B, n, D).
+
+    Each is the fastest of ``torch.utils.benchmark``'s repeats: the one least disturbed by
+    other programs on the machine (the median is more honest on an idle machine, the minimum
+    more stable on a busy one).
+    """
     from torch.utils import benchmark
 
     cfg = cfg or config()
@@ -145,8 +150,8 @@ def time_vs_length(cfg: Config | None = None, seed: int = 0) -> dict[str, dict[i
             model.eval()
             timer = benchmark.Timer(stmt="model(x)", globals={"model": model, "x": x},
                                     num_threads=torch.get_num_threads())
-            seconds = timer.blocked_autorange(min_run_time=cfg.min_run_time).median
-            results.setdefault(_kind(name), {})[n] = seconds
+            measurement = timer.blocked_autorange(min_run_time=cfg.min_run_time)
+            results.setdefault(_kind(name), {})[n] = min(measurement.times)
     return results
 
 

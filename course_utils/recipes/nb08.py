@@ -24,7 +24,7 @@ import torch
 
 from course_utils.data.text import CharDataset, TextCorpus, load_text_corpus
 from course_utils.models.gpt import GPT, GPTConfig
-from course_utils.profiles import current, pick
+from course_utils.profiles import current
 from course_utils.training import History
 
 __all__ = ["Config", "config", "load_dataset", "unigram_entropy", "estimate_loss",
@@ -223,7 +223,6 @@ def train_char_gpt(cfg: Config, data: CharDataset | TextCorpus | str, *,
     try:
         while step < steps:
             elapsed = time.perf_counter() - start
-            train_elapsed = elapsed - eval_seconds
             if budget is not None and elapsed >= budget:
                 hist.stopped_by = "time budget"
                 break

@@ -1,0 +1,254 @@
+"""The foundation exercises' checks behave the same way everywhere: registered with their ids,
+references pass, stubs are "not attempted", other exceptions are errors with the message, wrong
+shapes are named, cases are seeded plain data; ``check`` prints one verdict line and
+``fallback`` swaps in the reference. Also the two core rules these checks rely on: a
+candidate's in-place edits never reach the reference, and cases are judged in order."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from checks_testing import one_thread  # noqa: F401  (autouse fixture)
+
+from course_utils import checks
+from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
+
+# id -> (function or class name, notebook, points)
+FOUNDATION = {
+    "00.1": ("softmax", "00_start_here.ipynb", 2),
+    "02.1": ("additive_scores", "02_additive_attention.ipynb", 2),
+    "02.2": ("additive_attention", "02_additive_attention.ipynb", 3),
+    "03.1": ("scaled_dot_product_attention", "03_scaled_dot_product.ipynb", 3),
+    "04.3": ("sinusoidal_positional_encoding", "04_self_cross_position.ipynb", 2),
+    "04.4": ("apply_rope", "04_self_cross_position.ipynb", 3),
+    "05.1": ("causal_mask", "05_masked_attention.ipynb", 1),
+    "05.2": ("masked_softmax", "05_masked_attention.ipynb", 2),
+    "06.1": ("split_heads", "06_multi_head.ipynb", 1),
+    "06.2": ("merge_heads", "06_multi_head.ipynb", 1),
+    "06.3": ("MultiHeadAttention", "06_multi_head.ipynb", 4),
+    "07.1": ("TransformerBlock", "07_transformer_block.ipynb", 4),
+    "09.1": ("patchify", "09_vit.ipynb", 2),
+    "11.1": ("tiled_attention", "11_attention_at_scale.ipynb", 4),
+}
+IDS = sorted(FOUNDATION)
+
+
+def is_class(exercise: Exercise) -> bool:
+    return isinstance(exercise.reference, type)
+
+
+def stub_for(exercise: Exercise):
+    """What the released notebook contains: the given signature, a NotImplementedError body."""
+    message = f"Exercise {exercise.id}: implement {exercise.function}"
+    if is_class(exercise):
+        class Stub(exercise.reference):
+            def forward(self, *args, **kwargs):
+                raise NotImplementedError(message)
+
+        return Stub
+
+    def stub(*args, **kwargs):
+        raise NotImplementedError(message)
+
+    return stub
+
+
+def raising_for(exercise: Exercise):
+    if is_class(exercise):
+        class Raising(exercise.reference):
+            def forward(self, *args, **kwargs):
+                raise ValueError("boom from the student")
+
+        return Raising
+
+    def raising(*args, **kwargs):
+        raise ValueError("boom from the student")
+
+    return raising
+
+
+def _grow(value):
+    if isinstance(value, tuple):
+        return tuple(_grow(v) for v in value)
+    return value.unsqueeze(0)
+
+
+def wrong_shape_for(exercise: Exercise):
+    if is_class(exercise):
+        class Wide(exercise.reference):
+            def forward(self, *args, **kwargs):
+                return _grow(super().forward(*args, **kwargs))
+
+        return Wide
+    return lambda *args, **kwargs: _grow(exercise.reference(*args, **kwargs))
+
+
+def test_foundation_exercises_are_registered_with_their_ids_names_and_points():
+    for exercise_id, (function, notebook, points) in FOUNDATION.items():
+        ex = checks.get(exercise_id)
+        assert (ex.function, ex.notebook, ex.points) == (function, notebook, points)
+        assert ex.title and ex.hint and len(ex.mistakes) >= 4
+        assert ex in checks.EXERCISES
+    ids = [ex.id for ex in checks.EXERCISES]
+    assert ids == sorted(ids, key=lambda i: tuple(int(p) for p in i.split(".")))
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_reference_passes_with_full_points(exercise_id):
+    result = checks.run(exercise_id, checks.get(exercise_id).reference)
+    assert result.passed, result.message
+    assert result.points == result.max_points == FOUNDATION[exercise_id][2]
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_stub_is_not_attempted(exercise_id):
+    result = checks.run(exercise_id, stub_for(checks.get(exercise_id)))
+    assert result.status == "not_attempted"
+    assert result.points == 0 and "not attempted" in result.message
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_other_exceptions_are_errors_with_the_message(exercise_id):
+    result = checks.run(exercise_id, raising_for(checks.get(exercise_id)))
+    assert result.status == "error"
+    assert "ValueError: boom from the student" in result.message
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_a_wrong_shape_fails_naming_the_shape(exercise_id):
+    result = checks.run(exercise_id, wrong_shape_for(checks.get(exercise_id)))
+    assert result.status == "failed"
+    assert "has shape" in result.message and "expected" in result.message
+
+
+def _same(x, y) -> bool:
+    if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+        return (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
+                and x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y))
+    return x == y
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_cases_are_seeded_plain_data(exercise_id):
+    exercise = checks.get(exercise_id)
+    a, b = exercise.make_cases(7), exercise.make_cases(7)
+    assert len(a) >= 4
+    assert [c.name for c in a] == [c.name for c in b]
+    for ca, cb in zip(a, b):
+        assert set(ca.inputs) == set(cb.inputs)
+        for key, value in ca.inputs.items():
+            assert isinstance(value, (torch.Tensor, int, float, bool, str)), (ca.name, key)
+            assert _same(value, cb.inputs[key])
+    others = [exercise.make_cases(seed) for seed in range(8, 12)]
+    assert any(not _same(ca.inputs.get(k), co.inputs.get(k))
+               for other in others for ca, co in zip(a, other) for k in ca.inputs), \
+        "other seeds should draw other inputs"
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_checks_leave_the_global_random_stream_alone(exercise_id):
+    torch.manual_seed(5)
+    expected = torch.rand(2)
+    torch.manual_seed(5)
+    checks.run(exercise_id, checks.get(exercise_id).reference)
+    torch.testing.assert_close(torch.rand(2), expected)
+
+
+# ----------------------------------------------------------------------------- check / fallback
+
+
+def test_check_prints_one_verdict_line_when_passed(capsys):
+    result = checks.check("03.1", checks.get("03.1").reference)
+    assert result.passed
+    assert capsys.readouterr().out == "[03.1] Scaled dot-product attention: PASSED (3/3 points)\n"
+
+
+def test_check_prints_not_attempted_without_raising(capsys):
+    result = checks.check("05.2", stub_for(checks.get("05.2")))
+    assert result.status == "not_attempted"
+    assert capsys.readouterr().out == "[05.2] Masked softmax: not attempted (0/2 points)\n"
+
+
+def test_check_raises_with_the_hint_for_a_wrong_answer(capsys):
+    def no_scaling(q, k, v, attn_mask=None):
+        w = torch.softmax(q @ k.transpose(-2, -1), dim=-1)
+        return w @ v, w
+
+    with pytest.raises(AssertionError, match="Likely mistake: missing 1/sqrt\\(d_k\\) scaling"):
+        checks.check("03.1", no_scaling)
+    out = capsys.readouterr().out
+    assert out == "[03.1] Scaled dot-product attention: FAILED (0/3 points)\n"
+
+
+def test_check_raises_for_an_error(capsys):
+    with pytest.raises(AssertionError, match="boom from the student"):
+        checks.check("06.3", raising_for(checks.get("06.3")))
+    assert capsys.readouterr().out.count("\n") == 1
+
+
+def test_fallback_returns_the_reference_for_a_stub_or_a_wrong_answer(capsys):
+    exercise = checks.get("00.1")
+    assert checks.fallback("00.1", stub_for(exercise)) is exercise.reference
+    assert "not attempted" in capsys.readouterr().out
+    assert checks.fallback("00.1", lambda x: torch.exp(x)) is exercise.reference
+    assert "failed" in capsys.readouterr().out
+
+
+def test_fallback_returns_a_passing_answer(capsys):
+    def mine(x):
+        return torch.softmax(x, dim=-1)
+
+    assert checks.fallback("00.1", mine) is mine
+    assert capsys.readouterr().out == "[00.1] using your softmax\n"
+
+
+def test_fallback_of_a_class_exercise_gives_a_usable_class():
+    MHA = checks.fallback("06.3", stub_for(checks.get("06.3")))
+    out = MHA(8, 2)(torch.randn(2, 3, 8))
+    assert out.shape == (2, 3, 8)
+
+
+# ----------------------------------------------------------------------------- core rules
+
+
+def _toy_exercise() -> Exercise:
+    """Doubling: case 'first' then 'second'; a known mistake is tripling."""
+
+    def cases(seed):
+        g = generator(seed)
+        return [Case("first", {"x": randn(g, 3)}), Case("second", {"x": randn(g, 2, 2)})]
+
+    def call(candidate, case):
+        return {"y": candidate(case.inputs["x"])}
+
+    return Exercise("99.9", "toy", 1, "toy.ipynb", "double", lambda x: 2 * x, cases, call,
+                    mistakes=[Mistake("tripled", "multiply by 2", lambda x: 3 * x)])
+
+
+def test_in_place_edits_of_the_inputs_do_not_reach_the_reference():
+    def doubles_in_place(x):
+        return x.mul_(2)  # right answer, but overwrites the case's input
+
+    from course_utils.checks.core import check as core_check
+    assert core_check(_toy_exercise(), doubles_in_place).passed
+
+
+def test_a_wrong_value_in_an_earlier_case_is_reported_before_a_later_exception():
+    def tripled_then_crash(x):
+        if x.ndim == 2:
+            raise RuntimeError("shape trouble")
+        return 3 * x
+
+    from course_utils.checks.core import check as core_check
+    result = core_check(_toy_exercise(), tripled_then_crash)
+    assert result.status == "failed" and result.mistake == "tripled"
+    assert "case 'first'" in result.message
+
+
+def test_an_exception_in_the_first_case_is_an_error():
+    def crash(x):
+        raise RuntimeError("shape trouble")
+
+    from course_utils.checks.core import check as core_check
+    result = core_check(_toy_exercise(), crash)
+    assert result.status == "error" and "RuntimeError: shape trouble" in result.message

@@ -208,7 +208,11 @@ def test_generate_dropping_the_prompt_fails_with_the_expected_shape():
 def test_generate_without_cropping_raises_the_models_crop_hint():
     def no_crop(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
         for _ in range(max_new_tokens):
-            probs = torch.softmax(model(idx)[0][:, -1] / temperature, -1)
+            logits = model(idx)[0][:, -1] / temperature
+            if top_k is not None:
+                kth = logits.topk(top_k).values[:, -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            probs = torch.softmax(logits, -1)
             idx = torch.cat([idx, torch.multinomial(probs, 1, generator=generator)], 1)
         return idx
 

@@ -154,6 +154,15 @@ def test_plan_restores_edited_moved_and_deleted_check_cells(fx):
     assert any("99.2 was deleted" in n for n in plan.notes)
 
 
+def test_plan_runs_cells_added_below_the_students_check_after_the_check(fx):
+    nb = _nb("solution")
+    at = next(i for i, c in enumerate(nb["cells"]) if c["id"] == "check-99-1")
+    nb["cells"].insert(at + 1, {"cell_type": "code", "id": "experiment", "metadata": {},
+                                "source": "def scale(x, factor):\n    return 0"})
+    order = _step_sources(nb, pl.build_plan(nb, fx.assignment))
+    assert order[:4] == ["setup", "ex-99-1", "CHECK 99.1", "experiment"]
+
+
 def test_plan_runs_later_parts_of_the_notebook_after_the_check(fx):
     nb = _nb("exit_midway")  # os._exit sits under the "Part 2" heading, after check 99.1
     plan = pl.build_plan(nb, fx.assignment)

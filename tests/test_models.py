@@ -16,12 +16,14 @@ from course_utils.models import (
     Seq2SeqRNN,
     ViT,
     ViTConfig,
+    attention_rollout,
     patchify,
     sample_next_token,
     unpatchify,
 )
 
 DTYPES = [torch.float32, torch.float64]
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 PAD, BOS, EOS = 0, 1, 2
 
 
@@ -177,10 +179,27 @@ def test_vit_patch_embed_is_patchify_then_linear():
     torch.testing.assert_close(model.patch_embed(x), model.patch_embed.proj(patchify(x, 2)))
 
 
+def test_attention_rollout_rows_are_distributions_and_one_layer_is_its_mixed_map():
+    model = tiny_vit().eval()
+    _, maps = model(torch.randn(3, 1, 8, 8), need_weights=True)
+    rollout = attention_rollout(maps)
+    assert rollout.shape == (3, 17, 17)
+    torch.testing.assert_close(rollout.sum(-1), torch.ones(3, 17))
+    one = attention_rollout(maps[:1], residual=False)
+    torch.testing.assert_close(one, maps[0].mean(1))
+
+
+def test_vit_position_similarity_is_a_cosine_matrix_over_patches():
+    sim = tiny_vit().position_similarity()
+    assert sim.shape == (16, 16)
+    torch.testing.assert_close(sim.diagonal(), torch.ones(16))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_vit_runs_in_float32_and_float64(dtype):
-    model = tiny_vit().to(dtype)
-    out = model(torch.randn(2, 1, 8, 8, dtype=dtype))
+def test_vit_runs_in_float32_and_float64(dtype, device):
+    model = tiny_vit().to(device, dtype)
+    out = model(torch.randn(2, 1, 8, 8, dtype=dtype, device=device))
     assert out.dtype == dtype
     out.sum().backward()
 
@@ -299,13 +318,16 @@ def test_gpt_rejects_sequences_longer_than_block_size():
         tiny_gpt()(torch.zeros(1, 13, dtype=torch.long))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_gpt_runs_in_float32_and_float64(dtype):
-    model = tiny_gpt().to(dtype)
-    idx = torch.randint(0, 11, (2, 12))
+def test_gpt_runs_in_float32_and_float64(dtype, device):
+    model = tiny_gpt().to(device, dtype)
+    idx = torch.randint(0, 11, (2, 12), device=device)
     logits, loss = model(idx, idx)
     assert logits.dtype == dtype and loss.dtype == dtype
     loss.backward()
+    out = model.generate(idx[:, :3], 4, top_k=5)
+    assert out.shape == (2, 7) and out.device == idx.device
 
 
 # ----------------------------------------------------------------------------- encoder-decoder Transformer
@@ -372,13 +394,17 @@ def test_transformer_greedy_decode_agrees_with_teacher_forced_argmax():
     assert len(cross) == 2 and cross[0].shape == (4, 2, tokens.shape[1], src.shape[1])
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_transformer_runs_in_float32_and_float64(dtype):
-    model = tiny_transformer().to(dtype)
-    src, lengths, tgt_in, _ = reverse_task(2, 9, 3, 5, torch.Generator().manual_seed(0))
+def test_transformer_runs_in_float32_and_float64(dtype, device):
+    model = tiny_transformer().to(device, dtype)
+    data = reverse_task(2, 9, 3, 5, torch.Generator().manual_seed(0))
+    src, lengths, tgt_in, _ = (t.to(device) for t in data)
     logits, _ = model(src, lengths, tgt_in)
     assert logits.dtype == dtype
     logits.sum().backward()
+    tokens, _ = model.greedy_decode(src, lengths, max_len=4)
+    assert tokens.device == src.device
 
 
 # ----------------------------------------------------------------------------- Seq2SeqRNN
@@ -453,14 +479,18 @@ def test_seq2seq_rnn_decode_step_without_attention_needs_the_context():
     assert logits.shape == (1, 9) and state.shape == (1, 16) and w is None
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("attention", [False, True])
-def test_seq2seq_rnn_runs_in_float32_and_float64(dtype, attention):
-    model = tiny_rnn(attention).to(dtype)
-    src, lengths, tgt_in, _ = reverse_task(2, 9, 3, 5, torch.Generator().manual_seed(0))
+def test_seq2seq_rnn_runs_in_float32_and_float64(dtype, attention, device):
+    model = tiny_rnn(attention).to(device, dtype)
+    data = reverse_task(2, 9, 3, 5, torch.Generator().manual_seed(0))
+    src, lengths, tgt_in, _ = (t.to(device) for t in data)
     logits, _ = model(src, lengths, tgt_in)
     assert logits.dtype == dtype
     logits.sum().backward()
+    tokens, _ = model.greedy_decode(src, lengths, max_len=4)
+    assert tokens.device == src.device
 
 
 # ----------------------------------------------------------------------------- models learn (slow)

@@ -324,43 +324,64 @@ def _eos_margins(inputs: dict) -> Tensor:
     return torch.stack(margins, dim=1)
 
 
-def _spread_bias(margins: Tensor, all_end: bool | None) -> float:
-    """An EOS bias for which the rows end at as many different steps as possible."""
-    B, max_len = margins.shape
-    values = margins.flatten().sort().values
-    candidates = ((values[1:] + values[:-1]) / 2).tolist() + [float(values[-1]) + 1.0]
-    best, best_score = candidates[0], float("-inf")
-    for b in candidates:
-        below = margins < b
-        ends = torch.where(below.any(dim=1), below.float().argmax(dim=1),
-                           torch.full((B,), max_len)).tolist()
-        ended = [e for e in ends if e < max_len]
-        if all_end is True and len(ended) < B or all_end is False and not 0 < len(ended) < B:
-            continue
-        score = len({e for e in ended if e > 0}) - 0.5 * ends.count(0)
-        if score > best_score:
-            best, best_score = b, score
-    return best
+def _end_steps(margins: Tensor, bias: float) -> Tensor:
+    """(B,) the step at which each row ends with this EOS bias (``max_len`` if never)."""
+    below = margins < bias
+    never = torch.full((margins.shape[0],), margins.shape[1])
+    return torch.where(below.any(dim=1), below.float().argmax(dim=1), never)
 
 
 def _greedy_cases(seed: int) -> list[Case]:
-    """Cases where sentences end at different steps; B equals the target vocabulary size, so
-    an argmax over the wrong axis still yields valid (wrong) tokens rather than a crash."""
+    """Cases whose sentences end at many different steps (and one that never ends).
+
+    For a seeded model, a pool of random sources is decoded once; an EOS bias and then the B
+    sources are chosen so that the rows end at as many different steps as possible. B equals
+    the target vocabulary size, so an argmax over the wrong axis still yields valid (wrong)
+    tokens instead of a crash, and the judge can name it.
+    """
     g = generator(seed)
     cases = []
-    for name, S, max_len, all_end in [
-        ("sentences end at different steps", size(g, 4, 6), 9, True),
-        ("one sentence never ends (stops at max_len)", size(g, 3, 5), 7, False),
-        ("long source", 10, 8, None),
+    for name, S, max_len, never in [
+        ("sentences end at different steps", size(g, 4, 6), 9, False),
+        ("one sentence never ends (stops at max_len)", size(g, 3, 5), 7, True),
+        ("long source", 10, 8, False),
     ]:
         V = size(g, 6, 8)
         B = V
         inputs = model_case_inputs(g, attention=False, src_vocab=size(g, 8, 11), tgt_vocab=V,
                                    emb_dim=4, hidden_dim=6)
-        src, lengths = _source(g, B, S, inputs["src_vocab"])
-        inputs = {**inputs, "src": src, "src_lengths": lengths, "max_len": max_len}
-        inputs["w:out.bias"][EOS] += _spread_bias(_eos_margins(inputs), all_end)
-        cases.append(Case(name, inputs))
+        inputs["w:out.weight"] *= 4.0  # livelier logits: sentences end at different steps
+        inputs["w:decoder_cell.weight_hh"] *= 2.0
+        pool_src, pool_len = _source(g, 48, S, inputs["src_vocab"])
+        margins = _eos_margins({**inputs, "src": pool_src, "src_lengths": pool_len,
+                                "max_len": max_len})
+        values = margins.flatten().sort().values
+        best, best_score = 0.0, -1
+        for b in ((values[1:] + values[:-1]) / 2).tolist():
+            ends = _end_steps(margins, b)
+            score = len({e for e in ends.tolist() if 0 < e < max_len})
+            if score > best_score and (not never or bool((ends == max_len).any())):
+                best, best_score = b, score
+        ends = _end_steps(margins, best).tolist()
+        # one row per distinct end step (latest first), then fill up round-robin
+        groups: dict[int, list[int]] = {}
+        for row, e in enumerate(ends):
+            if e == 0 or (e == max_len and not never):
+                continue
+            groups.setdefault(e, []).append(row)
+        order = sorted(groups, reverse=True)
+        chosen: list[int] = []
+        while len(chosen) < B and any(groups.values()):
+            for e in order:
+                if groups[e] and len(chosen) < B:
+                    chosen.append(groups[e].pop(0))
+        chosen += [r for r in range(len(ends)) if r not in chosen][:B - len(chosen)]
+        idx = torch.tensor(chosen)
+        src, lengths = pool_src[idx], pool_len[idx]
+        keep = int(lengths.max())
+        inputs["w:out.bias"][EOS] += best
+        cases.append(Case(name, {**inputs, "src": src[:, :keep], "src_lengths": lengths,
+                                 "max_len": max_len}))
     return cases
 
 

@@ -503,13 +503,14 @@ def _param_cases(seed: int) -> list[Case]:
     g = generator(seed)
     cases = []
     for i in range(2):
-        H = size(g, 2, 4)
-        D = H * size(g, 3, 8)
-        V = size(g, 20, 90)
-        T = size(g, 5, 40)
-        while T in (D, V):
-            T += 1
-        L = size(g, 2, 4)
+        while True:  # redraw until every known mistake gives its own count (a clear diagnosis)
+            H = size(g, 2, 4)
+            D = H * size(g, 3, 8)
+            V, T, L = size(g, 20, 90), size(g, 5, 40), size(g, 2, 4)
+            cfg = GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=D)
+            counts = {cfg.param_count()} | {m.impl(cfg) for m in PARAM_MISTAKES}
+            if len(counts) == len(PARAM_MISTAKES) + 1:
+                break
         cases.append(Case(f"random config #{i + 1} (V={V}, T={T}, L={L}, H={H}, D={D})",
                           dict(zip(_CONFIG_KEYS, (V, T, L, H, D), strict=True))))
     cases.append(Case("nanoGPT's CPU model (V=65, T=64, L=4, H=4, D=128)",

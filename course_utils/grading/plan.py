@@ -17,8 +17,10 @@ change nothing. The check position of exercise X is:
    or cell id ``ex-NN-M``; failing both, the last code cell that defines X's function at top
    level), and after the run of cells that follows ``E`` up to the first *landmark*: a cell
    that the reference places after X's check cell (matched by cell id, course metadata, or
-   identical source), or, without a reference, any cell marked as another exercise's.
-   So answers written in extra cells below the exercise cell count, while later parts of the
+   identical source), or, without a reference, any cell marked as another exercise's; the
+   student's own check cell for X, if it lies in that run, ends it too (only its *position*
+   is used, never its source). So answers written in extra cells between the exercise cell
+   and its check count, cells added below the check run after it, and later parts of the
    notebook (which may rebind the name, e.g. ``softmax = fallback(...)``) run after the check;
 2. if ``E`` is missing: before the first landmark, else at the end of the notebook.
 
@@ -367,9 +369,11 @@ def build_plan(sub_nb: dict[str, Any], assignment: Assignment) -> Plan:
         if role == "check" or ref_role == "check":
             dropped.add(i)
 
+    own_checks: dict[str, list[int]] = {}
     for x in ids:  # tell the instructor what the student did to the check cells
-        theirs = [i for i in dropped if (course_meta(cells[i])[0] or (
-            course_meta(ref_cells[match[i]])[0] if match[i] is not None else None)) == x]
+        theirs = sorted(i for i in dropped if (course_meta(cells[i])[0] or (
+            course_meta(ref_cells[match[i]])[0] if match[i] is not None else None)) == x)
+        own_checks[x] = theirs
         ref_src = _norm(ref_cells[ref_check[x]]["source"]) if x in ref_check else None
         if not theirs:
             notes.append(f"the check cell of {x} was deleted; it was restored from the reference")
@@ -414,8 +418,9 @@ def build_plan(sub_nb: dict[str, Any], assignment: Assignment) -> Plan:
     for x in ids:
         own = exercise_cells[x]
         if own:
+            # the student's own check cell, if it still sits in this window, marks the spot
             p = own[-1] + 1
-            while p < len(cells) and not is_landmark(p, x):
+            while p < len(cells) and not is_landmark(p, x) and p not in own_checks[x]:
                 p += 1
         else:
             p = next((i for i in range(len(cells)) if is_landmark(i, x)), len(cells))

@@ -9,7 +9,14 @@
 from course_utils.models.gpt import GPT, GPTConfig, sample_next_token
 from course_utils.models.seq2seq_rnn import Seq2SeqRNN
 from course_utils.models.transformer import EncoderDecoderTransformer
-from course_utils.models.vit import PatchEmbed, ViT, ViTConfig, patchify, unpatchify
+from course_utils.models.vit import (
+    PatchEmbed,
+    ViT,
+    ViTConfig,
+    attention_rollout,
+    patchify,
+    unpatchify,
+)
 
 __all__ = [
     "EncoderDecoderTransformer",
@@ -19,6 +26,7 @@ __all__ = [
     "Seq2SeqRNN",
     "ViT",
     "ViTConfig",
+    "attention_rollout",
     "patchify",
     "sample_next_token",
     "unpatchify",

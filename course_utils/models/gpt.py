@@ -210,12 +210,21 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
-        """Attention weights of every layer for plots: idx (B, T) -> list of (B, H, T, T)."""
-        x = self.embed(idx)
-        maps = []
-        for block in self.blocks:
-            x, w = block(x, is_causal=True, need_weights=True)
-            maps.append(w)
+        """Attention weights of every layer for plots: idx (B, T) -> list of (B, H, T, T).
+
+        Runs in eval mode (no dropout) through the manual attention path, then restores the
+        previous mode. Row i of a map is query position i; its entries after i are zero.
+        """
+        was_training = self.training
+        self.eval()
+        try:
+            x = self.embed(idx)
+            maps = []
+            for block in self.blocks:
+                x, w = block(x, is_causal=True, need_weights=True)
+                maps.append(w)
+        finally:
+            self.train(was_training)
         return maps
 
     # ----------------------------------------------------------------------------------

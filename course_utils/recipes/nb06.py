@@ -64,11 +64,11 @@ def config() -> Config:
         batch=pick(ci=64, cpu=128),
         lr=pick(ci=1e-2, cpu=5e-3),
         n_sentences=6,
-        time_batch=pick(ci=4, cpu=8, gpu=32),
-        time_len=pick(ci=64, cpu=128, gpu=512),
+        time_batch=pick(ci=2, cpu=4, gpu=32),
+        time_len=pick(ci=32, cpu=64, gpu=512),
         time_d_model=pick(ci=128, cpu=256, gpu=1024),
-        time_heads=pick(ci=(1, 4, 16), cpu=(1, 2, 4, 8, 16, 32), gpu=(1, 2, 4, 8, 16, 32)),
-        min_run_time=pick(ci=0.05, cpu=0.3),
+        time_heads=pick(ci=(1, 4, 16, 32), cpu=(1, 2, 4, 8, 16, 32, 64)),
+        min_run_time=pick(ci=0.05, cpu=0.2),
     )
 
 

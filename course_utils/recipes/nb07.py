@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -131,13 +132,18 @@ def _kind(name: str) -> str:
     return "CNN (enough layers to cover n)" if "covers n" in name else name
 
 
+_CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+
+
 @torch.no_grad()
-def time_vs_length(cfg: Config | None = None, seed: int = 0) -> dict[str, dict[int, float]]:
+def time_vs_length(cfg: Config | None = None, seed: int = 0, clock: str = "cpu"
+                   ) -> dict[str, dict[int, float]]:
     """Seconds per forward pass, ``{contender: {n: seconds}}``, on x (B, n, D).
 
-    Each is the fastest of ``torch.utils.benchmark``'s repeats: the one least disturbed by
-    other programs on the machine (the median is more honest on an idle machine, the minimum
-    more stable on a busy one).
+    ``clock="cpu"`` (default) measures the CPU time this process used (all its threads
+    together): unlike wall-clock time it does not count the time other programs ran, so it
+    stays stable on a busy machine. ``clock="wall"`` measures elapsed time. Each value is the
+    median of ``torch.utils.benchmark``'s repeats.
     """
     from torch.utils import benchmark
 
@@ -149,9 +155,9 @@ def time_vs_length(cfg: Config | None = None, seed: int = 0) -> dict[str, dict[i
         for name, model in sequence_models(n, cfg).items():
             model.eval()
             timer = benchmark.Timer(stmt="model(x)", globals={"model": model, "x": x},
-                                    num_threads=torch.get_num_threads())
+                                    num_threads=torch.get_num_threads(), timer=_CLOCKS[clock])
             measurement = timer.blocked_autorange(min_run_time=cfg.min_run_time)
-            results.setdefault(_kind(name), {})[n] = min(measurement.times)
+            results.setdefault(_kind(name), {})[n] = measurement.median
     return results
 
 

@@ -367,7 +367,7 @@ def test_feedback_is_markdown_with_scores_hints_and_notes(tmp_path):
     assert [p.name for p in paths] == ["alice.md", "alice-2.md"]
     text = paths[0].read_text()
     assert "**Score:** 1 / 3 points" in text and "| 99.2 | Normalise |" in text
-    assert "cell 4 (ValueError)" in text and "a note" in text
+    assert "cell 5 (ValueError)" in text and "a note" in text  # counted from 1
 
 
 def test_exit_codes_follow_the_documented_order():

@@ -288,6 +288,14 @@ def test_gpt_param_count_formula_matches_num_params():
     assert 170e9 < gpt3 < 180e9
 
 
+def test_gpt_and_vit_keyword_overrides_rescale_the_default_mlp_width():
+    gpt = GPT(GPTConfig(vocab_size=11, block_size=8), n_embd=32, n_head=2, n_layer=1)
+    assert gpt.blocks[0].mlp.fc1.out_features == 4 * 32
+    assert GPT(gpt.config, d_ff=40).blocks[0].mlp.fc1.out_features == 40
+    vit = ViT(ViTConfig(), d_model=16, n_layers=1)
+    assert vit.blocks[0].mlp.fc1.out_features == 4 * 16
+
+
 def test_gpt_head_is_tied_to_token_embedding():
     model = tiny_gpt()
     assert model.lm_head.weight is model.tok_emb.weight

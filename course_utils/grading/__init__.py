@@ -52,7 +52,8 @@ Report (JSON, one object per submission)
 "title", "points", "max_points", "status", "message", "flags", "runtime_s"}], "flags",
 "notes", "error", "error_kind", "kernel", "cells", "output", "seed", "runtime_s"}`` with
 ``status`` in ``passed / failed / not_attempted / error / timeout`` and ``error_kind`` in
-``null / bad_input / usage / grader``.
+``null / bad_input / usage / grader``. ``cells.errors[].cell`` is the 0-based index into the
+notebook's cells; messages meant for people count cells from 1.
 
 Memory limit default
 --------------------

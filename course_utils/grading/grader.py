@@ -330,7 +330,7 @@ def _run(nb: dict[str, Any], assignment: Assignment, report: dict[str, Any], opt
                     report["cells"]["errors"].append({"cell": step.index, "ename": ename,
                                                       "evalue": _clip(evalue, 500)})
                     if _memory_error(ename, evalue):
-                        report["notes"].append(f"cell {step.index} ran out of memory "
+                        report["notes"].append(f"cell {step.index + 1} ran out of memory "
                                                f"(limit {opts.memory_mb} MB): {ename}")
                 if r.status == "timeout":
                     if total_bound:
@@ -338,10 +338,10 @@ def _run(nb: dict[str, Any], assignment: Assignment, report: dict[str, Any], opt
                                                 f"limit of {opts.timeout:g} s")
                         report["kernel"] = {"status": "timeout", "detail": stop_reason[1]}
                         break
-                    report["notes"].append(f"cell {step.index} ran past the per-cell limit of "
+                    report["notes"].append(f"cell {step.index + 1} ran past the per-cell limit of "
                                            f"{opts.cell_timeout:g} s and was interrupted")
                 if r.kernel_lost:
-                    stop_reason = _lost(r, f"cell {step.index}", opts)
+                    stop_reason = _lost(r, f"cell {step.index + 1}", opts)
                     report["kernel"] = {"status": r.status, "exit_code": r.exit_code,
                                         "detail": stop_reason[1]}
                     break

@@ -129,7 +129,7 @@ def feedback_markdown(rep: dict[str, Any]) -> str:
         notes.insert(0, kernel["detail"])
     errors = rep.get("cells", {}).get("errors", [])
     if errors:
-        shown = ", ".join(f"cell {e['cell']} ({e['ename']})" for e in errors[:10])
+        shown = ", ".join(f"cell {e['cell'] + 1} ({e['ename']})" for e in errors[:10])
         more = f" and {len(errors) - 10} more" if len(errors) > 10 else ""
         notes.append(f"cells that raised an error while grading: {shown}{more}")
     if notes:

@@ -92,7 +92,8 @@ class GPTConfig:
 class GPT(nn.Module):
     """Decoder-only Transformer LM.
 
-    ``GPT(config)`` or ``GPT(n_layer=2, ...)`` (keywords override the config's fields).
+    ``GPT(config)`` or ``GPT(n_layer=2, ...)`` (keywords override the config's fields; a
+    ``d_ff`` that followed the 4 x n_embd rule follows it for the new width too).
     forward(idx (B, T), targets (B, T) or None) -> (logits (B, T, V), loss or None).
     """
 
@@ -101,6 +102,8 @@ class GPT(nn.Module):
         if config is None:
             config = GPTConfig(**overrides)
         elif overrides:
+            if "d_ff" not in overrides and config.d_ff == 4 * config.n_embd:
+                overrides["d_ff"] = None  # keep the 4x rule if n_embd changes
             config = replace(config, **overrides)
         self.config = config
         D = config.n_embd

@@ -17,7 +17,7 @@ one architecture, many modalities.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -189,7 +189,9 @@ class ViT(nn.Module):
         if config is None:
             config = ViTConfig(**overrides)
         elif overrides:
-            config = ViTConfig(**{**asdict(config), **overrides})
+            if "d_ff" not in overrides and config.d_ff == 4 * config.d_model:
+                overrides["d_ff"] = None  # keep the 4x rule if d_model changes
+            config = replace(config, **overrides)
         self.config = config
         D = config.d_model
         self.patch_embed = PatchEmbed(config.image_size, config.patch_size, config.in_channels, D)

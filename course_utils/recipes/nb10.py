@@ -1,0 +1,225 @@
+"""Notebook 10 (the full Transformer): sizes per profile, training and evaluation helpers.
+
+    cfg = config()                                   # the active profile's recipe
+    data = make_data(cfg)                            # notebook 01's toy translation task
+    run = train_model("transformer", cfg, data)      # or "rnn", "rnn+attention"
+    run.exact_match, run.train_time_s, run.by_length
+
+The three contenders of the arc's closing comparison share the task, the batch size and the
+number of optimizer steps (the same training budget in steps); :func:`train_model` measures
+each one's training wall time and CPU time (evaluations excluded) and its test accuracy with
+greedy decoding, overall and per source length.
+
+Notebooks 01 and 02 have no recipe module yet, so the task and the RNN sizes live here
+(``config().task``); when ``recipes/nb01.py`` lands, point :func:`make_data` at its config.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from course_utils.data.tasks import (
+    TaskData,
+    accuracy_by_length,
+    batches,
+    exact_match,
+    make_translation_data,
+)
+from course_utils.models.seq2seq_rnn import Seq2SeqRNN
+from course_utils.models.transformer import EncoderDecoderTransformer
+from course_utils.profiles import pick
+from course_utils.training import History, sequence_cross_entropy, train
+
+__all__ = ["TaskConfig", "TransformerConfig", "RNNConfig", "Config", "config", "make_data",
+           "build_model", "seq2seq_loss", "decode", "evaluate", "Run", "train_model",
+           "MODEL_NAMES"]
+
+MODEL_NAMES = ("rnn", "rnn+attention", "transformer")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """The translation task (notebook 01's): sizes of the splits and source lengths."""
+
+    n_train: int
+    n_test: int
+    min_len: int
+    max_len: int
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """The encoder-decoder Transformer's size (pre-norm, no dropout)."""
+
+    d_model: int
+    n_heads: int
+    n_layers: int  # encoder layers and decoder layers each
+    d_ff: int
+
+
+@dataclass(frozen=True)
+class RNNConfig:
+    """The GRU encoder-decoder's size (the same for the variants with and without attention)."""
+
+    emb_dim: int
+    hidden_dim: int
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything notebook 10 trains: the task, the models and the shared training budget."""
+
+    task: TaskConfig
+    transformer: TransformerConfig
+    rnn: RNNConfig
+    batch_size: int
+    steps: int  # optimizer steps, the same for every model
+    lr: dict[str, float] = field(default_factory=dict)  # peak AdamW rate per model
+    warmup: int = 100
+    eval_points: int = 5  # test evaluations during training (for accuracy vs training time)
+    eval_subset: int = 200  # test pairs used by those evaluations (the final one uses all)
+    seeds: tuple[int, ...] = (0,)  # seeds of the Transformer's repeat runs
+
+
+def config() -> Config:
+    """The active profile's recipe."""
+    return Config(
+        task=TaskConfig(n_train=pick(ci=3000, cpu=8000), n_test=pick(ci=300, cpu=1000),
+                        min_len=3, max_len=pick(ci=12, cpu=20)),
+        transformer=TransformerConfig(d_model=pick(ci=64, cpu=64), n_heads=4,
+                                      n_layers=pick(ci=2, cpu=2), d_ff=pick(ci=128, cpu=256)),
+        rnn=RNNConfig(emb_dim=pick(ci=32, cpu=64), hidden_dim=pick(ci=64, cpu=128)),
+        batch_size=pick(ci=64, cpu=64),
+        steps=pick(ci=400, cpu=2000),
+        lr={"rnn": 3e-3, "rnn+attention": 3e-3, "transformer": 2e-3},
+        warmup=pick(ci=50, cpu=100),
+        eval_points=pick(ci=3, cpu=5),
+        eval_subset=pick(ci=150, cpu=300),
+        seeds=pick(ci=(0,), cpu=(0, 1)),
+    )
+
+
+def make_data(cfg: Config | None = None) -> TaskData:
+    """The toy translation task of notebooks 01, 02 and 10 with ``cfg.task``'s sizes."""
+    t = (cfg or config()).task
+    return make_translation_data(t.n_train, t.n_test, t.min_len, t.max_len, seed=t.seed)
+
+
+def build_model(name: str, cfg: Config, data: TaskData) -> nn.Module:
+    """A fresh model ``name`` (one of :data:`MODEL_NAMES`) for ``data``'s vocabularies."""
+    V_src, V_tgt = len(data.src_vocab), len(data.tgt_vocab)
+    if name == "transformer":
+        c = cfg.transformer
+        max_len = int(max(data.train.src.shape[1], data.test.src.shape[1],
+                          data.train.tgt_in.shape[1], data.test.tgt_in.shape[1])) + 8
+        return EncoderDecoderTransformer(V_src, V_tgt, d_model=c.d_model, n_heads=c.n_heads,
+                                         n_layers=c.n_layers, d_ff=c.d_ff, max_len=max_len)
+    if name in ("rnn", "rnn+attention"):
+        return Seq2SeqRNN(V_src, V_tgt, cfg.rnn.emb_dim, cfg.rnn.hidden_dim,
+                          attention=name == "rnn+attention")
+    raise ValueError(f"expected a model name in {MODEL_NAMES}, got {name!r}")
+
+
+def seq2seq_loss(model: nn.Module, batch: Any) -> torch.Tensor:
+    """Teacher-forced cross-entropy: ``model(src, src_lengths, tgt_in)`` against ``tgt_out``."""
+    logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
+    return sequence_cross_entropy(logits, batch.tgt_out)
+
+
+DecodeFn = Callable[[nn.Module, torch.Tensor, torch.Tensor, int], Any]
+
+
+@torch.no_grad()
+def decode(model: nn.Module, data: Any, *, batch_size: int = 500,
+           decode_fn: DecodeFn | None = None) -> torch.Tensor:
+    """Greedy translations of every row of ``data`` (a Seq2SeqData) -> (N, T') token ids.
+
+    ``decode_fn(model, src, src_lengths, max_len)`` returns tokens or ``(tokens, extra)``;
+    default: the model's own ``greedy_decode``. Rows are padded with PAD to a common length.
+    """
+    was = model.training
+    model.eval()
+    max_len = int(data.tgt_out.shape[1]) + 2
+    outs = []
+    try:
+        for start in range(0, len(data), batch_size):
+            part = data[start:start + batch_size]
+            if decode_fn is None:
+                out = model.greedy_decode(part.src, part.src_lengths, max_len)
+            else:
+                out = decode_fn(model, part.src, part.src_lengths, max_len)
+            outs.append(out[0] if isinstance(out, tuple) else out)
+    finally:
+        model.train(was)
+    width = max(o.shape[1] for o in outs)
+    return torch.cat([nn.functional.pad(o, (0, width - o.shape[1])) for o in outs])
+
+
+def evaluate(model: nn.Module, data: Any, *, decode_fn: DecodeFn | None = None
+             ) -> tuple[float, dict[Any, float]]:
+    """(exact-match accuracy, {source length: exact-match accuracy}) with greedy decoding."""
+    pred = decode(model, data, decode_fn=decode_fn)
+    em = exact_match(pred, data.tgt_out).float().mean().item()
+    return em, accuracy_by_length(pred, data.tgt_out, data.src_lengths)
+
+
+@dataclass
+class Run:
+    """One trained model and what was measured on it."""
+
+    name: str
+    model: nn.Module
+    history: History
+    exact_match: float  # on the whole test split
+    by_length: dict[Any, float]  # source length -> exact match
+    train_time_s: float  # wall time of the optimizer steps (evaluations excluded)
+    train_cpu_s: float  # CPU time of the same (all threads of this process)
+    curve_time_s: list[float]  # training wall time at each evaluation ...
+    curve_exact: list[float]  # ... and the exact match on the eval subset then
+    n_params: int = 0
+
+    def __repr__(self) -> str:
+        return (f"Run({self.name!r}: exact match {self.exact_match:.3f}, "
+                f"{self.train_time_s:.1f} s wall, {self.n_params:,} parameters)")
+
+
+def train_model(name: str, cfg: Config, data: TaskData, *, seed: int = 0,
+                progress: bool | str = "auto") -> Run:
+    """Train model ``name`` for ``cfg.steps`` steps on ``data.train`` and evaluate it.
+
+    Evaluations (greedy exact match on ``cfg.eval_subset`` test pairs) run ``cfg.eval_points``
+    times; their own time is subtracted, so ``train_time_s`` counts optimizer steps only.
+    """
+    torch.manual_seed(seed)
+    model = build_model(name, cfg, data)
+    subset = data.test[: cfg.eval_subset]
+    spent = {"wall": 0.0, "cpu": 0.0}
+    curve_time: list[float] = []
+    start = {"wall": time.perf_counter(), "cpu": time.process_time()}
+
+    def eval_fn(m: nn.Module) -> dict[str, float]:
+        t0, c0 = time.perf_counter(), time.process_time()
+        curve_time.append(t0 - start["wall"] - spent["wall"])
+        em, _ = evaluate(m, subset)
+        spent["wall"] += time.perf_counter() - t0
+        spent["cpu"] += time.process_time() - c0
+        return {"exact_match": em}
+
+    g = torch.Generator().manual_seed(seed)
+    history = train(model, batches(data.train, cfg.batch_size, g), steps=cfg.steps,
+                    lr=cfg.lr[name], warmup=cfg.warmup, loss_fn=seq2seq_loss,
+                    eval_fn=eval_fn, eval_every=max(1, cfg.steps // cfg.eval_points),
+                    seed=seed, progress=progress, desc=name)
+    wall = time.perf_counter() - start["wall"] - spent["wall"]
+    cpu = time.process_time() - start["cpu"] - spent["cpu"]
+    em, by_len = evaluate(model, data.test)
+    return Run(name, model, history, em, by_len, wall, cpu, curve_time,
+               list(history.eval.get("exact_match", [])),
+               sum(p.numel() for p in model.parameters()))

@@ -179,7 +179,12 @@ class MultiHeadAttention(nn.Module):
             attn_mask, key_padding_mask, is_causal=is_causal, T=T, S=S, device=x.device
         )  # None, or broadcastable to (B, H, T, S)
         dropout_p = self.dropout if self.training else 0.0
-        if fast is not False and not need_weights:
+        plain_causal = is_causal and T == S and attn_mask is None and key_padding_mask is None
+        if fast is not False and not need_weights and plain_causal:
+            # No explicit mask: lets SDPA pick its causal kernel (faster than a (T, T) mask).
+            y = fast_attention(q, k, v, None, is_causal=True, dropout_p=dropout_p)
+            weights = None
+        elif fast is not False and not need_weights:
             y = fast_attention(q, k, v, mask, dropout_p=dropout_p)  # (B, H, T, Dh)
             weights = None
         else:

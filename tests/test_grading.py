@@ -397,6 +397,8 @@ def test_usage_errors_exit_2_before_grading(capsys):
     assert course_cli.main(["grade", "x.ipynb", "--reference-dir", "/no/such/dir"]) == 2
     assert course_cli.main(["grade", "x.ipynb", "--checks", "/no/such/checks.py"]) == 2
     assert "no such" in capsys.readouterr().err
+    assert course_cli.main(["grade", "x.ipynb", "--assignment", "42_nope"]) == 2
+    assert "42_nope: unknown" in capsys.readouterr().err
 
 
 def test_bad_inputs_get_reports_without_starting_a_kernel(fx, tmp_path):

@@ -274,14 +274,20 @@ def main(args: argparse.Namespace) -> int:
     if args.reference_dir and not Path(args.reference_dir).is_dir():
         print(f"course grade: --reference-dir {args.reference_dir}: no such folder", file=sys.stderr)
         return EXIT_BAD_INPUT
+    from course_utils.grading.plan import exercise_table, known_assignments, reference_dirs
+
     try:
         modules = _resolve_checks(args.checks)
-        from course_utils.grading.plan import exercise_table
-
-        exercise_table(modules)  # fail early and clearly on a broken --checks module
+        table = exercise_table(modules)  # fail early and clearly on a broken --checks module
     except Exception as exc:
         print(f"course grade: cannot load --checks: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.assignment:
+        known = known_assignments(reference_dirs(args.reference_dir), table)
+        if Path(args.assignment).stem not in known:
+            print(f"course grade: --assignment {args.assignment}: unknown; known: "
+                  f"{', '.join(sorted(known)) or 'none'}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     cpus = os.cpu_count() or 1
     options = GradeOptions(
         reference_dir=args.reference_dir, assignment=args.assignment, checks_modules=modules,

@@ -349,9 +349,11 @@ def tiled_attention(
     """Exact attention with an online softmax over key blocks (the idea behind FlashAttention).
 
     q: (..., T, Dk), k: (..., S, Dk), v: (..., S, Dv) -> output (..., T, Dv).
-    Keys are visited ``block_size`` at a time; a running max ``m``, normaliser ``l`` and
-    unnormalised output ``acc`` are rescaled as each block arrives, so the largest score
-    tensor is (..., T, block_size) -- the (T, S) matrix is never built.
+    Queries are taken ``block_size`` at a time and, for each query block, keys are visited
+    ``block_size`` at a time; a running max ``m``, normaliser ``l`` and unnormalised output
+    ``acc`` are rescaled as each key block arrives, so the largest score tensor is
+    (..., block_size, block_size) -- the (T, S) matrix is never built, and the extra memory
+    beyond the output is O(block_size**2), independent of T and S.
     causal: same alignment as ``causal_mask(T, S)``; fully masked rows give zeros.
     """
     _check_qkv(q, k, v)
@@ -362,24 +364,43 @@ def tiled_attention(
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     dtype = torch.promote_types(q.dtype, v.dtype)
 
-    m = torch.full((*batch, T, 1), float("-inf"), dtype=dtype, device=q.device)  # running max
-    l = torch.zeros((*batch, T, 1), dtype=dtype, device=q.device)  # running sum of exp
-    acc = torch.zeros((*batch, T, v.shape[-1]), dtype=dtype, device=q.device)  # running sum of p v
-    q_pos = torch.arange(T, device=q.device)[:, None] + (S - T)  # (T, 1) absolute query positions
+    q = q.expand(*batch, T, q.shape[-1])
+    # Query blocks are independent: each one's rows of the output need only its own queries.
+    # Blocking them too keeps every temporary at (..., block, block).
+    out = [
+        _online_softmax_block(q[..., i : i + block_size, :], k, v, i + (S - T), block_size,
+                              causal, scale, dtype)
+        for i in range(0, T, block_size)
+    ]
+    return torch.cat(out, dim=-2)  # (..., T, Dv)
 
-    for start in range(0, S, block_size):
+
+def _online_softmax_block(qb: Tensor, k: Tensor, v: Tensor, first_pos: int, block_size: int,
+                          causal: bool, scale: float, dtype: torch.dtype) -> Tensor:
+    """Attention output for one query block qb (..., Tq, Dk) whose first query sits at absolute
+    position ``first_pos``: the online softmax over key blocks. Returns (..., Tq, Dv)."""
+    Tq, S = qb.shape[-2], k.shape[-2]
+    batch = qb.shape[:-2]
+    m = torch.full((*batch, Tq, 1), float("-inf"), dtype=dtype, device=qb.device)  # running max
+    l = torch.zeros((*batch, Tq, 1), dtype=dtype, device=qb.device)  # running sum of exp
+    acc = torch.zeros((*batch, Tq, v.shape[-1]), dtype=dtype, device=qb.device)  # sum of p v
+    q_pos = torch.arange(first_pos, first_pos + Tq, device=qb.device)[:, None]  # (Tq, 1)
+    # causal: keys after this block's last query are masked for every row, so never visited
+    last_key = min(S, first_pos + Tq) if causal else S
+
+    for start in range(0, last_key, block_size):
         kb = k[..., start : start + block_size, :]  # (..., Bk, Dk)
         vb = v[..., start : start + block_size, :]  # (..., Bk, Dv)
-        s = (q @ kb.transpose(-2, -1)) * scale  # (..., T, Bk)
+        s = (qb @ kb.transpose(-2, -1)) * scale  # (..., Tq, Bk)
         if causal:
-            k_pos = torch.arange(start, start + kb.shape[-2], device=q.device)[None, :]  # (1, Bk)
+            k_pos = torch.arange(start, start + kb.shape[-2], device=qb.device)[None, :]  # (1, Bk)
             s = s.masked_fill(k_pos > q_pos, float("-inf"))
-        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (..., T, 1)
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (..., Tq, 1)
         m_safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
-        p = torch.exp(s - m_safe)  # (..., T, Bk), 0 where masked
+        p = torch.exp(s - m_safe)  # (..., Tq, Bk), 0 where masked
         alpha = torch.exp(m - m_safe)  # rescales what was summed under the old max
         l = l * alpha + p.sum(dim=-1, keepdim=True)
-        acc = acc * alpha + p @ vb  # (..., T, Dv)
+        acc = acc * alpha + p @ vb  # (..., Tq, Dv)
         m = m_new
 
-    return acc / torch.where(l > 0, l, torch.ones_like(l))  # (..., T, Dv)
+    return acc / torch.where(l > 0, l, torch.ones_like(l))  # (..., Tq, Dv)

@@ -5,6 +5,8 @@ forward or generate, building a model to count it)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -339,3 +341,48 @@ def test_stub_is_not_attempted(exercise_id, signature):
 
 def _stub(exercise_id):
     raise NotImplementedError(f"Exercise {exercise_id}: implement it")
+
+
+# ----------------------------------------------------------------------------- the recipe
+
+
+def _tiny_recipe(**overrides):
+    from course_utils.recipes import nb08
+
+    base = nb08.config("ci")
+    model = replace(base.model, block_size=8, n_layer=1, n_head=2, n_embd=8)
+    return replace(base, model=model, batch_size=4, steps=6, warmup=2, eval_every=3,
+                   eval_batches=1, final_eval_batches=2, eval_batch_size=4, **overrides)
+
+
+def test_unigram_entropy_is_the_entropy_of_the_character_frequencies():
+    from course_utils.recipes.nb08 import unigram_entropy
+
+    data = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])  # uniform over 4 symbols
+    assert unigram_entropy(data, 6) == pytest.approx(np.log(4))
+
+
+def test_train_char_gpt_runs_its_steps_records_curves_and_is_deterministic():
+    from course_utils.data.text import CharDataset
+    from course_utils.recipes import nb08
+
+    data = CharDataset("to be or not to be, that is the question\n" * 20)
+    _, h1 = nb08.train_char_gpt(_tiny_recipe(), data, progress=False, log_every=2)
+    _, h2 = nb08.train_char_gpt(_tiny_recipe(), data, progress=False, log_every=2)
+    assert h1.steps_done == 6 and h1.stopped_by == "steps" and h1.step == [2, 4, 6]
+    assert h1.eval_step == [3, 6] and set(h1.final) == {"train", "val"}
+    assert h1.train_loss == h2.train_loss and h1.final == h2.final
+    assert h1.tokens_seen == 6 * 4 * 8
+
+
+def test_a_time_budget_stops_training_and_still_ends_the_schedule():
+    from course_utils.data.text import CharDataset
+    from course_utils.recipes import nb08
+
+    data = CharDataset("abcdefgh" * 50)
+    _, h = nb08.train_char_gpt(_tiny_recipe(), data, steps=10**6, time_budget_s=0.0,
+                               progress=False)
+    assert h.stopped_by == "time budget" and h.steps_done == 0
+    cfg = _tiny_recipe()
+    assert nb08.lr_at(1.0, 100, cfg) == pytest.approx(cfg.min_lr)
+    assert nb08.lr_at(0.0, 0, cfg) == pytest.approx(cfg.lr / cfg.warmup)

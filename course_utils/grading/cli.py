@@ -167,7 +167,11 @@ def grade_all(paths: list[str], options, jobs: int = 1, progress: bool = True) -
 def _worker(path: str, options, out: str) -> None:
     """Entry point of a grading process: grade one submission, write its report atomically."""
     import json
+    import tempfile
 
+    # temporary files inside the batch's folder: removed by the parent even if this process
+    # is killed (by its submission) before it can clean up
+    tempfile.tempdir = os.path.dirname(out)
     report = _grade_one(path, options)
     tmp = out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:

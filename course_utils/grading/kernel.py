@@ -173,7 +173,13 @@ class GradingKernel:
             def format_kernel_cmd(self, extra_arguments=None):  # noqa: D401 - jupyter API
                 return launcher + super().format_kernel_cmd(extra_arguments)
 
+        # unix socket paths are limited to about 104 bytes: keep them short
         ipc_dir = os.path.join(self.workdir, "ipc")
+        if len(ipc_dir) > 60:
+            import tempfile
+
+            ipc_dir = tempfile.mkdtemp(prefix="cgk-", dir="/tmp" if os.path.isdir("/tmp") else None)
+        self._ipc_dir = ipc_dir
         os.makedirs(ipc_dir, exist_ok=True)
         try:
             km = _LimitedKernelManager(kernel_name=self.kernel_name, transport="ipc",
@@ -220,7 +226,8 @@ class GradingKernel:
             except Exception:
                 pass
             self.km = None
-        shutil.rmtree(os.path.join(self.workdir, "ipc"), ignore_errors=True)
+        shutil.rmtree(getattr(self, "_ipc_dir", os.path.join(self.workdir, "ipc")),
+                      ignore_errors=True)
 
     def _kill_group(self) -> None:
         prov = getattr(self.km, "provisioner", None) if self.km is not None else None

@@ -1,0 +1,77 @@
+"""``course bench``: the course's implementations measured against PyTorch and the machine.
+
+Each benchmark is a module here with ``run(opts) -> dict`` returning ``{"rows": [...],
+"summary": {...}}`` and printing its table; ``course bench`` runs the ones named (all by
+default), records the machine, and writes everything as JSON. Ratios are measured in one
+process against a reference (``F.scaled_dot_product_attention``, ``nn.MultiheadAttention``,
+the machine's own matmul throughput), never as bare absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+BENCHMARKS = {
+    "attention": "course_utils.bench.attention",
+    "mha": "course_utils.bench.mha",
+    "gpt": "course_utils.bench.gpt",
+    "vit": "course_utils.bench.vit",
+    "notebooks": "course_utils.bench.notebooks",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``course bench``."""
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help=f"benchmarks to run (default: all): {', '.join(BENCHMARKS)}")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke test of every benchmark (no targets judged)")
+    parser.add_argument("--json", metavar="F", help="write all results as JSON to F")
+    parser.add_argument("--out", metavar="DIR", default=None,
+                        help="folder for plots (default: benchmarks/results when it exists, else .)")
+    parser.add_argument("--data", metavar="PATH", default=None,
+                        help="tiny-shakespeare text for the gpt benchmark "
+                             "(e.g. ../shared/data/tinyshakespeare.txt)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: all cores); pinned for every benchmark")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: the profile's)")
+    parser.add_argument("--solutions", default="solutions",
+                        help="folder of solution notebooks for the notebooks benchmark")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the chosen benchmarks; exit 0, or 2 on an unknown name."""
+    import torch
+
+    from course_utils.bench.common import machine_info
+
+    names = args.names or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        print(f"unknown benchmark(s): {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}",
+              file=sys.stderr)
+        return 2
+    threads = args.threads or os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    if args.out is None:
+        args.out = "benchmarks/results" if Path("benchmarks/results").is_dir() else "."
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    report = {"machine": machine_info(args.device), "quick": bool(args.quick), "benchmarks": {}}
+    print("machine: " + ", ".join(f"{k}={v}" for k, v in report["machine"].items()))
+    for name in names:
+        print(f"\n=== {name} ===")
+        t0 = time.perf_counter()
+        module = importlib.import_module(BENCHMARKS[name])
+        result = module.run(args)
+        result["wall_s"] = round(time.perf_counter() - t0, 2)
+        report["benchmarks"][name] = result
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2, default=str) + "\n")
+        print(f"\nwrote {args.json}")
+    return 0

@@ -1,0 +1,57 @@
+"""Notebook 11's measurement helpers: the CPU peak-memory accounting sees what an attention
+function allocates (and not views of its inputs), growth exponents are read off correctly, and
+the SDPA helpers name the kernel that runs."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from course_utils import attention
+from course_utils.recipes import nb11
+
+
+def test_peak_memory_counts_the_score_matrix_of_naive_attention():
+    q = torch.randn(2, 64, 16)
+    peak = nb11.peak_extra_memory(lambda: attention.scaled_dot_product_attention(q, q, q)[0])
+    assert peak >= 2 * 64 * 64 * 4  # at least the (2, 64, 64) float32 scores
+
+
+def test_peak_memory_ignores_views_and_counts_freed_temporaries_once():
+    x = torch.randn(256, 256)
+
+    def views_then_small_result():
+        y = x[:, :128].t().reshape(-1)  # views / a copy of half of x
+        del y
+        return x.sum(dim=0)  # (256,) floats
+
+    peak = nb11.peak_extra_memory(views_then_small_result)
+    assert 256 * 4 <= peak <= 256 * 128 * 4 + 256 * 4 + 64
+
+
+def test_tiling_queries_keeps_memory_near_the_output_size():
+    cfg = nb11.config()
+    flash = nb11.flash_style(attention.tiled_attention, block_q=32, block_k=32)
+    q = torch.randn(1, 2, 512, 16)
+    torch.testing.assert_close(flash(q, q, q), attention.scaled_dot_product_attention(q, q, q)[0])
+    flash_peak = nb11.peak_extra_memory(lambda: flash(q, q, q))
+    naive_peak = nb11.peak_extra_memory(lambda: attention.scaled_dot_product_attention(q, q, q)[0])
+    assert flash_peak < naive_peak / 10
+    assert cfg.lengths == tuple(sorted(cfg.lengths))
+
+
+def test_fit_exponent_reads_the_slope_of_a_power_law():
+    curve = {n: 3.0 * n**2 for n in (64, 128, 256, 512)}
+    assert abs(nb11.fit_exponent(curve) - 2.0) < 1e-9
+
+
+def test_sdpa_helpers_name_backends_and_the_kernel_that_runs():
+    names = [name for name, _ in nb11.sdpa_backends()]
+    assert {"MATH", "FLASH_ATTENTION", "EFFICIENT_ATTENTION"} <= set(names)
+    q = torch.randn(1, 2, 8, 4)
+    used = nb11.sdpa_kernel_used(q, q, q)
+    assert used.startswith(("FLASH", "MATH", "EFFICIENT", "CUDNN"))
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.MATH):
+        assert nb11.sdpa_kernel_used(q, q, q).startswith("MATH")
+    assert F.scaled_dot_product_attention(q, q, q).shape == q.shape

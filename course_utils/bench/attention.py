@@ -85,7 +85,34 @@ def run(opts: argparse.Namespace) -> dict:
     print("log-log slopes (peak memory): "
           + ", ".join(f"{k}={v:.2f}" for k, v in summary["memory_slopes"].items()))
     summary["plot"] = _plot(rows, Path(opts.out) / "attention.png")
+    if device.type == "cuda":
+        summary["sdpa_backends"] = backend_times(device, sizes, heads, dim, min_time)
     return {"rows": rows, "summary": summary}
+
+
+def backend_times(device, sizes, heads, dim, min_time) -> list[dict]:
+    """On a GPU: forward time of F.scaled_dot_product_attention under each SDPA backend
+    (flash, memory-efficient, cuDNN, math), half precision; a backend that refuses the
+    inputs is reported as unavailable rather than failing the run."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    rows = []
+    for n in sizes:
+        q, k, v = (t.half() for t in _inputs(n, device, heads=heads, dim=dim, grad=False))
+        row = {"n": n}
+        for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                        SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH):
+            try:
+                with sdpa_kernel(backend):
+                    def fwd(q=q, k=k, v=v):
+                        F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                        sync(device)
+                    row[f"{backend.name.lower()}_ms"] = 1e3 * median_time(fwd, min_time)
+            except RuntimeError:
+                row[f"{backend.name.lower()}_ms"] = "unavailable"
+        rows.append(row)
+    print(table(rows, list(rows[0])))
+    return rows
 
 
 def _slope(xs, ys) -> float:

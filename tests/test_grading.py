@@ -652,34 +652,3 @@ def test_total_time_limit_stops_grading_and_keeps_earlier_points(fx):
 
 
 # ----------------------------------------------------------------------------- the course's 00
-
-
-@pytest.fixture(scope="module")
-def notebook_00(tmp_path_factory):
-    paths = [str(ROOT / "solutions" / "00_start_here.ipynb"),
-             str(ROOT / "notebooks" / "00_start_here.ipynb")]
-
-    def run(out: Path) -> int:
-        return _course(["grade", *paths, "-j", "2", "-q", "--json", str(out / "grades.json"),
-                        "--reference-dir", str(ROOT / "solutions"), "--cell-timeout", "120"])
-
-    code, out = _once(tmp_path_factory, "nb00", run)
-    return code, json.loads((out / "grades.json").read_text())
-
-
-@pytest.mark.slow
-@pytest.mark.notebook
-def test_grading_the_solution_of_00_gives_full_marks(notebook_00):
-    code, (solution, _) = notebook_00
-    assert code == 0
-    assert solution["total"] == solution["max"] > 0
-    assert all(e["status"] == "passed" and not e["flags"] for e in solution["exercises"])
-
-
-@pytest.mark.slow
-@pytest.mark.notebook
-def test_untouched_student_version_of_00_gets_zero_not_attempted(notebook_00):
-    _, (_, student) = notebook_00
-    assert student["total"] == 0 and student["max"] > 0
-    assert all(e["status"] == "not_attempted" for e in student["exercises"])
-    assert student["cells"]["errors"] == []  # every non-check cell runs on the stubs

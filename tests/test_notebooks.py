@@ -3,11 +3,11 @@ automatically):
 
 (a) ``pytest --nbval`` passes on the solution under ``COURSE_PROFILE=ci``: every cell runs and
     every output not tagged ``nbval-ignore-output`` matches the stored one;
-(b) the untouched student version in ``notebooks/`` runs top to bottom: no non-check cell
-    raises, and every check cell prints "not attempted" (a check that passes on a stub is
-    vacuous and fails the suite).
+(b) the official grader gives the solution full marks, and the untouched student version in
+    ``notebooks/`` zero: it runs top to bottom, no non-check cell raises, and every check is
+    "not attempted" (a check that passes on a stub is vacuous and fails the suite).
 
-Each notebook is executed once per test. What nbval compares (nbval 0.11): stream text
+Each notebook is executed once per test (three times in all: nbval, two gradings). What nbval compares (nbval 0.11): stream text
 (stdout and stderr, after folding ``\\r`` progress-bar updates) and every output MIME type
 except ``image/png`` / ``image/jpeg`` (so a figure's ``text/plain`` "<Figure size ... with 1
 Axes>" is compared, its pixels are not); markdown cells and unexecuted cells are not compared.
@@ -18,13 +18,13 @@ error. ``tests/nbval_sanitize.cfg`` masks memory addresses before comparing.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,55 +69,44 @@ def test_solution_notebook_passes_nbval_under_ci_profile(solution: Path):
         f"{report[-12000:]}")
 
 
-def _text(outputs) -> str:
-    parts = []
-    for out in outputs:
-        if out.get("output_type") == "stream":
-            parts.append(out.get("text", ""))
-        elif "data" in out:
-            parts.append(out["data"].get("text/plain", ""))
-    return "".join(parts)
+def _grade(paths: list[Path], out: Path) -> list[dict]:
+    """Grade ``paths`` with the official grader (ci profile), one report per notebook."""
+    cmd = [sys.executable, "-m", "course_utils.cli", "grade", *map(str, paths), "-q",
+           "--json", str(out), "--reference-dir", str(REPO / "solutions"),
+           "--cell-timeout", str(CELL_TIMEOUT_S), "--timeout", str(NOTEBOOK_TIMEOUT_S)]
+    proc = subprocess.run(cmd, cwd=REPO, env=_ci_env(), capture_output=True, text=True,
+                          timeout=2 * NOTEBOOK_TIMEOUT_S + 60)
+    assert out.exists(), f"course grade wrote no report (exit {proc.returncode}):\n" \
+                         f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    reports = json.loads(out.read_text())
+    return reports if isinstance(reports, list) else [reports]
 
 
-def _execute_student(path: Path) -> nbformat.NotebookNode:
-    from jupyter_client.manager import KernelManager
-    from nbclient import NotebookClient
-    from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
-
-    nb = nbformat.read(path, as_version=4)
-    km = KernelManager(kernel_name=CURRENT_ENV_KERNEL_NAME,
-                       kernel_spec_manager=NbvalKernelspecManager())
-    client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT_S, allow_errors=True,
-                            record_timing=False,
-                            resources={"metadata": {"path": str(path.parent)}})
-    client.execute(env=_ci_env())
-    return nb
+def _describe(report: dict) -> str:
+    lines = [f"{e['id']}: {e['status']} {e['points']}/{e['max_points']} {e['message'][:300]}"
+             for e in report.get("exercises", [])]
+    errors = report.get("cells", {}).get("errors", [])
+    lines += [f"cell #{e.get('cell')}: {e.get('ename')}: {str(e.get('evalue'))[:300]}"
+              for e in errors]
+    if report.get("error"):
+        lines.append(f"error: {report['error']}")
+    return "\n".join(lines)
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=_ids)
-def test_untouched_student_notebook_runs_and_every_check_is_not_attempted(solution: Path):
+def test_grader_gives_the_solution_full_marks_and_the_student_version_zero(
+        solution: Path, tmp_path: Path):
     student = REPO / "notebooks" / solution.name
     assert student.exists(), f"{student} is missing: run `course release`"
-    nb = _execute_student(student)
+    sol, stu = _grade([solution, student], tmp_path / "grades.json")
 
-    problems = []
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
-            continue
-        where = f"cell {cell.get('id')!r} (#{index})"
-        errors = [o for o in cell.outputs if o.get("output_type") == "error"]
-        is_check = "check" in cell.metadata.get("tags", [])
-        if errors:
-            err = errors[0]
-            tb = _ANSI.sub("", "\n".join(err.get("traceback", [])))[-3000:]
-            what = "check cell raised" if is_check else "cell raised"
-            problems.append(f"{where}: {what} {err.get('ename')}: {err.get('evalue')}\n{tb}")
-            continue
-        if is_check:
-            text = _text(cell.outputs)
-            if "PASSED" in text:
-                problems.append(f"{where}: check passes on the untouched stub (vacuous): {text!r}")
-            elif "not attempted" not in text:
-                problems.append(f"{where}: check cell should print 'not attempted', printed "
-                                f"{text!r}")
-    assert not problems, f"{student.name}:\n" + "\n\n".join(problems)
+    assert sol["max"] > 0 and sol["total"] == sol["max"], (
+        f"{solution.name} should get full marks:\n{_describe(sol)}")
+    assert all(e["status"] == "passed" and not e.get("flags") for e in sol["exercises"])
+
+    # the untouched student version runs top to bottom: no non-check cell raises, and every
+    # check says "not attempted" (one that passes on a stub would be vacuous)
+    assert stu["total"] == 0, f"{student.name} scores on stubs (vacuous check):\n{_describe(stu)}"
+    assert all(e["status"] == "not_attempted" for e in stu["exercises"]), _describe(stu)
+    assert stu["cells"]["errors"] == [], (
+        f"{student.name}: cells fail on the untouched stubs:\n{_describe(stu)}")

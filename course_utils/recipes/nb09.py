@@ -1,0 +1,575 @@
+"""Notebook 09 (the Vision Transformer): sizes per profile, training, baselines, pictures' maths.
+
+    cfg = config()                                  # the active profile's recipe
+    data = load_images(cfg)                         # digits (ci, cpu) or CIFAR-10 (gpu, if present)
+    vit = train_vit(cfg, data)                      # an ImageRun: model, accuracy, wall and CPU time
+    cnn = train_small_cnn(data, cfg.cnn)            # the baselines, trained beside it
+    svc = fit_svc(data, **cfg.svc)
+
+``train_vit_digits(cfg)`` is the tuned digits run on its own (what ``course bench vit`` calls).
+
+The ``cpu`` recipe meets the course's bar, digits (stratified 80/20) test accuracy >= 98% in
+<= 30 s on a 2-core CPU, with three things that matter on 1,437 training images of 8x8 pixels
+(each measured in the notebook's closing note):
+
+* **initialisation**: Xavier-uniform linear layers (the original ViT's), not the tiny
+  ``std=0.02`` normal that large ViTs use -- at this scale it trains several times faster;
+* **augmentation**: a small random affine map per image (rotation, zoom, sub-pixel shift,
+  bilinear), the prior a CNN has built in and a ViT must be shown;
+* **schedule**: AdamW at a high peak rate (3e-3) with a short warmup and cosine decay,
+  weight decay 0.1.
+
+The second-modality demo (section 7 of the notebook) generates audio-like spectrograms
+(:func:`make_spectrograms`) and trains the same ViT on them; :func:`attention_rollout` and
+:func:`position_similarity` are the maths behind two of the notebook's pictures.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from course_utils.data.images import (
+    CIFAR10_MEAN,
+    CIFAR10_STD,
+    ImageSplit,
+    augment_crop_flip,
+    find_cifar10,
+    load_cifar10,
+    load_digits_split,
+)
+from course_utils.models.vit import ViT, ViTConfig
+from course_utils.profiles import current
+from course_utils.training import History, train
+
+__all__ = ["Augment", "TrainConfig", "CNNConfig", "SpectrogramConfig", "Config", "config",
+           "load_images", "init_vit_", "augment_affine", "ImageRun", "accuracy", "train_vit",
+           "train_vit_digits", "SmallCNN", "train_small_cnn", "fit_svc",
+           "SPECTROGRAM_CLASSES", "make_spectrograms", "spectrogram_split",
+           "train_vit_spectrograms", "attention_rollout", "position_similarity"]
+
+
+# --------------------------------------------------------------------------------------------
+# Configs
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Augment:
+    """Training-time augmentation.
+
+    ``kind="affine"``: a random affine map per image, rotation in +-``rotate`` degrees, zoom in
+    1 +- ``zoom``, shift in +-``shift`` pixels (bilinear, zeros outside) -- for digits.
+    ``kind="crop_flip"``: random crop after ``pad`` pixels of zero padding and a random
+    horizontal flip -- for CIFAR-10. ``kind="none"``: the images as they are.
+    """
+
+    kind: str = "affine"
+    rotate: float = 10.0
+    zoom: float = 0.1
+    shift: float = 0.5
+    pad: int = 4
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train one classifier (AdamW, linear warmup then cosine decay)."""
+
+    epochs: int
+    batch_size: int
+    lr: float  # peak learning rate
+    min_lr: float  # at the end of the cosine
+    warmup_epochs: float
+    weight_decay: float  # on matrices only
+    label_smoothing: float = 0.0
+    augment: Augment = field(default_factory=Augment)
+    grad_clip: float | None = 1.0
+    eval_every_epochs: int = 10  # test accuracy during training (and always at the end)
+    autocast_dtype: torch.dtype | None = None  # torch.bfloat16 on a GPU
+
+
+@dataclass(frozen=True)
+class CNNConfig:
+    """The small CNN baseline: three 3x3 conv layers of ``width``, ``2*width``, ``2*width``
+    channels (a 2x2 max-pool after the second), global average pooling, a linear head."""
+
+    width: int
+    train: TrainConfig
+
+
+@dataclass(frozen=True)
+class SpectrogramConfig:
+    """The second-modality demo: generated spectrograms (frequency x time) and their ViT."""
+
+    n_train: int
+    n_test: int
+    n_freq: int
+    n_time: int
+    noise: float  # standard deviation of the background noise (signal peaks are about 1)
+    vit: ViTConfig
+    train: TrainConfig
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything notebook 09 sizes by profile."""
+
+    profile: str
+    dataset: str  # "digits" or "cifar10"
+    vit: ViTConfig
+    train: TrainConfig
+    cnn: CNNConfig
+    svc: dict[str, Any]  # keyword arguments of fit_svc
+    spectrogram: SpectrogramConfig
+    seed: int = 0
+
+
+def _digits_vit(profile: str) -> ViTConfig:
+    """8x8 digits in 2x2 patches: 16 patch tokens and a class token."""
+    return ViTConfig(image_size=8, patch_size=2, in_channels=1, num_classes=10, d_model=64,
+                     n_layers={"ci": 2, "cpu": 2, "gpu": 4}[profile], n_heads=4, d_ff=128,
+                     pool="cls", activation="gelu")
+
+
+def _spectrogram(profile: str) -> SpectrogramConfig:
+    n_train = {"ci": 600, "cpu": 1500, "gpu": 3000}[profile]
+    return SpectrogramConfig(
+        n_train=n_train, n_test=600, n_freq=16, n_time=24, noise=0.35,
+        vit=ViTConfig(image_size=(16, 24), patch_size=4, in_channels=1,
+                      num_classes=len(SPECTROGRAM_CLASSES), d_model=48, n_layers=2, n_heads=4,
+                      d_ff=96, pool="cls"),
+        train=TrainConfig(epochs={"ci": 8, "cpu": 15, "gpu": 30}[profile], batch_size=64,
+                          lr=3e-3, min_lr=3e-5, warmup_epochs=0.5, weight_decay=0.1,
+                          augment=Augment(kind="none"), eval_every_epochs=100))
+
+
+def config(profile: str | None = None, dataset: str | None = None) -> Config:
+    """The recipe of the active profile (or of ``profile``: "ci", "cpu" or "gpu").
+
+    ``dataset`` defaults to "cifar10" in the gpu profile when the CIFAR-10 archive is in the
+    cache (:func:`course_utils.data.images.find_cifar10`), else "digits".
+    """
+    name = profile or current().name
+    if name not in ("ci", "cpu", "gpu"):
+        raise ValueError(f"expected profile 'ci', 'cpu' or 'gpu', got {name!r}")
+    if dataset is None:
+        dataset = "cifar10" if name == "gpu" and find_cifar10() is not None else "digits"
+    if dataset not in ("digits", "cifar10"):
+        raise ValueError(f"expected dataset 'digits' or 'cifar10', got {dataset!r}")
+    if dataset == "cifar10":
+        return _cifar10_config(name)
+
+    digits_aug = Augment(kind="affine", rotate=10.0, zoom=0.1, shift=0.5)
+    train_cfg = {
+        # seconds on 2 cores, >= 93%
+        "ci": TrainConfig(epochs=12, batch_size=64, lr=3e-3, min_lr=3e-5, warmup_epochs=0.5,
+                          weight_decay=0.1, augment=digits_aug, eval_every_epochs=4),
+        # the quality bar: >= 98% in <= 30 s on 2 cores (see the module docstring)
+        "cpu": TrainConfig(epochs=30, batch_size=64, lr=3e-3, min_lr=3e-5, warmup_epochs=1.5,
+                           weight_decay=0.1, augment=digits_aug, eval_every_epochs=10),
+        # digits on a GPU (when CIFAR-10 is absent): bigger and longer, still seconds
+        "gpu": TrainConfig(epochs=60, batch_size=128, lr=2e-3, min_lr=2e-5, warmup_epochs=3,
+                           weight_decay=0.1, augment=digits_aug, eval_every_epochs=20),
+    }[name]
+    cnn = CNNConfig(width=32, train=TrainConfig(
+        epochs={"ci": 6, "cpu": 15, "gpu": 30}[name], batch_size=64, lr=3e-3, min_lr=3e-5,
+        warmup_epochs=0.5, weight_decay=0.01, augment=digits_aug, eval_every_epochs=100))
+    return Config(profile=name, dataset="digits", vit=_digits_vit(name), train=train_cfg,
+                  cnn=cnn, svc={"gamma": 0.256, "C": 1.0}, spectrogram=_spectrogram(name))
+
+
+def _cifar10_config(name: str) -> Config:
+    """CIFAR-10 from scratch, for a GPU (not verified on the machine the course was built on).
+
+    A ViT-Lite-7/4-sized model (Hassani et al. 2021: 7 layers, 256 wide, patches of 4 -> 64
+    tokens + class token) with crop-and-flip augmentation, label smoothing and 200 epochs, the
+    regime in which small ViTs trained from scratch reach the mid-to-high 80s on CIFAR-10.
+    """
+    crop_flip = Augment(kind="crop_flip", pad=4)
+    vit = ViTConfig(image_size=32, patch_size=4, in_channels=3, num_classes=10, d_model=256,
+                    n_layers=7, n_heads=4, d_ff=512, pool="cls", dropout=0.0)
+    train_cfg = TrainConfig(epochs=200, batch_size=256, lr=1e-3, min_lr=1e-5, warmup_epochs=10,
+                            weight_decay=0.05, label_smoothing=0.1, augment=crop_flip,
+                            eval_every_epochs=10, autocast_dtype=torch.bfloat16)
+    cnn = CNNConfig(width=64, train=TrainConfig(
+        epochs=40, batch_size=256, lr=2e-3, min_lr=2e-5, warmup_epochs=2, weight_decay=0.05,
+        label_smoothing=0.1, augment=crop_flip, eval_every_epochs=10,
+        autocast_dtype=torch.bfloat16))
+    return Config(profile=name, dataset="cifar10", vit=vit, train=train_cfg, cnn=cnn,
+                  svc={"gamma": "scale", "C": 10.0, "max_train": 5000},
+                  spectrogram=_spectrogram(name))
+
+
+def load_images(cfg: Config | None = None) -> ImageSplit:
+    """The data set ``cfg`` trains on, as float images.
+
+    digits: x (N, 1, 8, 8) in [0, 1] (stratified 80/20 split, seed 0). CIFAR-10: x (N, 3, 32,
+    32) standardised per channel, from the cache (a FileNotFoundError saying how to get it
+    otherwise).
+    """
+    cfg = cfg or config()
+    if cfg.dataset == "digits":
+        return load_digits_split(seed=0)
+    raw = load_cifar10()
+    mean = torch.tensor(CIFAR10_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(CIFAR10_STD).view(1, 3, 1, 1)
+
+    def prep(x: Tensor) -> Tensor:
+        return (x.float() / 255.0 - mean) / std
+
+    return ImageSplit(prep(raw.x_train), raw.y_train, prep(raw.x_test), raw.y_test, raw.classes)
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------
+def init_vit_(model: ViT) -> ViT:
+    """Xavier-uniform weights and zero biases for every linear layer (the original ViT's
+    initialisation), a zero classification head; in place, returns ``model``.
+
+    The course ViT's default (timm's ``trunc_normal(std=0.02)``) suits large models and data;
+    on digits it leaves the patch tokens so small that the first epochs are nearly wasted.
+    """
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+    nn.init.zeros_(model.head.weight)
+    return model
+
+
+def augment_affine(x: Tensor, generator: torch.Generator | None = None, *,
+                   rotate: float = 10.0, zoom: float = 0.1, shift: float = 0.5) -> Tensor:
+    """A random small affine map per image: (B, C, H, W) -> (B, C, H, W).
+
+    Rotation uniform in +-``rotate`` degrees, scale in 1 +- ``zoom``, translation in +-``shift``
+    pixels; bilinear sampling, zeros outside the image. ``generator`` lives on the CPU.
+    """
+    if x.dim() != 4:
+        raise ValueError(f"expected images (B, C, H, W), got {tuple(x.shape)}")
+    B, _, H, W = x.shape
+
+    def uniform(*shape: int) -> Tensor:
+        return torch.rand(*shape, generator=generator) * 2 - 1  # U(-1, 1)
+
+    angle = uniform(B) * math.radians(rotate)
+    scale = 1 + uniform(B) * zoom
+    move = uniform(B, 2) * shift * 2 / torch.tensor([W, H])  # pixels -> [-1, 1] units
+    cos, sin = torch.cos(angle) / scale, torch.sin(angle) / scale
+    theta = torch.stack([torch.stack([cos, -sin, move[:, 0]], -1),
+                         torch.stack([sin, cos, move[:, 1]], -1)], 1)  # (B, 2, 3)
+    grid = F.affine_grid(theta.to(x.device, x.dtype), list(x.shape), align_corners=False)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
+def _augment(x: Tensor, aug: Augment, gen: torch.Generator) -> Tensor:
+    if aug.kind == "affine":
+        return augment_affine(x, gen, rotate=aug.rotate, zoom=aug.zoom, shift=aug.shift)
+    if aug.kind == "crop_flip":
+        dev_gen = gen if x.device.type == "cpu" else None
+        return augment_crop_flip(x, aug.pad, dev_gen)
+    if aug.kind == "none":
+        return x
+    raise ValueError(f"expected augment kind 'affine', 'crop_flip' or 'none', got {aug.kind!r}")
+
+
+@dataclass
+class ImageRun:
+    """One trained classifier: its ``model`` and what the notebook prints about it.
+
+    ``wall_s``: seconds of wall-clock time for training (evaluations during training
+    included); ``cpu_s``: CPU seconds this process used meanwhile (all its threads: on a busy
+    machine it stays close to what an idle one would take, wall time does not).
+    """
+
+    name: str
+    model: Any
+    accuracy: float  # on the test split, in [0, 1]
+    wall_s: float
+    cpu_s: float
+    n_params: int
+    steps: int = 0
+    history: History | None = None
+
+    def summary(self) -> str:
+        """One line: name, test accuracy, parameters, wall and CPU time."""
+        return (f"{self.name:<22} test accuracy {100 * self.accuracy:6.2f}%  "
+                f"{self.n_params:>9,} parameters  {self.wall_s:6.1f} s wall  "
+                f"{self.cpu_s:6.1f} s CPU")
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, x: Tensor, y: Tensor, *, batch_size: int = 1024,
+             autocast_dtype: torch.dtype | None = None) -> float:
+    """Fraction of ``x`` (N, C, H, W) that ``model`` classifies as ``y`` (N,), in eval mode."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    correct = 0
+    try:
+        for i in range(0, len(x), batch_size):
+            xb = x[i:i + batch_size].to(device, non_blocking=True)
+            with torch.autocast(device.type, dtype=autocast_dtype or torch.float32,
+                                enabled=autocast_dtype is not None):
+                pred = model(xb).argmax(dim=-1)
+            correct += int((pred.cpu() == y[i:i + batch_size]).sum())
+    finally:
+        model.train(was_training)
+    return correct / len(x)
+
+
+def _fit(name: str, model: nn.Module, data: ImageSplit, tc: TrainConfig, *, seed: int,
+         device: torch.device | str | None, progress: bool | str) -> ImageRun:
+    """Train ``model`` on ``data`` with ``tc``: epochs of shuffled, augmented mini-batches."""
+    device = torch.device(device) if device is not None else current().device
+    model.to(device)
+    gen = torch.Generator().manual_seed(seed)
+    x_train = data.x_train.to(device)
+    y_train = data.y_train.to(device)
+    n = len(x_train)
+    per_epoch = math.ceil(n / tc.batch_size)
+    steps = tc.epochs * per_epoch
+    order: dict[str, Tensor] = {}
+
+    def batch(step: int) -> tuple[Tensor, Tensor]:
+        epoch, i = divmod(step, per_epoch)
+        if i == 0 or "perm" not in order:  # a new shuffle every epoch
+            order["perm"] = torch.randperm(n, generator=gen).to(device)
+        idx = order["perm"][i * tc.batch_size:(i + 1) * tc.batch_size]
+        return _augment(x_train[idx], tc.augment, gen), y_train[idx]
+
+    def loss_fn(net: nn.Module, b: tuple[Tensor, Tensor]) -> Tensor:
+        return F.cross_entropy(net(b[0]), b[1], label_smoothing=tc.label_smoothing)
+
+    def evaluate(net: nn.Module) -> dict[str, float]:
+        return {"test accuracy": accuracy(net, data.x_test, data.y_test,
+                                          autocast_dtype=tc.autocast_dtype)}
+
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    history = train(model, batch, steps=steps, lr=tc.lr, min_lr=tc.min_lr, loss_fn=loss_fn,
+                    warmup=round(tc.warmup_epochs * per_epoch), schedule="cosine",
+                    weight_decay=tc.weight_decay, grad_clip=tc.grad_clip, eval_fn=evaluate,
+                    eval_every=tc.eval_every_epochs * per_epoch, log_every=per_epoch,
+                    seed=seed, autocast_dtype=tc.autocast_dtype, progress=progress,
+                    desc=f"training {name}")
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    return ImageRun(name=name, model=model, accuracy=history.last("test accuracy"), wall_s=wall,
+                    cpu_s=cpu, n_params=sum(p.numel() for p in model.parameters()),
+                    steps=steps, history=history)
+
+
+def train_vit(cfg: Config | None = None, data: ImageSplit | None = None, *, seed: int = 0,
+              vit: ViTConfig | None = None, train_cfg: TrainConfig | None = None,
+              device: torch.device | str | None = None, progress: bool | str = "auto",
+              name: str = "ViT") -> ImageRun:
+    """Train a course :class:`ViT` (Xavier init, see :func:`init_vit_`) on ``data``.
+
+    ``cfg`` defaults to :func:`config`, ``data`` to :func:`load_images`; ``vit`` and
+    ``train_cfg`` override the config's parts. Deterministic for a given ``seed`` on the CPU.
+    Returns an :class:`ImageRun` (accuracy on ``data.x_test``).
+    """
+    cfg = cfg or config()
+    data = data if data is not None else load_images(cfg)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = init_vit_(ViT(vit or cfg.vit))
+    return _fit(name, model, data, train_cfg or cfg.train, seed=seed, device=device,
+                progress=progress)
+
+
+def train_vit_digits(cfg: Config | None = None, *, seed: int = 0, split_seed: int = 0,
+                     progress: bool | str = "auto") -> ImageRun:
+    """The tuned digits run: :func:`train_vit` on ``load_digits_split(split_seed)``.
+
+    ``cfg`` defaults to the active profile's digits recipe (``config(dataset="digits")``).
+    """
+    cfg = cfg or config(dataset="digits")
+    return train_vit(cfg, load_digits_split(seed=split_seed), seed=seed, progress=progress)
+
+
+class SmallCNN(nn.Module):
+    """The CNN baseline: images (B, C, H, W) -> logits (B, num_classes).
+
+    conv3x3(C, w) -> ReLU -> conv3x3(w, 2w) -> ReLU -> maxpool 2 -> conv3x3(2w, 2w) -> ReLU ->
+    global average pool -> Linear(2w, num_classes). Locality and translation equivariance are
+    built in: the priors a ViT has to learn from data.
+    """
+
+    def __init__(self, in_channels: int = 1, num_classes: int = 10, width: int = 32):
+        super().__init__()
+        w = width
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, w, 3, padding=1), nn.BatchNorm2d(w), nn.ReLU(),
+            nn.Conv2d(w, 2 * w, 3, padding=1), nn.BatchNorm2d(2 * w), nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(2 * w, 2 * w, 3, padding=1), nn.BatchNorm2d(2 * w), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.head = nn.Linear(2 * w, num_classes)
+
+    def forward(self, images: Tensor) -> Tensor:
+        """images (B, C, H, W) -> logits (B, num_classes)."""
+        return self.head(self.features(images))
+
+
+def train_small_cnn(data: ImageSplit | None = None, cnn: CNNConfig | None = None, *,
+                    seed: int = 0, device: torch.device | str | None = None,
+                    progress: bool | str = "auto") -> ImageRun:
+    """Train the :class:`SmallCNN` baseline (``cnn`` defaults to ``config().cnn``)."""
+    cnn = cnn or config().cnn
+    data = data if data is not None else load_digits_split(seed=0)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = SmallCNN(data.x_train.shape[1], len(data.classes), cnn.width)
+    return _fit("small CNN", model, data, cnn.train, seed=seed, device=device,
+                progress=progress)
+
+
+def fit_svc(data: ImageSplit | None = None, *, gamma: float | str = 0.256, C: float = 1.0,
+            max_train: int | None = None, seed: int = 0) -> ImageRun:
+    """An RBF support-vector classifier on the raw pixels (scikit-learn's ``SVC``).
+
+    The defaults are the classic digits setting (``gamma=0.001`` on pixel values 0..16, i.e.
+    0.256 on [0, 1]). ``max_train``: fit on a random subset (an SVC's cost grows with the
+    square of the training set: CIFAR-10's 50,000 images would take hours).
+    """
+    from sklearn.svm import SVC
+
+    data = data if data is not None else load_digits_split(seed=0)
+    x, y = data.x_train, data.y_train
+    if max_train is not None and len(x) > max_train:
+        idx = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))[:max_train]
+        x, y = x[idx], y[idx]
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    model = SVC(gamma=gamma, C=C).fit(x.reshape(len(x), -1).numpy(), y.numpy())
+    acc = float(model.score(data.x_test.reshape(len(data.x_test), -1).numpy(),
+                            data.y_test.numpy()))
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    return ImageRun(name="SVC (RBF kernel)", model=model, accuracy=acc, wall_s=wall, cpu_s=cpu,
+                    n_params=int(model.support_vectors_.size + model.dual_coef_.size))
+
+
+# --------------------------------------------------------------------------------------------
+# One architecture, many modalities: generated spectrograms
+# --------------------------------------------------------------------------------------------
+SPECTROGRAM_CLASSES = ["steady tone", "rising chirp", "falling chirp", "two tones",
+                       "pulsed tone", "click train"]
+
+
+def make_spectrograms(n: int, *, n_freq: int = 16, n_time: int = 24, noise: float = 0.35,
+                      seed: int = 0) -> tuple[Tensor, Tensor]:
+    """Audio-like magnitude spectrograms of six kinds of sound, with noise.
+
+    Returns x (n, 1, n_freq, n_time) float (row 0 = the lowest frequency) and y (n,) long, an
+    index into :data:`SPECTROGRAM_CLASSES`: a steady tone, a rising or a falling chirp (a line
+    whose frequency changes over time), two simultaneous tones, a pulsed tone (on-off), a click
+    train (broadband vertical lines). Frequencies, slopes, onsets, widths, loudness and pulse
+    rates are random, so only the *pattern* tells the classes apart -- and the chirps differ
+    only in the order of their frames: a model without positions cannot separate them.
+    """
+    g = torch.Generator().manual_seed(seed)
+    F_, T = n_freq, n_time
+
+    def u(lo: float, hi: float, *shape: int) -> Tensor:
+        return lo + (hi - lo) * torch.rand(*(shape or (n,)), generator=g)
+
+    y = torch.randint(0, len(SPECTROGRAM_CLASSES), (n,), generator=g)
+    f = torch.arange(F_, dtype=torch.float32).view(1, F_, 1)  # (1, F, 1)
+    t = torch.arange(T, dtype=torch.float32).view(1, 1, T)  # (1, 1, T)
+    onset = u(0, T * 0.25).floor()
+    length = u(T * 0.55, T * 0.75).floor()
+    on = ((t >= onset.view(-1, 1, 1)) & (t < (onset + length).view(-1, 1, 1))).float()
+    width = u(0.6, 1.0).view(-1, 1, 1)
+    f0 = u(2, F_ - 3).view(-1, 1, 1)
+    slope = u(0.35, 0.6).view(-1, 1, 1) * (F_ - 6) / (T * 0.65)
+    lo_start = u(1, 4).view(-1, 1, 1)  # chirps start near an edge and sweep across
+    rel_t = (t - onset.view(-1, 1, 1)).clamp(min=0)
+    rising = lo_start + slope * rel_t
+    falling = (F_ - 1 - lo_start) - slope * rel_t
+    gap = u(3, 6).view(-1, 1, 1)
+    f_second = torch.where(f0 + gap <= F_ - 2, f0 + gap, f0 - gap)
+    period = torch.randint(4, 7, (n,), generator=g).view(-1, 1, 1).float()
+    pulses = (((t - onset.view(-1, 1, 1)) % period) < period / 2).float()
+
+    def line(freq: Tensor) -> Tensor:  # a Gaussian ridge around freq(t): (n, F, T)
+        return torch.exp(-0.5 * ((f - freq) / width) ** 2)
+
+    clicks = (((t - onset.view(-1, 1, 1)) % period) < 1).float() * torch.ones(n, F_, T)
+    clicks = clicks * torch.exp(-0.5 * ((f - f0) / u(3, 6).view(-1, 1, 1)) ** 2).clamp(min=0.3)
+    shapes = torch.stack([
+        line(f0).expand(n, F_, T),
+        line(rising),
+        line(falling),
+        torch.maximum(line(f0).expand(n, F_, T), line(f_second).expand(n, F_, T)),
+        line(f0).expand(n, F_, T) * pulses,
+        clicks,
+    ], dim=1)  # (n, 6, F, T)
+    signal = shapes[torch.arange(n), y] * on * u(0.7, 1.2).view(-1, 1, 1)
+    background = noise * torch.randn(n, F_, T, generator=g).abs()
+    return (signal + background).unsqueeze(1), y
+
+
+def spectrogram_split(cfg: SpectrogramConfig | None = None, *, seed: int = 0) -> ImageSplit:
+    """Train and test spectrograms (independent draws) as an :class:`ImageSplit`."""
+    cfg = cfg or config().spectrogram
+    kw = {"n_freq": cfg.n_freq, "n_time": cfg.n_time, "noise": cfg.noise}
+    x_tr, y_tr = make_spectrograms(cfg.n_train, seed=seed, **kw)
+    x_te, y_te = make_spectrograms(cfg.n_test, seed=seed + 10_000, **kw)
+    return ImageSplit(x_tr, y_tr, x_te, y_te, list(SPECTROGRAM_CLASSES))
+
+
+def train_vit_spectrograms(cfg: SpectrogramConfig | None = None, data: ImageSplit | None = None,
+                           *, seed: int = 0, progress: bool | str = "auto",
+                           device: torch.device | str | None = "cpu") -> ImageRun:
+    """The same ViT (blocks, patches, class token) on spectrogram patches."""
+    cfg = cfg or config().spectrogram
+    data = data if data is not None else spectrogram_split(cfg, seed=seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = init_vit_(ViT(cfg.vit))
+    return _fit("ViT on spectrograms", model, data, cfg.train, seed=seed, device=device,
+                progress=progress)
+
+
+# --------------------------------------------------------------------------------------------
+# The maths behind two pictures
+# --------------------------------------------------------------------------------------------
+def attention_rollout(weights: list[Tensor] | Tensor, *, residual: bool = True) -> Tensor:
+    """Attention rollout (Abnar & Zuidema, 2020): how much each input token flows into each
+    output token through all layers, if attention were the only way information moves.
+
+    weights: per layer (B, H, L, L) (a list, or a tensor (n_layers, B, H, L, L)) -> (B, L, L).
+    Heads are averaged; with ``residual`` the skip connection is modelled as
+    ``0.5 * A + 0.5 * I`` (rows renormalised); the layers' maps are multiplied,
+    ``R = A_n ... A_2 A_1``, so ``R[b, i, j]`` is token j's share in output token i.
+    """
+    layers = list(weights)
+    if not layers:
+        raise ValueError("attention_rollout needs the weights of at least one layer")
+    rollout = None
+    for w in layers:
+        if w.dim() != 4 or w.shape[-1] != w.shape[-2]:
+            raise ValueError(f"expected per-layer weights (B, H, L, L), got {tuple(w.shape)}")
+        a = w.mean(dim=1)  # (B, L, L)
+        if residual:
+            a = 0.5 * a + 0.5 * torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
+            a = a / a.sum(dim=-1, keepdim=True)
+        rollout = a if rollout is None else a @ rollout
+    return rollout
+
+
+def position_similarity(model: ViT) -> Tensor:
+    """Cosine similarity of every patch's learned position embedding with every other's,
+    arranged on the patch grid (the ViT paper's figure 7, centre): (gh, gw, gh, gw).
+
+    ``out[r, c]`` is a (gh, gw) map: how similar patch (r, c)'s position vector is to each
+    position of the grid. The class token's embedding is left out.
+    """
+    gh, gw = model.config.grid_size
+    pos = model.pos_embed[0, 1:] if model.cls_token is not None else model.pos_embed[0]
+    pos = F.normalize(pos.detach().float(), dim=-1)  # (N, D)
+    return (pos @ pos.T).reshape(gh, gw, gh, gw)

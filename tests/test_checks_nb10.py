@@ -1,0 +1,263 @@
+"""Checks 10.1 (decoder layer) and 10.2 (greedy decoding) accept correct answers written
+differently and name each classic mistake. The wrong answers here are written independently
+of the check module's own catalogue."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from checks_testing import (  # noqa: F401  (one_thread is an autouse fixture)
+    assert_passes,
+    assert_registered_mistakes_named,
+    assert_rejected,
+    one_thread,
+)
+from torch import nn
+
+from course_utils import layers
+from course_utils.attention import causal_mask
+
+SEEDS = (0, 1)  # each case builds modules: two draws keep this file fast
+
+
+# ----------------------------------------------------------------------------- 10.1
+
+
+class Given(nn.Module):
+    """The __init__ the notebook gives the student for 10.1."""
+
+    def __init__(self, d_model, n_heads, d_ff, norm_first=True):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = layers.MultiHeadAttention(d_model, n_heads)
+        self.cross_attn = layers.MultiHeadAttention(d_model, n_heads)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.norm3 = nn.LayerNorm(d_model)
+        self.mlp = layers.MLP(d_model, d_ff)
+
+
+class LayerExplicitMasks(Given):
+    """Causal and padding masks built by hand, manual attention path, F.layer_norm."""
+
+    def forward(self, x, memory, memory_key_padding_mask=None):
+        T = x.shape[1]
+        cross_mask = (None if memory_key_padding_mask is None
+                      else memory_key_padding_mask[:, None, None, :])
+
+        def ln(norm, t):
+            return F.layer_norm(t, t.shape[-1:], norm.weight, norm.bias, norm.eps)
+
+        subs = [
+            (self.norm1, lambda h: self.self_attn(h, attn_mask=causal_mask(T), fast=False)),
+            (self.norm2, lambda h: self.cross_attn(h, memory, attn_mask=cross_mask, fast=False)),
+            (self.norm3, lambda h: self.mlp.fc2(torch.relu(self.mlp.fc1(h)))),
+        ]
+        for norm, sub in subs:
+            x = x + sub(ln(norm, x)) if self.norm_first else ln(norm, x + sub(x))
+        return x
+
+
+class LayerSpelledOut(Given):
+    def forward(self, x, memory, memory_key_padding_mask=None):
+        if self.norm_first:
+            x = x + self.self_attn(self.norm1(x), is_causal=True)
+            x = x + self.cross_attn(self.norm2(x), memory,
+                                    key_padding_mask=memory_key_padding_mask)
+            return x + self.mlp(self.norm3(x))
+        x = self.norm1(x + self.self_attn(x, is_causal=True))
+        x = self.norm2(x + self.cross_attn(x, memory, key_padding_mask=memory_key_padding_mask))
+        return self.norm3(x + self.mlp(x))
+
+
+@pytest.mark.parametrize("candidate", [LayerExplicitMasks, LayerSpelledOut,
+                                       layers.TransformerDecoderBlock])
+def test_decoder_layer_check_accepts_correct_answers(candidate):
+    assert_passes("10.1", candidate, SEEDS)
+
+
+def layer_with(self_attn=None, cross_attn=None, residual=(True, True, True)):
+    """LayerSpelledOut with one sublayer replaced (pre-norm and post-norm alike)."""
+
+    class Wrong(Given):
+        def forward(self, x, memory, mask=None):
+            subs = [
+                (self.norm1, self_attn or (lambda m, h: m.self_attn(h, is_causal=True))),
+                (self.norm2, cross_attn or (lambda m, h: m.cross_attn(
+                    h, memory, key_padding_mask=mask))),
+                (self.norm3, lambda m, h: m.mlp(h)),
+            ]
+            for (norm, sub), res in zip(subs, residual, strict=True):
+                if self.norm_first:
+                    x = (x if res else 0) + sub(self, norm(x))
+                else:
+                    x = norm((x if res else 0) + sub(self, x))
+            return x
+
+    return Wrong
+
+
+LAYER_MISTAKES = {
+    "no causal mask in the masked self-attention": layer_with(
+        self_attn=lambda m, h: m.self_attn(h)),
+    "cross attention takes its keys and values from x instead of memory": layer_with(
+        cross_attn=lambda m, h: m.cross_attn(h, h)),
+    "missing residual around the self-attention": layer_with(residual=(False, True, True)),
+    "missing residual around the cross attention": layer_with(residual=(True, False, True)),
+    "missing residual around the MLP": layer_with(residual=(True, True, False)),
+}
+
+
+class MaskIgnored(Given):
+    def forward(self, x, memory, memory_key_padding_mask=None):
+        x = x + self.self_attn(self.norm1(x), is_causal=True) if self.norm_first else \
+            self.norm1(x + self.self_attn(x, is_causal=True))
+        if self.norm_first:
+            x = x + self.cross_attn(self.norm2(x), memory)
+            return x + self.mlp(self.norm3(x))
+        x = self.norm2(x + self.cross_attn(x, memory))
+        return self.norm3(x + self.mlp(x))
+
+
+class MaskInvertedTorchStyle(Given):
+    """Converts to PyTorch's convention (True = padding) and hands it to the course's MHA."""
+
+    def forward(self, x, memory, memory_key_padding_mask=None):
+        pad = None if memory_key_padding_mask is None else memory_key_padding_mask.logical_not()
+        if self.norm_first:
+            x = x + self.self_attn(self.norm1(x), is_causal=True)
+            x = x + self.cross_attn(self.norm2(x), memory, key_padding_mask=pad)
+            return x + self.mlp(self.norm3(x))
+        x = self.norm1(x + self.self_attn(x, is_causal=True))
+        x = self.norm2(x + self.cross_attn(x, memory, key_padding_mask=pad))
+        return self.norm3(x + self.mlp(x))
+
+
+class AlwaysPostNorm(LayerSpelledOut):
+    def forward(self, x, memory, memory_key_padding_mask=None):
+        x = self.norm1(x + self.self_attn(x, is_causal=True))
+        x = self.norm2(x + self.cross_attn(x, memory, key_padding_mask=memory_key_padding_mask))
+        return self.norm3(x + self.mlp(x))
+
+
+@pytest.mark.parametrize("name", list(LAYER_MISTAKES))
+def test_decoder_layer_check_names_each_mistake(name):
+    assert_rejected("10.1", LAYER_MISTAKES[name], name, SEEDS)
+
+
+def test_decoder_layer_check_names_an_ignored_memory_mask():
+    assert_rejected("10.1", MaskIgnored, "memory padding mask ignored", SEEDS)
+
+
+def test_decoder_layer_check_names_a_torch_style_inverted_mask():
+    assert_rejected("10.1", MaskInvertedTorchStyle, "memory padding mask inverted", SEEDS)
+
+
+def test_decoder_layer_check_names_norms_in_the_wrong_place():
+    assert_rejected("10.1", AlwaysPostNorm,
+                    "LayerNorm in the wrong place (pre-norm and post-norm swapped)", SEEDS)
+
+
+def test_decoder_layer_registered_mistakes_are_named():
+    assert_registered_mistakes_named("10.1", seeds=(0,))
+
+
+# ----------------------------------------------------------------------------- 10.2
+
+
+def greedy_all_steps(model, src, src_lengths, max_len):
+    """Runs all max_len steps, recomputing the encoder every step, PAD after EOS."""
+    mask = torch.arange(src.shape[1])[None, :] < src_lengths[:, None]
+    B = src.shape[0]
+    ys = torch.full((B, 1), model.bos_id)
+    done = torch.zeros(B, dtype=torch.bool)
+    for _ in range(max_len):
+        logits = model.decode(ys, model.encode(src, mask), mask)  # (B, t, V)
+        nxt = torch.where(done, torch.full((B,), model.pad_id), logits[:, -1, :].argmax(-1))
+        done = done | (nxt == model.eos_id)
+        ys = torch.cat([ys, nxt.unsqueeze(1)], dim=1)
+    return ys[:, 1:]
+
+
+def greedy_topk_list(model, src, src_lengths, max_len):
+    """Builds a Python list of steps and uses topk; stops once every row has ended."""
+    mask = model.src_mask(src, src_lengths)
+    memory = model.encode(src, mask)
+    steps = [torch.full((src.shape[0],), model.bos_id)]
+    ended = torch.zeros(src.shape[0], dtype=torch.bool)
+    while len(steps) <= max_len and not ended.all():
+        logits = model.decode(torch.stack(steps, dim=1), memory, mask)[:, -1]
+        tok = logits.topk(1, dim=-1).indices[:, 0]
+        tok[ended] = model.pad_id
+        ended |= tok == model.eos_id
+        steps.append(tok)
+    return torch.stack(steps[1:], dim=1)
+
+
+@pytest.mark.parametrize("candidate", [greedy_all_steps, greedy_topk_list])
+def test_greedy_check_accepts_correct_answers(candidate):
+    assert_passes("10.2", candidate, SEEDS)
+
+
+def test_greedy_check_accepts_the_models_own_decoder_returning_a_pair():
+    assert_passes("10.2", lambda m, s, n, L: m.greedy_decode(s, n, L), SEEDS)
+
+
+def wrong_greedy(*, first=None, feed=True, pad=True, dim=-1):
+    def decode(model, src, src_lengths, max_len):
+        mask = model.src_mask(src, src_lengths)
+        memory = model.encode(src, mask)
+        B = src.shape[0]
+        ys = torch.full((B, 1), model.bos_id if first is None else first)
+        done = torch.zeros(B, dtype=torch.bool)
+        for _ in range(max_len):
+            logits = model.decode(ys if feed else ys[:, :1], memory, mask)[:, -1]
+            tok = logits.argmax(dim=dim)
+            if pad:
+                tok = tok.masked_fill(done, model.pad_id)
+            done |= tok == model.eos_id
+            ys = torch.cat([ys, tok[:, None]], dim=1)
+            if done.all():
+                break
+        return ys[:, 1:]
+
+    return decode
+
+
+GREEDY_MISTAKES = {
+    "predicted token not fed back": wrong_greedy(feed=False),
+    "tokens after EOS not replaced by PAD": wrong_greedy(pad=False),
+    "argmax over the wrong dimension": wrong_greedy(dim=0),
+    "decoding does not start from BOS": wrong_greedy(first=0),
+}
+
+
+@pytest.mark.parametrize("name", list(GREEDY_MISTAKES))
+def test_greedy_check_names_each_mistake(name):
+    assert_rejected("10.2", GREEDY_MISTAKES[name], name, SEEDS)
+
+
+def test_greedy_check_rejects_output_longer_than_max_len():
+    from course_utils import checks
+
+    result = checks.run("10.2", lambda m, s, n, L: torch.zeros(s.shape[0], L + 3, dtype=torch.long))
+    assert result.status == "error" and "more than max_len" in result.message
+
+
+def test_greedy_cases_have_rows_ending_at_different_steps():
+    from course_utils import checks
+    from course_utils.checks.nb10_full_transformer import _build_model
+
+    ex = checks.get("10.2")
+    for seed in SEEDS:
+        case = ex.make_cases(seed)[0]
+        model = _build_model(case.inputs)
+        tokens = model.greedy_decode(case.inputs["src"], case.inputs["src_lengths"],
+                                     case.inputs["max_len_decode"])[0]
+        ends = {row.index(2) if 2 in row else -1 for row in tokens.tolist()}
+        assert len(ends) >= 2, f"seed {seed}: every row ends at the same step: {tokens}"
+
+
+def test_greedy_registered_mistakes_are_named():
+    assert_registered_mistakes_named("10.2", seeds=(0,))

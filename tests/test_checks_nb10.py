@@ -81,7 +81,8 @@ def layer_with(self_attn=None, cross_attn=None, residual=(True, True, True)):
     """LayerSpelledOut with one sublayer replaced (pre-norm and post-norm alike)."""
 
     class Wrong(Given):
-        def forward(self, x, memory, mask=None):
+        def forward(self, x, memory, memory_key_padding_mask=None):
+            mask = memory_key_padding_mask
             subs = [
                 (self.norm1, self_attn or (lambda m, h: m.self_attn(h, is_causal=True))),
                 (self.norm2, cross_attn or (lambda m, h: m.cross_attn(

@@ -1,0 +1,70 @@
+"""Smoke tests of ``course bench --quick``: every benchmark runs end to end and writes its JSON.
+
+No timing is asserted here (targets live in the benchmarks' own output); what is asserted is
+that each benchmark cross-checks its implementations, produces its table's columns and records
+the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from course_utils.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
+
+
+def _bench(tmp_path: Path, *names: str, extra: tuple[str, ...] = ()) -> dict:
+    out = tmp_path / "bench.json"
+    code = main(["bench", *names, "--quick", "--threads", "1", "--out", str(tmp_path),
+                 "--json", str(out), *extra])
+    assert code == 0
+    return json.loads(out.read_text())
+
+
+def test_bench_records_the_machine_and_rejects_unknown_names(tmp_path, capsys):
+    assert main(["bench", "no-such-benchmark"]) == 2
+    assert "unknown benchmark" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_attention_and_mha_benchmarks_report_ratios_to_pytorch(tmp_path):
+    report = _bench(tmp_path, "attention", "mha")
+    machine = report["machine"]
+    assert {"cpu", "cores", "threads", "torch", "device", "dtype"} <= set(machine)
+    att = report["benchmarks"]["attention"]
+    assert {r["n"] for r in att["rows"]} == {64, 128, 256}
+    assert all(r["manual/sdpa_fwd"] > 0 and r["tiled_mem_mb"] > 0 for r in att["rows"])
+    # the naive path holds the (T, T) weights: its memory grows faster than the tiled one's
+    assert att["summary"]["memory_slopes"]["manual"] > att["summary"]["memory_slopes"]["tiled"]
+    assert Path(att["summary"]["plot"]).exists()
+    mha = report["benchmarks"]["mha"]
+    assert all(r["course/torch"] > 0 for r in mha["rows"])
+
+
+@pytest.mark.slow
+def test_gpt_benchmark_trains_and_reports_throughput_and_flops(tmp_path):
+    extra = ("--data", str(SHAKESPEARE)) if SHAKESPEARE.exists() else ()
+    row = _bench(tmp_path, "gpt", extra=extra)["benchmarks"]["gpt"]["rows"][0]
+    assert row["tokens/s"] > 0 and 0 < row["%_of_matmul"] < 100
+    assert row["val_loss"] < 5.0  # finite and below a uniform guess over ~65 characters
+
+
+@pytest.mark.slow
+def test_vit_benchmark_trains_the_vit_and_both_baselines(tmp_path):
+    rows = _bench(tmp_path, "vit")["benchmarks"]["vit"]["rows"]
+    assert [r["model"] for r in rows] == ["ViT (course)", "small CNN", "SVC (sklearn)"]
+    assert all(0.5 < r["test_acc"] <= 1.0 for r in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.notebook
+def test_notebooks_benchmark_times_a_solution_notebook(tmp_path):
+    report = _bench(tmp_path, "notebooks", extra=("--solutions", str(REPO / "solutions")))
+    rows = report["benchmarks"]["notebooks"]["rows"]
+    assert rows[0]["notebook"] == "00_start_here" and rows[0]["status"] == "ok"
+    assert rows[-1]["notebook"] == "TOTAL"

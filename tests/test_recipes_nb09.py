@@ -1,0 +1,170 @@
+"""Notebook 09's recipe: configs per profile, the training functions at tiny sizes, the
+spectrogram generator and the maths behind the pictures (rollout, position similarity)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from course_utils.data.images import ImageSplit, load_digits_split
+from course_utils.models import ViT, ViTConfig
+from course_utils.recipes import nb09
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_digits() -> ImageSplit:
+    """300 training and 100 test digits: enough to see learning, seconds to train."""
+    d = load_digits_split(seed=0)
+    return ImageSplit(d.x_train[:300], d.y_train[:300], d.x_test[:100], d.y_test[:100],
+                      d.classes)
+
+
+def test_configs_follow_the_profile(monkeypatch):
+    for name in ("ci", "cpu", "gpu"):
+        monkeypatch.setenv("COURSE_PROFILE", name)
+        cfg = nb09.config(dataset="digits")
+        assert cfg.profile == name and cfg.dataset == "digits"
+        assert cfg.vit.num_patches == 16 and cfg.vit.num_tokens == 17  # 2x2 patches of 8x8
+    assert nb09.config("ci").train.epochs < nb09.config("cpu").train.epochs
+    cifar = nb09.config("gpu", dataset="cifar10")
+    assert (cifar.vit.image_size, cifar.vit.in_channels, cifar.vit.patch_size) == (32, 3, 4)
+    assert cifar.train.augment.kind == "crop_flip" and cifar.train.autocast_dtype is not None
+    with pytest.raises(ValueError, match="profile"):
+        nb09.config("laptop")
+
+
+def test_gpu_profile_uses_digits_when_cifar10_is_absent(monkeypatch, tmp_path):
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path))
+    assert nb09.config("gpu").dataset == "digits"
+
+
+def test_train_vit_learns_tiny_digits_and_reports_times(tiny_digits):
+    cfg = nb09.config("ci", dataset="digits")
+    tc = replace(cfg.train, epochs=6, eval_every_epochs=3)
+    vit = replace(cfg.vit, n_layers=1, d_model=32, d_ff=64)
+    run = nb09.train_vit(cfg, tiny_digits, vit=vit, train_cfg=tc, progress=False)
+    assert isinstance(run.model, ViT) and run.steps == 6 * 5
+    assert run.accuracy > 0.5  # chance is 0.1
+    assert run.wall_s > 0 and run.cpu_s > 0 and run.n_params == run.model.num_params()
+    assert run.history.eval["test accuracy"][-1] == run.accuracy
+    assert "test accuracy" in run.summary()
+
+
+def test_train_vit_is_deterministic_for_a_seed(tiny_digits):
+    cfg = nb09.config("ci", dataset="digits")
+    tc = replace(cfg.train, epochs=1)
+    vit = replace(cfg.vit, n_layers=1, d_model=16, d_ff=32)
+    a, b = (nb09.train_vit(cfg, tiny_digits, vit=vit, train_cfg=tc, seed=3, progress=False)
+            for _ in range(2))
+    for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+
+
+def test_small_cnn_baseline_learns(tiny_digits):
+    cnn = nb09.config("ci").cnn
+    cnn = replace(cnn, width=8, train=replace(cnn.train, epochs=4))
+    run = nb09.train_small_cnn(tiny_digits, cnn, progress=False)
+    assert run.model(tiny_digits.x_test[:2]).shape == (2, 10)
+    assert run.accuracy > 0.5
+
+
+def test_svc_baseline_fits_digits(tiny_digits):
+    run = nb09.fit_svc(tiny_digits)
+    assert run.accuracy > 0.85
+    sub = nb09.fit_svc(tiny_digits, max_train=50)
+    assert len(sub.model.support_) <= 50
+
+
+def test_train_vit_digits_uses_the_profile_recipe(monkeypatch):
+    captured = {}
+
+    def fake_train_vit(cfg, data, *, seed, progress):
+        captured.update(cfg=cfg, data=data, seed=seed)
+        return "run"
+
+    monkeypatch.setattr(nb09, "train_vit", fake_train_vit)
+    assert nb09.train_vit_digits(nb09.config("cpu"), seed=4) == "run"
+    assert captured["cfg"].profile == "cpu" and captured["seed"] == 4
+    assert captured["data"].x_train.shape[1:] == (1, 8, 8)
+
+
+def test_init_vit_gives_xavier_scale_weights_and_a_zero_head():
+    model = nb09.init_vit_(ViT(ViTConfig(d_model=32, n_heads=2, n_layers=1)))
+    w = model.patch_embed.proj.weight  # (32, 4): xavier bound sqrt(6 / 36)
+    assert w.abs().max() <= (6 / 36) ** 0.5 and w.std() > 0.1
+    assert torch.count_nonzero(model.head.weight) == 0
+
+
+def test_affine_augmentation_keeps_shape_and_identity_is_exact():
+    x = torch.rand(5, 1, 8, 8)
+    g = torch.Generator().manual_seed(0)
+    out = nb09.augment_affine(x, g)
+    assert out.shape == x.shape and not torch.allclose(out, x)
+    same = nb09.augment_affine(x, g, rotate=0.0, zoom=0.0, shift=0.0)
+    torch.testing.assert_close(same, x)
+    with pytest.raises(ValueError, match="B, C, H, W"):
+        nb09.augment_affine(torch.rand(8, 8))
+
+
+def test_spectrograms_have_every_class_and_are_reproducible():
+    x, y = nb09.make_spectrograms(120, n_freq=16, n_time=24, seed=1)
+    assert x.shape == (120, 1, 16, 24) and y.shape == (120,)
+    assert set(y.tolist()) == set(range(len(nb09.SPECTROGRAM_CLASSES)))
+    x2, y2 = nb09.make_spectrograms(120, n_freq=16, n_time=24, seed=1)
+    assert torch.equal(x, x2) and torch.equal(y, y2)
+    assert (x >= 0).all() and torch.isfinite(x).all()
+
+
+def test_chirps_rise_and_fall():
+    x, y = nb09.make_spectrograms(400, noise=0.0, seed=0)
+    ridge = x[:, 0].argmax(dim=1).float()  # (n, T): loudest frequency per frame
+    freqs = torch.arange(x.shape[2]).float().view(1, -1, 1)
+    centre = (x[:, 0] * freqs).sum(1) / x[:, 0].sum(1).clamp(min=1e-6)  # (n, T)
+    active = x[:, 0].amax(dim=1) > 0.5  # frames where the sound is on
+    for label, sign in ((1, 1.0), (2, -1.0)):
+        for i in torch.nonzero(y == label).flatten()[:10]:
+            c = centre[i][active[i]]
+            assert sign * (c[-1] - c[0]) > 2, (label, ridge[i])
+
+
+def test_spectrogram_vit_trains(tiny_digits):
+    sc = nb09.config("ci").spectrogram
+    sc = replace(sc, n_train=200, n_test=100, train=replace(sc.train, epochs=2))
+    run = nb09.train_vit_spectrograms(sc, progress=False)
+    assert run.model.config.image_size == (16, 24)
+    assert 0.0 <= run.accuracy <= 1.0 and run.steps == 2 * 4
+
+
+def test_attention_rollout_rows_sum_to_one_and_one_layer_is_its_mixed_map():
+    g = torch.Generator().manual_seed(0)
+    layers = [torch.rand(2, 3, 5, 5, generator=g).softmax(-1) for _ in range(3)]
+    r = nb09.attention_rollout(layers)
+    assert r.shape == (2, 5, 5)
+    torch.testing.assert_close(r.sum(-1), torch.ones(2, 5))
+    one = nb09.attention_rollout(layers[:1])
+    torch.testing.assert_close(one, 0.5 * layers[0].mean(1) + 0.5 * torch.eye(5))
+    plain = nb09.attention_rollout(layers, residual=False)
+    a = [w.mean(1) for w in layers]
+    torch.testing.assert_close(plain, a[2] @ a[1] @ a[0])
+    with pytest.raises(ValueError, match="at least one"):
+        nb09.attention_rollout([])
+
+
+def test_position_similarity_is_a_cosine_map_on_the_grid():
+    model = ViT(ViTConfig(image_size=(8, 12), patch_size=4, d_model=16, n_heads=2, n_layers=1))
+    sim = nb09.position_similarity(model)
+    assert sim.shape == (2, 3, 2, 3)
+    for r in range(2):
+        for c in range(3):
+            assert sim[r, c, r, c] == pytest.approx(1.0, abs=1e-5)
+    assert sim.abs().max() <= 1 + 1e-5

@@ -48,18 +48,20 @@ def test_gpu_profile_uses_digits_when_cifar10_is_absent(monkeypatch, tmp_path):
     assert nb09.config("gpu").dataset == "digits"
 
 
+@pytest.mark.slow
 def test_train_vit_learns_tiny_digits_and_reports_times(tiny_digits):
     cfg = nb09.config("ci", dataset="digits")
-    tc = replace(cfg.train, epochs=6, eval_every_epochs=3)
+    tc = replace(cfg.train, epochs=10, eval_every_epochs=5, augment=nb09.Augment(kind="none"))
     vit = replace(cfg.vit, n_layers=1, d_model=32, d_ff=64)
     run = nb09.train_vit(cfg, tiny_digits, vit=vit, train_cfg=tc, progress=False)
-    assert isinstance(run.model, ViT) and run.steps == 6 * 5
+    assert isinstance(run.model, ViT) and run.steps == 10 * 5
     assert run.accuracy > 0.5  # chance is 0.1
     assert run.wall_s > 0 and run.cpu_s > 0 and run.n_params == run.model.num_params()
     assert run.history.eval["test accuracy"][-1] == run.accuracy
     assert "test accuracy" in run.summary()
 
 
+@pytest.mark.slow
 def test_train_vit_is_deterministic_for_a_seed(tiny_digits):
     cfg = nb09.config("ci", dataset="digits")
     tc = replace(cfg.train, epochs=1)
@@ -70,9 +72,11 @@ def test_train_vit_is_deterministic_for_a_seed(tiny_digits):
         assert torch.equal(pa, pb)
 
 
+@pytest.mark.slow
 def test_small_cnn_baseline_learns(tiny_digits):
     cnn = nb09.config("ci").cnn
-    cnn = replace(cnn, width=8, train=replace(cnn.train, epochs=4))
+    cnn = replace(cnn, width=8, train=replace(cnn.train, epochs=8,
+                                              augment=nb09.Augment(kind="none")))
     run = nb09.train_small_cnn(tiny_digits, cnn, progress=False)
     assert run.model(tiny_digits.x_test[:2]).shape == (2, 10)
     assert run.accuracy > 0.5
@@ -137,7 +141,8 @@ def test_chirps_rise_and_fall():
             assert sign * (c[-1] - c[0]) > 2, (label, ridge[i])
 
 
-def test_spectrogram_vit_trains(tiny_digits):
+@pytest.mark.slow
+def test_spectrogram_vit_trains():
     sc = nb09.config("ci").spectrogram
     sc = replace(sc, n_train=200, n_test=100, train=replace(sc.train, epochs=2))
     run = nb09.train_vit_spectrograms(sc, progress=False)

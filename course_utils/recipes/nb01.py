@@ -41,8 +41,7 @@ from course_utils.training import History, sequence_cross_entropy, train
 
 __all__ = ["Recipe", "recipe", "make_data", "build_model", "teacher_forced_logits",
            "length_batches", "train_seq2seq", "LengthReport", "evaluate_by_length",
-           "decode_tokens", "SweepResult", "hidden_size_sweep", "count_parameters",
-           "context_sensitivity", "position_accuracy"]
+           "decode_tokens", "SweepResult", "hidden_size_sweep", "count_parameters"]
 
 Bucket = tuple[int, int]
 
@@ -83,7 +82,7 @@ def _buckets(lo: int, hi: int, width: int) -> tuple[Bucket, ...]:
 def recipe() -> Recipe:
     """The active profile's recipe (``ci``: seconds on 2 CPU cores; ``cpu``: a few minutes)."""
     ci = Recipe(n_train=3000, n_test=300, min_len=3, max_len=11, buckets=_buckets(3, 11, 3),
-                emb_dim=32, hidden_dim=64, steps=220, batch_size=64, lr=1e-2, warmup=20,
+                emb_dim=32, hidden_dim=64, steps=160, batch_size=64, lr=1e-2, warmup=16,
                 hidden_sizes=(16, 32, 64), profile="ci")
     cpu = Recipe(n_train=20000, n_test=600, min_len=3, max_len=20, buckets=_buckets(3, 20, 3),
                  emb_dim=64, hidden_dim=128, steps=800, batch_size=64, lr=5e-3, warmup=50,
@@ -358,54 +357,3 @@ def hidden_size_sweep(data: TaskData, r: Recipe, *, sizes: Sequence[int] | None 
         report = evaluate_by_length(model, data.test, r.buckets, decode_fn=decode_fn)
         results[h] = SweepResult(h, report, count_parameters(model), history.total_time, history)
     return results
-
-
-# --------------------------------------------------------------------------------------------
-# Where the information goes
-# --------------------------------------------------------------------------------------------
-def context_sensitivity(model: Seq2SeqRNN, split: Seq2SeqData, length: int) -> Tensor:
-    """How strongly the context vector c depends on each source word, by position.
-
-    For the sentences of ``split`` with exactly ``length`` source words: the Frobenius norm of
-    the Jacobian dc / d(embedding of word i), averaged over sentences -> (length,). Position 0
-    is the first word the encoder reads, position ``length - 1`` the last.
-    """
-    rows = (split.src_lengths == length).nonzero().flatten()
-    if len(rows) == 0:
-        raise ValueError(f"no sentence of source length {length} in this split "
-                         f"(lengths {int(split.src_lengths.min())}..{int(split.src_lengths.max())})")
-    device = next(model.parameters()).device
-    src = split.src[rows, :length].to(device)  # (B, L), no padding at this length
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.enable_grad():
-            emb = model.src_embed(src).detach().requires_grad_(True)  # (B, L, E)
-            _, h_n = model.encoder(emb)
-            c = h_n[0]  # (B, H)
-            sq = torch.zeros(src.shape[0], length, device=device)
-            for k in range(c.shape[1]):  # one backward pass per coordinate of c
-                (g,) = torch.autograd.grad(c[:, k].sum(), emb, retain_graph=True)
-                sq += g.pow(2).sum(dim=-1)  # (B, L)
-    finally:
-        model.train(was_training)
-    return sq.sqrt().mean(dim=0).cpu()
-
-
-@torch.no_grad()
-def position_accuracy(model: Seq2SeqRNN, split: Seq2SeqData, bucket: Bucket, *,
-                      forward_fn: Callable[..., Any] | None = None) -> Tensor:
-    """Teacher-forced accuracy at each target position, for the sentences in ``bucket``.
-
-    -> (T,) fraction of sentences (that have a word there) whose word at position t is
-    predicted right when the decoder reads the true previous words; NaN where none has one.
-    """
-    lo, hi = bucket
-    rows = ((split.src_lengths >= lo) & (split.src_lengths <= hi)).nonzero().flatten()
-    part = split[rows].to(next(model.parameters()).device)
-    logits = (forward_fn or teacher_forced_logits)(model, part.src, part.src_lengths, part.tgt_in)
-    if isinstance(logits, (tuple, list)):
-        logits = logits[0]
-    real = part.tgt_out != 0
-    right = (logits.argmax(dim=-1) == part.tgt_out) & real
-    return (right.sum(0).float() / real.sum(0).float()).cpu()  # 0/0 -> NaN

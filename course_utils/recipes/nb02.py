@@ -156,7 +156,7 @@ def plot_alignment(t: Translation, title: str | None = None, ax: Axes | None = N
                    show_gold: bool = True) -> Axes:
     """Heatmap of one translation's attention: output words (rows) by source words (columns).
 
-    Small circles mark the gold alignment, so agreement (a dark cell inside a circle) is
+    Red circles mark the gold alignment, so agreement (a dark cell inside a circle) is
     visible at a glance. Returns the axes.
     """
     if ax is None:
@@ -165,16 +165,14 @@ def plot_alignment(t: Translation, title: str | None = None, ax: Axes | None = N
     verdict = "correct" if t.correct else "wrong"
     show_heatmap(t.weights, x_labels=t.source, y_labels=t.output, ax=ax, cmap="Greys",
                  vmin=0.0, vmax=1.0,
-                 title=title or f"attention while translating ({verdict})",
+                 title=title or f"attention while translating ({verdict}); circles: gold",
                  xlabel="source words (encoder states $h_j$)",
                  ylabel="output words (decoder steps $t$)")
     if show_gold:
         pts = [(s, j) for j, s in enumerate(t.gold[:len(t.output)]) if s >= 0]
         if pts:
             ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=110, facecolors="none",
-                       edgecolors="tab:red", linewidths=1.2, label="gold alignment")
-            ax.legend(loc="upper right", fontsize=7, framealpha=0.8,
-                      bbox_to_anchor=(1.0, -0.25 if len(t.source) < 8 else -0.12))
+                       edgecolors="tab:red", linewidths=1.2)
     return ax
 
 

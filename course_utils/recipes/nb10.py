@@ -91,17 +91,17 @@ class Config:
 def config() -> Config:
     """The active profile's recipe."""
     return Config(
-        task=TaskConfig(n_train=pick(ci=3000, cpu=8000), n_test=pick(ci=300, cpu=1000),
-                        min_len=3, max_len=pick(ci=12, cpu=20)),
-        transformer=TransformerConfig(d_model=pick(ci=64, cpu=64), n_heads=4,
-                                      n_layers=pick(ci=2, cpu=2), d_ff=pick(ci=128, cpu=256)),
+        task=TaskConfig(n_train=pick(ci=2000, cpu=6000), n_test=pick(ci=200, cpu=1000),
+                        min_len=3, max_len=pick(ci=10, cpu=16)),
+        transformer=TransformerConfig(d_model=64, n_heads=4, n_layers=2,
+                                      d_ff=pick(ci=128, cpu=256)),
         rnn=RNNConfig(emb_dim=pick(ci=32, cpu=64), hidden_dim=pick(ci=64, cpu=128)),
-        batch_size=pick(ci=64, cpu=64),
-        steps=pick(ci=400, cpu=2000),
+        batch_size=64,
+        steps=pick(ci=300, cpu=1500),
         lr={"rnn": 3e-3, "rnn+attention": 3e-3, "transformer": 2e-3},
-        warmup=pick(ci=50, cpu=100),
-        eval_points=pick(ci=3, cpu=5),
-        eval_subset=pick(ci=150, cpu=300),
+        warmup=pick(ci=30, cpu=100),
+        eval_points=pick(ci=2, cpu=5),
+        eval_subset=pick(ci=100, cpu=300),
         seeds=pick(ci=(0,), cpu=(0, 1)),
     )
 
@@ -234,7 +234,7 @@ class _LayerAdapter(nn.Module):
         self.layer = layer
 
     def forward(self, x, memory, *, memory_key_padding_mask=None, **_ignored):
-        return self.layer(x, memory, memory_key_padding_mask)
+        return self.layer(x, memory, memory_key_padding_mask=memory_key_padding_mask)
 
 
 def with_decoder_layers(model: EncoderDecoderTransformer, layer_cls: Callable[..., nn.Module]

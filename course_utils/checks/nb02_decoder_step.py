@@ -105,12 +105,15 @@ def _step(*, query="old", mask="mask", cell_order="emb_c", out_order="s_c", out_
 
     def impl(model, prev_token, state, enc_states, src_mask):
         a = model.attention
-        m = {"mask": src_mask, "none": None, "inverted": ~src_mask, "batch": src_mask}[mask]
+        m = {"mask": src_mask, "none": None, "inverted": ~src_mask, "batch": src_mask,
+             "inverted_nan": ~src_mask}[mask]
 
         def attend(s):
             scores = attn.additive_scores(s, enc_states, a.W_query.weight, a.W_key.weight, a.v)
             if mask == "batch":
                 w = torch.softmax(scores.masked_fill(~src_mask, float("-inf")), dim=0)
+            elif mask == "inverted_nan":  # a full-length row is then fully masked: NaN
+                w = torch.softmax(scores.masked_fill(src_mask, float("-inf")), dim=-1)
             else:
                 w = attn.masked_softmax(scores, m)
             return (w[:, :, None] * enc_states).sum(dim=1), w, scores
@@ -135,6 +138,7 @@ def _step(*, query="old", mask="mask", cell_order="emb_c", out_order="s_c", out_
 _NEW_STATE = ("Bahdanau attention scores the encoder states against the decoder state *before* "
               "the update: e_tj = f_att(s_{t-1}, h_j); compute c_t from `state`, then "
               "s_t = decoder_cell([embedding; c_t], state), and use that same c_t in the output")
+_INVERTED = "src_mask is True at real tokens: those may be attended; block where it is False"
 _NO_MASK = ("padding positions must get zero weight: pass mask=src_mask to the attention "
             "(scores of padded positions set to -inf before the softmax)")
 
@@ -144,9 +148,8 @@ MISTAKES = [
     Mistake("attention computed from the new state s_t instead of the previous state s_{t-1}",
             _NEW_STATE, _step(weights_from="new")),
     Mistake("attention over padding (src_mask not applied)", _NO_MASK, _step(mask="none")),
-    Mistake("mask inverted (True treated as padding)",
-            "src_mask is True at real tokens: those may be attended; block where it is False",
-            _step(mask="inverted")),
+    Mistake("mask inverted (True treated as padding)", _INVERTED, _step(mask="inverted")),
+    Mistake("mask inverted (True treated as padding)", _INVERTED, _step(mask="inverted_nan")),
     Mistake("softmax over the batch (dim=0) instead of the source positions",
             "normalise the scores (B, S) over the source positions, dim=-1",
             _step(mask="batch")),

@@ -3,13 +3,17 @@ spectrogram generator and the maths behind the pictures (rollout, position simil
 
 from __future__ import annotations
 
+import io
 import math
+import pickle
+import tarfile
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
-from course_utils.data.images import ImageSplit, load_digits_split
+from course_utils.data.images import CIFAR10_FILE, ImageSplit, load_digits_split
 from course_utils.models import ViT, ViTConfig
 from course_utils.recipes import nb09
 
@@ -175,3 +179,47 @@ def test_position_similarity_is_a_cosine_map_on_the_grid():
         for c in range(3):
             assert sim[r, c, r, c] == pytest.approx(1.0, abs=1e-5)
     assert sim.abs().max() <= 1 + 1e-5
+
+
+def _fake_cifar(path, n_per_batch: int = 8) -> None:
+    """A tiny archive in the official CIFAR-10 python layout (random pixels and labels)."""
+    rng = np.random.default_rng(0)
+    with tarfile.open(path, "w:gz") as tar:
+        for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+            obj = {b"data": rng.integers(0, 256, (n_per_batch, 3072), dtype=np.uint8),
+                   b"labels": rng.integers(0, 10, n_per_batch).tolist()}
+            raw = pickle.dumps(obj, protocol=2)
+            info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+
+
+@pytest.mark.slow
+def test_gpu_profile_trains_on_cifar10_when_the_archive_is_cached(monkeypatch, tmp_path):
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path))
+    _fake_cifar(tmp_path / CIFAR10_FILE)
+    cfg = nb09.config("gpu")
+    assert cfg.dataset == "cifar10" and cfg.svc["max_train"] < 50_000
+    data = nb09.load_images(cfg)
+    assert data.x_train.shape == (40, 3, 32, 32) and data.x_train.dtype == torch.float32
+    assert abs(float(data.x_train.mean())) < 0.5  # standardised per channel
+    vit = replace(cfg.vit, d_model=16, n_heads=2, d_ff=32, n_layers=1)
+    tc = replace(cfg.train, epochs=1, batch_size=16, warmup_epochs=0)  # crop+flip, bf16 autocast
+    run = nb09.train_vit(cfg, data, vit=vit, train_cfg=tc, device="cpu", progress=False)
+    assert run.steps == 3 and 0.0 <= run.accuracy <= 1.0
+    cnn = replace(cfg.cnn, width=4, train=replace(tc))
+    assert 0.0 <= nb09.train_small_cnn(data, cnn, device="cpu", progress=False).accuracy <= 1.0
+    assert 0.0 <= nb09.fit_svc(data, **{**cfg.svc, "max_train": 30}).accuracy <= 1.0
+
+
+def test_run_model_batches_and_returns_weights_on_the_cpu():
+    model = ViT(ViTConfig(d_model=16, n_heads=2, n_layers=2)).eval()
+    x = torch.rand(7, 1, 8, 8)
+    logits, weights = nb09.run_model(model, x, need_weights=True, batch_size=3)
+    with torch.no_grad():
+        ref_logits, ref_weights = model(x, need_weights=True)
+    torch.testing.assert_close(logits, ref_logits)
+    assert len(weights) == 2 and weights[0].shape == (7, 2, 17, 17)
+    torch.testing.assert_close(weights[1], ref_weights[1])
+    doubled = nb09.run_model(model, x, forward=lambda m, b: 2 * m(b), batch_size=4)
+    torch.testing.assert_close(doubled, 2 * ref_logits)

@@ -1,21 +1,31 @@
 """GPT benchmark: the course GPT at nanoGPT's CPU size on tiny-shakespeare.
 
-Reports training throughput (tokens/s), val loss and wall time, and the achieved FLOP/s of a
-training step as a percentage of this machine's own matmul throughput measured in the same run
-(the practical ceiling). The recipe is notebook 08's (``course_utils.recipes.nb08``).
+Two runs in one process, on the same machine and data:
+
+1. the reference: nanoGPT's CPU recipe from its README (4 layers, 4 heads, 128 wide, context
+   64, batch 12, 2000 steps, lr 1e-3 with 100 warmup steps and cosine decay to 1e-4, AdamW
+   betas (0.9, 0.99), weight decay 0.1, no dropout, evaluations every 250 steps), re-run with
+   the course's GPT (the same architecture as nanoGPT's ``model.py``). Its wall time is this
+   machine's "65 s-equivalent": the issue's 65 s were measured on a faster 2-core CPU.
+2. the course's cpu recipe (notebook 08's, ``course_utils.recipes.nb08``), given the
+   reference's wall time as its budget. Target: val loss <= 1.80 in that time.
+
+Reported for each: training throughput (tokens/s), val loss, wall time, and the achieved
+FLOP/s of a training step as a percentage of this machine's own matmul throughput measured in
+the same run (the practical ceiling).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import time
 
 import torch
 
 from course_utils.bench.common import median_time, table
 
-NANOGPT_CPU_SECONDS = 65.0  # nanoGPT's CPU recipe: val 1.886 in about 65 s on a 2-core CPU
+NANOGPT_CPU_SECONDS = 65.0  # the issue's figure for nanoGPT's CPU recipe on a 2-core CPU
+NANOGPT_CPU_LOSS = 1.886  # ... and the val loss it reaches
 TARGET_LOSS = 1.80
 
 
@@ -31,39 +41,79 @@ def flops_per_token(n_params: int, n_layer: int, n_embd: int, block_size: int) -
     return 6 * n_params + 12 * n_layer * n_embd * block_size
 
 
+def nanogpt_cpu_recipe():
+    """nanoGPT's README command for a CPU (``train_shakespeare_char`` with the CPU overrides),
+    as an ``nb08.Config``: batch 12, 2000 steps, lr 1e-3 -> 1e-4, 100 warmup steps."""
+    from course_utils.models.gpt import GPTConfig
+    from course_utils.recipes import nb08
+
+    return nb08.Config(
+        model=GPTConfig(block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0,
+                        bias=False),
+        batch_size=12, steps=2000, lr=1e-3, min_lr=1e-4, warmup=100, weight_decay=0.1,
+        betas=(0.9, 0.99), grad_clip=1.0, eval_every=250, eval_batches=20,
+        final_eval_batches=50, eval_batch_size=12)
+
+
+def _train(name: str, cfg, data, peak: float, budget: float | None) -> dict:
+    from course_utils.recipes import nb08
+
+    model, hist = nb08.train_char_gpt(cfg, data, time_budget_s=budget, progress=False)
+    m = model.config
+    achieved = hist.tokens_per_second * flops_per_token(model.num_params(), m.n_layer,
+                                                        m.n_embd, m.block_size)
+    row = {"recipe": name, "size": f"{m.n_layer}x{m.n_head}x{m.n_embd} ctx{m.block_size}",
+           "batch": cfg.batch_size, "lr": cfg.lr, "steps": hist.steps_done,
+           "tokens": hist.tokens_seen, "wall_s": hist.wall_seconds,
+           "tokens/s": hist.tokens_per_second, "val_loss": hist.final_val,
+           "step_GFLOPs": achieved / 1e9, "%_of_matmul": 100 * achieved / peak}
+    print(f"  {name}: val {row['val_loss']:.3f} after {row['steps']} steps in "
+          f"{row['wall_s']:.0f} s", flush=True)
+    return row
+
+
 def run(opts: argparse.Namespace) -> dict:
-    """Train once with the cpu recipe (or a tiny one with --quick) and report the figures."""
+    """Train the nanoGPT reference, then the course recipe within the reference's wall time."""
     from course_utils.recipes import nb08
 
     device = torch.device(opts.device or "cpu")
-    cfg = nb08.config("ci" if opts.quick else ("gpu" if device.type == "cuda" else "cpu"))
-    cfg = dataclasses.replace(cfg, device=str(device))
-    if opts.quick:
-        cfg = dataclasses.replace(cfg, steps=20, eval_every=10, final_eval_batches=2)
+    gpu = device.type == "cuda"
     data = nb08.load_dataset(opts.data)
     peak = matmul_flops(device, 256 if opts.quick else 1024)
-    t0 = time.perf_counter()
-    model, hist = nb08.train_char_gpt(cfg, data, progress=False)
-    wall = time.perf_counter() - t0
-    steps = hist.steps_done
-    tok_s = hist.tokens_per_second
-    train_time = hist.wall_seconds  # the training loop with its evaluations, like nanoGPT's
-    m = model.config
-    achieved = tok_s * flops_per_token(model.num_params(), m.n_layer, m.n_embd, m.block_size)
-    val = hist.final_val
-    row = {"corpus": data.corpus.name,
-           "size": f"{m.n_layer}x{m.n_head}x{m.n_embd} ctx{m.block_size}",
-           "batch": cfg.batch_size, "steps": steps, "wall_s": train_time,
-           "total_s": wall,
-           "tokens/s": tok_s, "val_loss": val,
-           "matmul_GFLOPs": peak / 1e9, "step_GFLOPs": achieved / 1e9,
-           "%_of_matmul": 100 * achieved / peak}
-    print(table([row], list(row)))
-    summary = dict(row)
-    if not opts.quick and device.type == "cpu":
-        summary["target"] = (f"val <= {TARGET_LOSS} within {NANOGPT_CPU_SECONDS:.0f} s "
-                             "(nanoGPT's CPU recipe: 1.886 in ~65 s)")
-        summary["meets_target"] = bool(val <= TARGET_LOSS and train_time <= NANOGPT_CPU_SECONDS)
+    ours = dataclasses.replace(nb08.config("gpu" if gpu else ("ci" if opts.quick else "cpu")),
+                               device=str(device))
+    rows, budget = [], None
+    if not gpu:  # the reference is a CPU recipe; the gpu profile has its own bar (val <= 1.47)
+        ref = dataclasses.replace(nanogpt_cpu_recipe(), device=str(device))
+        if opts.quick:
+            ref = dataclasses.replace(ref, steps=20, eval_every=10, final_eval_batches=2)
+        rows.append(_train("nanoGPT CPU recipe", ref, data, peak, None))
+        budget = rows[0]["wall_s"]
+    if opts.quick:
+        ours = dataclasses.replace(ours, steps=20, eval_every=10, final_eval_batches=2)
+    rows.append(_train(f"course {'gpu' if gpu else 'cpu'} recipe", ours, data, peak, budget))
+    for row in rows:
+        row["corpus"] = data.corpus.name
+        row["matmul_GFLOPs"] = peak / 1e9
+    print(table(rows, ["recipe", "size", "batch", "lr", "steps", "wall_s", "tokens/s",
+                       "val_loss", "%_of_matmul"]))
+    course = rows[-1]
+    summary = {"corpus": data.corpus.name, "matmul_GFLOPs": peak / 1e9,
+               "val_loss": course["val_loss"], "wall_s": course["wall_s"]}
+    if gpu and not opts.quick:
+        summary["target"] = "val <= 1.47 (nanoGPT's train_shakespeare_char on a GPU)"
+        summary["meets_target"] = bool(course["val_loss"] <= 1.47)
+    elif not opts.quick:
+        ref = rows[0]
+        summary.update(reference_wall_s=ref["wall_s"], reference_val_loss=ref["val_loss"],
+                       wall_ratio=course["wall_s"] / ref["wall_s"],
+                       target=f"val <= {TARGET_LOSS} within the reference's wall time "
+                              f"(the issue's 65 s-equivalent; the reference reached "
+                              f"{NANOGPT_CPU_LOSS} in ~{NANOGPT_CPU_SECONDS:.0f} s on its "
+                              "machine)")
+        summary["meets_target"] = bool(course["val_loss"] <= TARGET_LOSS
+                                       and course["wall_s"] <= ref["wall_s"] * 1.01)
+    if "meets_target" in summary:
         print(f"target {summary['target']}: {'met' if summary['meets_target'] else 'MISSED'} "
-              f"(val {val:.3f} in {train_time:.0f} s)")
-    return {"rows": [row], "summary": summary}
+              f"(val {course['val_loss']:.3f} in {course['wall_s']:.0f} s)")
+    return {"rows": rows, "summary": summary}

@@ -65,13 +65,13 @@ def config(profile: str | None = None) -> Config:
         "ci": Config(
             model=GPTConfig(block_size=32, n_layer=2, n_head=4, n_embd=64, dropout=0.0,
                             bias=False),
-            batch_size=16, steps=250, lr=5e-3, min_lr=5e-4, warmup=20, eval_every=50,
+            batch_size=16, steps=400, lr=8e-3, min_lr=8e-4, warmup=40, eval_every=100,
             eval_batches=4, final_eval_batches=10, eval_batch_size=32),
         # nanoGPT's CPU size; tuned (see the module docstring and the notebook's closing note)
         "cpu": Config(
             model=GPTConfig(block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0,
                             bias=False),
-            batch_size=32, steps=800, lr=4e-3, min_lr=1e-4, warmup=50, eval_every=200,
+            batch_size=24, steps=1100, lr=1.2e-2, min_lr=1e-4, warmup=70, eval_every=250,
             eval_batches=4, final_eval_batches=50, eval_batch_size=64),
         # nanoGPT's config/train_shakespeare_char.py (val 1.47 in about 3 minutes on an A100)
         "gpu": Config(

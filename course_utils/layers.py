@@ -28,6 +28,7 @@ __all__ = [
     "MLP",
     "TransformerBlock",
     "TransformerDecoderBlock",
+    "pre_norm_stack",
 ]
 
 
@@ -255,6 +256,24 @@ def _torch_activation_name(layer: nn.Module) -> str:
     raise ValueError(f"expected a relu or gelu activation, got {act!r}")
 
 
+def _block_like(cls: type, layer: nn.Module) -> nn.Module:
+    """An untrained ``cls`` block with the configuration (sizes, dropout, norm placement,
+    activation, eps, bias), device and dtype of torch's encoder or decoder ``layer``."""
+    sa = layer.self_attn
+    ours = cls(
+        sa.embed_dim,
+        sa.num_heads,
+        layer.linear1.out_features,
+        dropout=layer.dropout.p,
+        norm_first=layer.norm_first,
+        activation=_torch_activation_name(layer),
+        layer_norm_eps=layer.norm1.eps,
+        bias=layer.linear1.bias is not None,
+    )
+    w = layer.linear1.weight
+    return ours.to(device=w.device, dtype=w.dtype)
+
+
 def _copy_linear(dst: nn.Linear, src: nn.Linear) -> None:
     dst.weight.copy_(src.weight)
     if src.bias is not None:
@@ -339,18 +358,7 @@ class TransformerBlock(nn.Module):
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> TransformerBlock:
         """A TransformerBlock with the configuration and weights of ``layer``."""
         sa = layer.self_attn
-        ours = cls(
-            sa.embed_dim,
-            sa.num_heads,
-            layer.linear1.out_features,
-            dropout=layer.dropout.p,
-            norm_first=layer.norm_first,
-            activation=_torch_activation_name(layer),
-            layer_norm_eps=layer.norm1.eps,
-            bias=layer.linear1.bias is not None,
-        )
-        w = layer.linear1.weight
-        ours = ours.to(device=w.device, dtype=w.dtype)
+        ours = _block_like(cls, layer)
         ours.attn = MultiHeadAttention.from_torch(sa)
         with torch.no_grad():
             _copy_norm(ours.norm1, layer.norm1)
@@ -358,6 +366,19 @@ class TransformerBlock(nn.Module):
             _copy_linear(ours.mlp.fc1, layer.linear1)
             _copy_linear(ours.mlp.fc2, layer.linear2)
         return ours
+
+
+def pre_norm_stack(n_layers: int, d_model: int, n_heads: int, d_ff: int, *,
+                   dropout: float = 0.0, activation: str = "gelu",
+                   layer_norm_eps: float = 1e-5, bias: bool = True) -> nn.ModuleList:
+    """``n_layers`` pre-norm :class:`TransformerBlock` s of width ``d_model``: the trunk that
+    GPT (causal, over tokens) and ViT (bidirectional, over patches) share.
+    Each maps (B, T, d_model) -> (B, T, d_model)."""
+    return nn.ModuleList(
+        TransformerBlock(d_model, n_heads, d_ff, dropout=dropout, norm_first=True,
+                         activation=activation, layer_norm_eps=layer_norm_eps, bias=bias)
+        for _ in range(n_layers)
+    )
 
 
 class TransformerDecoderBlock(nn.Module):
@@ -457,18 +478,7 @@ class TransformerDecoderBlock(nn.Module):
     def from_torch(cls, layer: nn.TransformerDecoderLayer) -> TransformerDecoderBlock:
         """A TransformerDecoderBlock with the configuration and weights of ``layer``."""
         sa = layer.self_attn
-        ours = cls(
-            sa.embed_dim,
-            sa.num_heads,
-            layer.linear1.out_features,
-            dropout=layer.dropout.p,
-            norm_first=layer.norm_first,
-            activation=_torch_activation_name(layer),
-            layer_norm_eps=layer.norm1.eps,
-            bias=layer.linear1.bias is not None,
-        )
-        w = layer.linear1.weight
-        ours = ours.to(device=w.device, dtype=w.dtype)
+        ours = _block_like(cls, layer)
         ours.self_attn = MultiHeadAttention.from_torch(sa)
         ours.cross_attn = MultiHeadAttention.from_torch(layer.multihead_attn)
         with torch.no_grad():

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tensors_testing import DEVICES, F64, gen, randn, random_mask
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from course_utils.attention import (
@@ -24,29 +25,7 @@ from course_utils.attention import (
     tiled_attention,
 )
 
-F64 = torch.float64
 FEW = settings(max_examples=15, deadline=None)
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-    ),
-]
-
-
-def gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def randn(*shape, g, dtype=F64):
-    return torch.randn(*shape, generator=g, dtype=dtype)
-
-
-def random_mask(*shape, g, p=0.6):
-    """Bool mask with at least one True per row (torch gives NaN on fully masked rows)."""
-    mask = torch.rand(*shape, generator=g) < p
-    mask[..., 0] = True
-    return mask
 
 
 batch_dims = st.lists(st.integers(1, 3), min_size=0, max_size=2).map(tuple)

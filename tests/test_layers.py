@@ -7,6 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tensors_testing import DEVICES, F64, gen, randn
 from torch import nn
 
 from course_utils.attention import causal_mask, padding_mask
@@ -20,22 +21,7 @@ from course_utils.layers import (
     split_heads,
 )
 
-F64 = torch.float64
 FEW = settings(max_examples=10, deadline=None)
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-    ),
-]
-
-
-def gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def randn(*shape, g, dtype=F64):
-    return torch.randn(*shape, generator=g, dtype=dtype)
 
 
 def torch_mha(D, H, seed, bias=True):

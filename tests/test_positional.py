@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tensors_testing import DEVICES, F64, gen, randn
 
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.layers import TransformerBlock
@@ -19,22 +20,7 @@ from course_utils.positional import (
     sinusoidal_positional_encoding,
 )
 
-F64 = torch.float64
 FEW = settings(max_examples=15, deadline=None)
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-    ),
-]
-
-
-def gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def randn(*shape, g, dtype=F64):
-    return torch.randn(*shape, generator=g, dtype=dtype)
 
 
 # ----------------------------------------------------------------------------- sinusoidal

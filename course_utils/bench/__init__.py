@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="tiny sizes: a smoke test of every benchmark (no targets judged)")
     parser.add_argument("--json", metavar="F", help="write all results as JSON to F")
+    parser.add_argument("--markdown", metavar="F",
+                        help="write the tables as Markdown to F (the README's Performance "
+                             "section is this file)")
     parser.add_argument("--out", metavar="DIR", default=None,
                         help="folder for plots (default: benchmarks/results when it exists, else .)")
     parser.add_argument("--data", metavar="PATH", default=None,
@@ -74,4 +77,30 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2, default=str) + "\n")
         print(f"\nwrote {args.json}")
+    if args.markdown:
+        Path(args.markdown).write_text(markdown_report(report))
+        print(f"wrote {args.markdown}")
     return 0
+
+
+def markdown_report(report: dict) -> str:
+    """``report`` (what ``--json`` writes) as Markdown: the machine, then one table per
+    benchmark with its target verdict."""
+    from course_utils.bench.common import markdown_table
+
+    m = report["machine"]
+    lines = [f"Machine: {m['cpu']}, {m['cores']} cores ({m['threads']} torch threads), "
+             f"torch {m['torch']}, Python {m['python']}, device {m['device']}, {m['dtype']}"
+             + (f", {m['gpu']}" if m.get("gpu") else "") + ".", ""]
+    for name, result in report["benchmarks"].items():
+        rows = result.get("rows", [])
+        lines.append(f"**{name}** ({result.get('wall_s', 0):.0f} s)")
+        lines.append("")
+        if rows:
+            columns = result.get("columns") or list(dict.fromkeys(k for row in rows for k in row))
+            lines += [markdown_table(rows, columns), ""]
+        summary = result.get("summary", {})
+        if "meets_target" in summary:
+            verdict = "met" if summary["meets_target"] else "missed"
+            lines += [f"Target: {summary.get('target', '')} — **{verdict}**.", ""]
+    return "\n".join(lines)

@@ -87,7 +87,13 @@ def run(opts: argparse.Namespace) -> dict:
     summary["plot"] = _plot(rows, Path(opts.out) / "attention.png")
     if device.type == "cuda":
         summary["sdpa_backends"] = backend_times(device, sizes, heads, dim, min_time)
-    return {"rows": rows, "summary": summary}
+    elif not opts.quick:  # notebook 11's cpu bar (DESIGN.md)
+        ratio = summary["at_largest_n"]["tiled_mem/sdpa_mem"]
+        summary["target"] = (f"tiled attention's extra memory <= 2x SDPA's at n = "
+                             f"{summary['largest_n']} (measured {ratio:.2f}x) and slope ~1")
+        summary["meets_target"] = bool(ratio <= 2.0
+                                       and summary["memory_slopes"]["tiled"] < 1.3)
+    return {"rows": rows, "summary": summary, "columns": cols}
 
 
 def backend_times(device, sizes, heads, dim, min_time) -> list[dict]:

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from course_utils.layers import KVCache, TransformerBlock
+from course_utils.layers import KVCache, pre_norm_stack
 
 __all__ = ["GPT", "GPTConfig", "sample_next_token"]
 
@@ -110,19 +110,9 @@ class GPT(nn.Module):
         self.tok_emb = nn.Embedding(config.vocab_size, D)
         self.pos_emb = nn.Embedding(config.block_size, D)
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(
-            TransformerBlock(
-                D,
-                config.n_head,
-                config.d_ff,
-                dropout=config.dropout,
-                norm_first=True,
-                activation=config.activation,
-                layer_norm_eps=config.layer_norm_eps,
-                bias=config.bias,
-            )
-            for _ in range(config.n_layer)
-        )
+        self.blocks = pre_norm_stack(config.n_layer, D, config.n_head, config.d_ff,
+                                     dropout=config.dropout, activation=config.activation,
+                                     layer_norm_eps=config.layer_norm_eps, bias=config.bias)
         self.ln_f = nn.LayerNorm(D, eps=config.layer_norm_eps, bias=config.bias)
         self.lm_head = nn.Linear(D, config.vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight  # weight tying (Press & Wolf, 2017)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn as nn
 
-from course_utils.layers import TransformerBlock
+from course_utils.layers import pre_norm_stack
 
 __all__ = ["PatchEmbed", "ViT", "ViTConfig", "attention_rollout", "patchify", "unpatchify"]
 
@@ -198,19 +198,9 @@ class ViT(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if config.pool == "cls" else None
         self.pos_embed = nn.Parameter(torch.zeros(1, config.num_tokens, D))
         self.pos_drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(
-            TransformerBlock(
-                D,
-                config.n_heads,
-                config.d_ff,
-                dropout=config.dropout,
-                norm_first=True,
-                activation=config.activation,
-                layer_norm_eps=config.layer_norm_eps,
-                bias=config.bias,
-            )
-            for _ in range(config.n_layers)
-        )
+        self.blocks = pre_norm_stack(config.n_layers, D, config.n_heads, config.d_ff,
+                                     dropout=config.dropout, activation=config.activation,
+                                     layer_norm_eps=config.layer_norm_eps, bias=config.bias)
         self.norm = nn.LayerNorm(D, eps=config.layer_norm_eps)
         self.head = nn.Linear(D, config.num_classes)
         self.reset_parameters()

@@ -101,7 +101,7 @@ def config() -> Config:
                                       d_ff=pick(ci=128, cpu=256)),
         rnn=RNNConfig(emb_dim=r.emb_dim, hidden_dim=r.hidden_dim),
         batch_size=64,
-        steps=pick(ci=200, cpu=1500),
+        steps=pick(ci=200, cpu=800),
         # the RNNs at notebook 01's rate; the Transformer's tuned for the same step budget
         lr={"rnn": r.lr, "rnn+attention": r.lr, "transformer": pick(ci=5e-3, cpu=3e-3)},
         warmup=pick(ci=20, cpu=100),

@@ -377,6 +377,16 @@ def test_text_fallback_corpus_is_offline_and_says_so():
     assert text.fallback_corpus().text == corpus.text  # deterministic
 
 
+def test_fallback_note_warns_that_a_relative_data_dir_depends_on_the_working_folder(
+        monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COURSE_DATA_DIR", "../shared/data")  # the classic mistake in a kernel
+    corpus = text.load_text_corpus(allow_fallback=True)
+    assert corpus.name == "toy-translation"
+    assert "relative path" in corpus.note and str(tmp_path) in corpus.note
+    assert str((tmp_path / "../shared/data").resolve()) in corpus.note
+
+
 def test_char_tokenizer_roundtrip_and_unknown_character():
     tok = text.CharTokenizer.from_text("hello world")
     assert tok.vocab_size == 8 and tok.itos[0] == " "

@@ -419,3 +419,18 @@ def test_notebook_without_cell_ids_is_rejected():
 def test_committed_student_notebooks_match_solutions():
     messages = release.drift(REPO / "solutions", REPO / "notebooks")
     assert not messages, "notebooks/ drifted; run `course release`:\n" + "\n".join(messages)
+
+
+def test_no_compared_solution_cell_relies_on_a_trailing_semicolon():
+    """nbval executes cells with ``store_history=False``, so IPython ignores a trailing ``;``
+    and prints the last expression (e.g. ``Text(0.5, 0.98, 'title')``) that the stored run hid:
+    a cell whose output nbval compares must end with ``plt.show()`` or a statement instead."""
+    offenders = []
+    for path in sorted((REPO / "solutions").glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            tags = cell.metadata.get("tags", [])
+            if (cell.cell_type == "code" and cell.source.rstrip().endswith(";")
+                    and "nbval-ignore-output" not in tags and "nbval-skip" not in tags):
+                offenders.append(f"{path.name}: cell {cell.get('id')}")
+    assert not offenders, offenders

@@ -198,10 +198,15 @@ def _generated_text(n_lines: int, seed: int) -> str:
 
 
 def _how_to_get() -> str:
+    folder = cache.cache_dir()
+    relative = "" if folder.is_absolute() else (
+        f" ({cache.ENV_VAR} is a relative path, so it was looked up from this process's folder "
+        f"{Path.cwd()}; a Jupyter kernel runs in the notebook's folder: use an absolute path)")
     return (
         f"To use tiny-shakespeare: pass path='.../tinyshakespeare.txt', or put "
-        f"{TINYSHAKESPEARE_FILE} in {cache.cache_dir()} (set {cache.ENV_VAR} to choose another "
-        f"folder), or call load_text_corpus(download=True) to fetch it from {TINYSHAKESPEARE_URL}."
+        f"{TINYSHAKESPEARE_FILE} in {folder.resolve()}{relative} (set {cache.ENV_VAR} to choose "
+        f"another folder), or call load_text_corpus(download=True) to fetch it from "
+        f"{TINYSHAKESPEARE_URL}."
     )
 
 

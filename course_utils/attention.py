@@ -366,13 +366,13 @@ def tiled_attention(
 
     q = q.expand(*batch, T, q.shape[-1])
     # Query blocks are independent: each one's rows of the output need only its own queries.
-    # Blocking them too keeps every temporary at (..., block, block).
-    out = [
-        _online_softmax_block(q[..., i : i + block_size, :], k, v, i + (S - T), block_size,
-                              causal, scale, dtype)
-        for i in range(0, T, block_size)
-    ]
-    return torch.cat(out, dim=-2)  # (..., T, Dv)
+    # Blocking them too keeps every temporary at (..., block, block); each block's rows go
+    # straight into the output, so nothing else of size T is ever held.
+    out = torch.empty((*batch, T, v.shape[-1]), dtype=dtype, device=q.device)  # (..., T, Dv)
+    for i in range(0, T, block_size):
+        out[..., i : i + block_size, :] = _online_softmax_block(
+            q[..., i : i + block_size, :], k, v, i + (S - T), block_size, causal, scale, dtype)
+    return out
 
 
 def _online_softmax_block(qb: Tensor, k: Tensor, v: Tensor, first_pos: int, block_size: int,

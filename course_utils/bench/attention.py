@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.attention import fast_attention, scaled_dot_product_attention, tiled_attention
-from course_utils.bench.common import median_time, peak_memory, sync, table
+from course_utils.bench.common import median_time, sync, table
+from course_utils.memory import peak_extra_memory
 
 IMPLS = {
     "manual": lambda q, k, v, c: scaled_dot_product_attention(q, k, v, is_causal=c)[0],
@@ -70,7 +71,7 @@ def run(opts: argparse.Namespace) -> dict:
 
                 row[f"{name}_fwd_ms"] = 1e3 * median_time(fwd, min_time)
                 row[f"{name}_fb_ms"] = 1e3 * median_time(fwd_bwd, min_time)
-                row[f"{name}_mem_mb"] = peak_memory(fwd, device) / 2**20
+                row[f"{name}_mem_mb"] = peak_extra_memory(fwd, device) / 2**20
             for name in ("manual", "fast", "tiled"):
                 row[f"{name}/sdpa_fwd"] = row[f"{name}_fwd_ms"] / row["sdpa_fwd_ms"]
                 row[f"{name}/sdpa_fb"] = row[f"{name}_fb_ms"] / row["sdpa_fb_ms"]

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import os
 import platform
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils import benchmark
-from torch.utils._pytree import tree_flatten
 
 
 def cpu_model() -> str:
@@ -49,61 +46,6 @@ def sync(device: torch.device | str) -> None:
     """Wait for the GPU so timings cover the work, not just the launch."""
     if str(device).startswith("cuda"):
         torch.cuda.synchronize()
-
-
-class PeakTensorMemory(TorchFunctionMode):
-    """Peak bytes held by tensors created while active (CPU or GPU), above what existed before.
-
-    Every tensor a torch function returns is counted by its storage (views are free) until that
-    storage is freed. It sees what the Python-level code allocates: a fused kernel's internal
-    workspace is invisible, which for ``F.scaled_dot_product_attention`` on the CPU is its
-    blocked scratch space (small: it never holds the (T, S) matrix).
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.current = 0
-        self.peak = 0
-        self._seen: set[int] = set()
-
-    def _release(self, key: int, nbytes: int) -> None:
-        self._seen.discard(key)
-        self.current -= nbytes
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_flatten(out)[0]:
-            if not isinstance(t, torch.Tensor):
-                continue
-            try:
-                storage = t.untyped_storage()
-            except (RuntimeError, NotImplementedError):
-                continue
-            key = storage.data_ptr()
-            if key in self._seen or storage.nbytes() == 0:
-                continue
-            self._seen.add(key)
-            self.current += storage.nbytes()
-            self.peak = max(self.peak, self.current)
-            weakref.finalize(t, self._release, key, storage.nbytes())
-        return out
-
-
-def peak_memory(fn: Callable[[], Any], device: torch.device | str = "cpu") -> int:
-    """Peak extra bytes while running ``fn`` once: CUDA's allocator stats on a GPU, else
-    :class:`PeakTensorMemory`."""
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        fn()
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - base
-    tracker = PeakTensorMemory()
-    with tracker:
-        result = fn()
-        del result
-    return tracker.peak
 
 
 def _fmt(v: Any) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,6 +41,21 @@ def median_time(fn: Callable[[], Any], min_run_time: float = 0.3) -> float:
     """Median seconds per call of ``fn`` (``torch.utils.benchmark``, ``blocked_autorange``)."""
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
     return timer.blocked_autorange(min_run_time=min_run_time).median
+
+
+def paired_times(ref: Callable[[], Any], ours: Callable[[], Any], *, rounds: int = 5,
+                 min_run_time: float = 0.1) -> tuple[float, float, float]:
+    """(median seconds of ``ref``, of ``ours``, median of the per-round ratios ours/ref).
+
+    The two are timed in alternation, ``rounds`` times each, so a slow spell of a shared
+    machine hits both sides of a ratio instead of one; a single long ``blocked_autorange``
+    of a call that takes most of a second would rest on one sample.
+    """
+    pairs = [(median_time(ref, min_run_time), median_time(ours, min_run_time))
+             for _ in range(rounds)]
+    t_ref = statistics.median(a for a, _ in pairs)
+    t_ours = statistics.median(b for _, b in pairs)
+    return t_ref, t_ours, statistics.median(b / a for a, b in pairs)
 
 
 def sync(device: torch.device | str) -> None:

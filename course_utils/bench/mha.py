@@ -1,7 +1,8 @@
 """MultiHeadAttention benchmark: the course's module against ``nn.MultiheadAttention``.
 
 Both get the same weights (``MultiHeadAttention.from_torch``) and outputs are compared before
-timing; forward+backward per shape, the ratio course/torch is the figure (target <= 1.10).
+timing; forward+backward per shape, timed in alternation (the median of 7 paired
+ratios course/torch is the figure; target <= 1.10).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import torch
 import torch.nn as nn
 
-from course_utils.bench.common import median_time, sync, table
+from course_utils.bench.common import paired_times, sync, table
 from course_utils.layers import MultiHeadAttention
 
 SHAPES = [(8, 64, 128, 4), (4, 256, 256, 8), (2, 1024, 256, 8), (1, 2048, 512, 8)]
@@ -46,11 +47,12 @@ def run(opts: argparse.Namespace) -> dict:
             err = (torch_step() - ours_step()).abs().max().item()
             if err > 1e-4:
                 raise AssertionError(f"course MHA differs from nn.MultiheadAttention by {err:.2e}")
-            t_ref = median_time(torch_step, 0.05 if opts.quick else 0.4)
-            t_ours = median_time(ours_step, 0.05 if opts.quick else 0.4)
+            t_ref, t_ours, ratio = paired_times(torch_step, ours_step,
+                                                rounds=2 if opts.quick else 7,
+                                                min_run_time=0.02 if opts.quick else 0.1)
             rows.append({"B": B, "T": T, "D": D, "H": H, "causal": causal,
                          "torch_ms": 1e3 * t_ref, "course_ms": 1e3 * t_ours,
-                         "course/torch": t_ours / t_ref})
+                         "course/torch": ratio})
     print(table(rows, ["B", "T", "D", "H", "causal", "torch_ms", "course_ms", "course/torch"]))
     worst = max(r["course/torch"] for r in rows)
     geo = torch.tensor([r["course/torch"] for r in rows]).log().mean().exp().item()

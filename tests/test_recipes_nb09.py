@@ -77,6 +77,28 @@ def test_train_vit_is_deterministic_for_a_seed(tiny_digits):
         assert torch.equal(pa, pb)
 
 
+
+def test_weight_average_is_the_model_at_decay_0_and_the_start_at_decay_1(tiny_digits):
+    """``TrainConfig.ema``: the model returned is the moving average of the weights."""
+    cfg = nb09.config("ci", dataset="digits")
+    tc = replace(cfg.train, epochs=1, batch_size=100, warmup_epochs=0)  # 3 steps
+    vit = replace(cfg.vit, n_layers=1, d_model=16, d_ff=32)
+
+    def run(ema):
+        return nb09.train_vit(cfg, tiny_digits, vit=vit, train_cfg=replace(tc, ema=ema),
+                              seed=5, progress=False)
+
+    plain, follow, frozen = run(None), run(0.0), run(1.0)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(5)
+        start = nb09.init_vit_(ViT(vit))
+    for p, f, z, s0 in zip(plain.model.parameters(), follow.model.parameters(),
+                           frozen.model.parameters(), start.parameters(), strict=True):
+        assert torch.equal(p, f)  # decay 0: the average is the last weights
+        assert torch.equal(z, s0)  # decay 1: the average never moves from the start
+    assert frozen.accuracy == nb09.accuracy(frozen.model, tiny_digits.x_test, tiny_digits.y_test)
+    assert plain.steps == follow.steps == 3
+
 @pytest.mark.slow
 def test_small_cnn_baseline_learns(tiny_digits):
     cnn = nb09.config("ci").cnn

@@ -129,6 +129,31 @@ def close(rtol: float = 1e-5, atol: float = 1e-6, *, rtol32: float = 1e-4,
     return compare
 
 
+def raised(exc: BaseException) -> Outputs:
+    """An error as plain data: the exception's text as uint8 bytes under the key ``raised``.
+
+    Shape errors are how several classic mistakes show up when the sizes differ; carrying
+    them as data lets the judge go through the cases in order, so a wrong answer is diagnosed
+    on the first (square) case where the mistake still runs and can be named.
+    """
+    text = f"{type(exc).__name__}: {exc}".encode()[:2000]
+    return {"raised": torch.tensor(list(text), dtype=torch.uint8)}
+
+
+def compare_or_raised(case: Case, got: Outputs, expected: Outputs,
+                      values: Compare = allclose_compare) -> str | None:
+    """``values`` (default :func:`allclose_compare`) that also understands :func:`raised`
+    outputs: the same error on both sides is a match (a mistake that fails the same way)."""
+    if "raised" in got or "raised" in expected:
+        if "raised" in got and "raised" in expected and torch.equal(got["raised"], expected["raised"]):
+            return None
+        if "raised" in got:
+            text = bytes(got["raised"].tolist()).decode(errors="replace")
+            return f"case '{case.name}': your code raised {text}"
+        return f"case '{case.name}': differs (the expected computation raised an error)"
+    return values(case, got, expected)
+
+
 # ----------------------------------------------------------------------------- modules
 
 

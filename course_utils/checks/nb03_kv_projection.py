@@ -13,12 +13,12 @@ import torch
 from torch import Tensor
 
 from course_utils.attention import scaled_dot_product_attention
+from course_utils.checks._common import compare_or_raised, raised
 from course_utils.checks.core import (
     Case,
     Exercise,
     Mistake,
     Outputs,
-    allclose_compare,
     generator,
     randn,
 )
@@ -155,29 +155,6 @@ def make_cases(seed: int) -> list[Case]:
             "W_v": randn(gen, Din, Dv),
         }))
     return cases
-
-
-def raised(exc: BaseException) -> Outputs:
-    """An error as plain data: the exception's text as uint8 bytes under the key ``raised``.
-
-    Shape errors are how several classic mistakes show up when Din, Dk and Dv differ; carrying
-    them as data lets the judge go through the cases in order, so a wrong answer is diagnosed
-    on the first (square) case where the mistake still runs and can be named.
-    """
-    text = f"{type(exc).__name__}: {exc}".encode()[:2000]
-    return {"raised": torch.tensor(list(text), dtype=torch.uint8)}
-
-
-def compare_or_raised(case: Case, got: Outputs, expected: Outputs) -> str | None:
-    """:func:`allclose_compare` that also understands :func:`raised` outputs."""
-    if "raised" in got or "raised" in expected:
-        if "raised" in got and "raised" in expected and torch.equal(got["raised"], expected["raised"]):
-            return None  # the same error: a mistake that fails the same way
-        if "raised" in got:
-            text = bytes(got["raised"].tolist()).decode(errors="replace")
-            return f"case '{case.name}': your code raised {text}"
-        return f"case '{case.name}': differs (the expected computation raised an error)"
-    return allclose_compare(case, got, expected)
 
 
 def call(candidate, case: Case) -> Outputs:

@@ -19,8 +19,8 @@ import torch
 from torch import Tensor, nn
 
 from course_utils.attention import causal_mask, scaled_dot_product_attention
+from course_utils.checks._common import compare_or_raised, raised
 from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator, randn
-from course_utils.checks.nb03_kv_projection import compare_or_raised, raised
 from course_utils.positional import apply_rope, sinusoidal_positional_encoding
 
 NOTEBOOK = "04_self_cross_position.ipynb"

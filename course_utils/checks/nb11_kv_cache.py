@@ -20,7 +20,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from course_utils.attention import scaled_dot_product_attention
-from course_utils.checks._common import close, distinct_sizes
+from course_utils.checks._common import close, compare_or_raised, distinct_sizes, raised
 from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator, randn
 
 NOTEBOOK = "11_attention_at_scale.ipynb"
@@ -205,9 +205,7 @@ class _CatWatcher(TorchFunctionMode):
 
 
 def _raised(exc: BaseException, in_cat: bool) -> Outputs:
-    text = f"{type(exc).__name__}: {exc}".encode()[:2000]
-    return {"raised": torch.tensor(list(text), dtype=torch.uint8),
-            "raised_in_cat": torch.tensor(in_cat)}
+    return {**raised(exc), "raised_in_cat": torch.tensor(in_cat)}
 
 
 def call(candidate, case: Case) -> Outputs:
@@ -238,17 +236,10 @@ _values = close()
 
 def compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
     """Values within tolerance; errors raised inside ``torch.cat`` count as the same mistake."""
-    if "raised" in got or "raised" in expected:
-        if "raised" in got and "raised" in expected:
-            if bool(got["raised_in_cat"]) and bool(expected["raised_in_cat"]):
-                return None  # both failed to concatenate: the wrong-dim mistake
-            if torch.equal(got["raised"], expected["raised"]):
-                return None
-        if "raised" in got:
-            text = bytes(got["raised"].tolist()).decode(errors="replace")
-            return f"case '{case.name}': your code raised {text}"
-        return f"case '{case.name}': differs (the expected computation raised an error)"
-    return _values(case, got, expected)
+    if ("raised" in got and "raised" in expected
+            and bool(got["raised_in_cat"]) and bool(expected["raised_in_cat"])):
+        return None  # both failed to concatenate: the wrong-dim mistake
+    return compare_or_raised(case, got, expected, _values)
 
 
 EXERCISES = [

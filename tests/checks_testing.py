@@ -6,21 +6,9 @@ on ``sys.path`` under pytest's default import mode.
 
 from __future__ import annotations
 
-import pytest
-import torch
-
 from course_utils import checks
 
 SEEDS = (0, 1, 2)  # every claim is checked on a few draws of the cases, not one
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny float64 matmuls are slower with several threads on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def assert_passes(exercise_id: str, candidate, seeds=SEEDS) -> None:

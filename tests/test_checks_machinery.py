@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from checks_testing import one_thread  # noqa: F401  (autouse fixture)
 
 from course_utils import checks
 from course_utils.checks.core import Case, Exercise, Mistake, generator, randn

@@ -6,12 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from checks_testing import (  # noqa: F401  (one_thread is an autouse fixture)
+from checks_testing import (
     assert_passes,
     assert_registered_mistakes_named,
     assert_rejected,
     mistake_names,
-    one_thread,
 )
 
 from course_utils import checks

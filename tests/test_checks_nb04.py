@@ -8,12 +8,11 @@ import math
 
 import pytest
 import torch
-from checks_testing import (  # noqa: F401  (one_thread is an autouse fixture)
+from checks_testing import (
     assert_passes,
     assert_registered_mistakes_named,
     assert_rejected,
     mistake_names,
-    one_thread,
 )
 
 from course_utils import checks, positional

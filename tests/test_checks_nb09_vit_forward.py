@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from checks_testing import assert_passes, assert_rejected, one_thread  # noqa: F401
+from checks_testing import assert_passes, assert_rejected
 from torch import nn
 
 from course_utils.checks import ERROR, NOT_ATTEMPTED, get, run

@@ -9,11 +9,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from checks_testing import (  # noqa: F401  (one_thread is an autouse fixture)
+from checks_testing import (
     assert_passes,
     assert_registered_mistakes_named,
     assert_rejected,
-    one_thread,
 )
 
 from course_utils import attention, checks

@@ -27,15 +27,6 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 PAD, BOS, EOS = 0, 1, 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These models are tiny: one thread avoids OpenMP spin-waiting on a busy 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # ----------------------------------------------------------------------------- helpers
 
 

@@ -16,14 +16,6 @@ from course_utils.models import Seq2SeqRNN  # noqa: E402
 from course_utils.recipes import nb01, nb02  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def data():
     return make_translation_data(240, 40, 3, 9, seed=0)

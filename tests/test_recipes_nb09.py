@@ -18,14 +18,6 @@ from course_utils.models import ViT, ViTConfig
 from course_utils.recipes import nb09
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tiny_digits() -> ImageSplit:
     """300 training and 100 test digits: enough to see learning, seconds to train."""
@@ -75,7 +67,6 @@ def test_train_vit_is_deterministic_for_a_seed(tiny_digits):
             for _ in range(2))
     for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
         assert torch.equal(pa, pb)
-
 
 
 def test_weight_average_is_the_model_at_decay_0_and_the_start_at_decay_1(tiny_digits):

@@ -23,15 +23,6 @@ from course_utils.training import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: tiny models run faster, and a shared CI machine is not oversubscribed."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _regression(seed: int = 0, n: int = 32):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 3, generator=g)

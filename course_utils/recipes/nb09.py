@@ -319,31 +319,20 @@ class ImageRun:
                 f"{self.cpu_s:6.1f} s CPU")
 
 
-@torch.no_grad()
 def accuracy(model: nn.Module, x: Tensor, y: Tensor, *, batch_size: int = 1024,
              autocast_dtype: torch.dtype | None = None) -> float:
     """Fraction of ``x`` (N, C, H, W) that ``model`` classifies as ``y`` (N,), in eval mode."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    correct = 0
-    try:
-        for i in range(0, len(x), batch_size):
-            xb = x[i:i + batch_size].to(device, non_blocking=True)
-            with torch.autocast(device.type, dtype=autocast_dtype or torch.float32,
-                                enabled=autocast_dtype is not None):
-                pred = model(xb).argmax(dim=-1)
-            correct += int((pred.cpu() == y[i:i + batch_size]).sum())
-    finally:
-        model.train(was_training)
-    return correct / len(x)
+    logits = run_model(model, x, batch_size=batch_size, autocast_dtype=autocast_dtype)
+    return int((logits.argmax(dim=-1) == y).sum()) / len(x)
 
 
 @torch.no_grad()
 def run_model(model: nn.Module, images: Tensor, *, need_weights: bool = False,
-              forward: Any = None, batch_size: int = 500) -> Any:
+              forward: Any = None, batch_size: int = 500,
+              autocast_dtype: torch.dtype | None = None) -> Any:
     """Run ``model`` (or ``forward(model, batch)``) on ``images`` (N, C, H, W) in eval mode,
-    in batches on the model's device; results come back on the CPU.
+    in batches on the model's device (under autocast to ``autocast_dtype`` when given);
+    results come back on the CPU in float32.
 
     Returns logits (N, K), or with ``need_weights`` ``(logits, weights)`` where ``weights`` is
     a list with one (N, H, L, L) tensor per layer (a :class:`ViT`'s attention maps).
@@ -355,11 +344,13 @@ def run_model(model: nn.Module, images: Tensor, *, need_weights: bool = False,
     try:
         for i in range(0, len(images), batch_size):
             xb = images[i:i + batch_size].to(device)
-            if need_weights:
-                out, w = model(xb, need_weights=True)
-                weights.append([a.float().cpu() for a in w])
-            else:
-                out = forward(model, xb) if forward is not None else model(xb)
+            with torch.autocast(device.type, dtype=autocast_dtype or torch.float32,
+                                enabled=autocast_dtype is not None):
+                if need_weights:
+                    out, w = model(xb, need_weights=True)
+                    weights.append([a.float().cpu() for a in w])
+                else:
+                    out = forward(model, xb) if forward is not None else model(xb)
             logits.append(out.float().cpu())
     finally:
         model.train(was_training)

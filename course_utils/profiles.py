@@ -9,8 +9,10 @@ in ``course_utils.recipes`` that does.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -55,6 +57,24 @@ def profile_name() -> str:
             )
         return value
     return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+@contextlib.contextmanager
+def using_profile(name: str | None) -> Iterator[None]:
+    """Set ``COURSE_PROFILE=name`` for the block (and the kernels it starts), then restore what
+    was there; ``None`` leaves the environment as it is."""
+    if name is None:
+        yield
+        return
+    old = os.environ.get(ENV_VAR)
+    os.environ[ENV_VAR] = name
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(ENV_VAR, None)
+        else:
+            os.environ[ENV_VAR] = old
 
 
 def current() -> Profile:

@@ -484,23 +484,16 @@ def execute_solution(path: str | Path, *, profile: str | None = None, timeout: i
     from nbclient import NotebookClient
     from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
 
+    from course_utils.profiles import using_profile
+
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
-    old = os.environ.get("COURSE_PROFILE")
-    if profile is not None:
-        os.environ["COURSE_PROFILE"] = profile
-    try:
+    with using_profile(profile):
         # this interpreter's kernel, whatever "python3" kernelspec the machine has installed
         km = KernelManager(kernel_name=CURRENT_ENV_KERNEL_NAME,
                            kernel_spec_manager=NbvalKernelspecManager())
         NotebookClient(nb, km=km, timeout=timeout, record_timing=False,
                        resources={"metadata": {"path": str(path.parent.resolve())}}).execute()
-    finally:
-        if profile is not None:
-            if old is None:
-                os.environ.pop("COURSE_PROFILE", None)
-            else:
-                os.environ["COURSE_PROFILE"] = old
     for cell in nb.cells:
         for key in _VOLATILE_CELL_METADATA:
             cell.metadata.pop(key, None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
@@ -79,3 +80,17 @@ def test_seed_everything_returns_a_generator_seeded_like_torch():
     g = profiles.seed_everything(7)
     assert isinstance(g, torch.Generator) and g.initial_seed() == 7
     assert torch.equal(torch.rand(3, generator=g), torch.rand(3, generator=torch.Generator().manual_seed(7)))
+
+
+def test_using_profile_sets_the_variable_for_the_block_and_restores_it(monkeypatch):
+    monkeypatch.setenv("COURSE_PROFILE", "cpu")
+    with profiles.using_profile("ci"):
+        assert profiles.profile_name() == "ci"
+    assert os.environ["COURSE_PROFILE"] == "cpu"
+    monkeypatch.delenv("COURSE_PROFILE")
+    with pytest.raises(RuntimeError), profiles.using_profile("gpu"):
+        assert os.environ["COURSE_PROFILE"] == "gpu"
+        raise RuntimeError("the block failed")
+    assert "COURSE_PROFILE" not in os.environ  # restored to unset, even after an error
+    with profiles.using_profile(None):
+        assert "COURSE_PROFILE" not in os.environ

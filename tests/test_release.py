@@ -4,6 +4,7 @@ determinism, drift detection and validation messages."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -434,3 +435,23 @@ def test_no_compared_solution_cell_relies_on_a_trailing_semicolon():
                     and "nbval-ignore-output" not in tags and "nbval-skip" not in tags):
                 offenders.append(f"{path.name}: cell {cell.get('id')}")
     assert not offenders, offenders
+
+
+@pytest.mark.slow
+def test_execute_solution_stores_outputs_in_the_profile_asked_for(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_PROFILE", "cpu")
+    nb = new_notebook(cells=[
+        new_markdown_cell("# a solution", id="title"),
+        new_code_cell("import os, pathlib\nprint(os.environ['COURSE_PROFILE'])\n"
+                      "print(pathlib.Path.cwd().name)", id="where"),
+        new_code_cell("21 * 2", id="answer"),
+    ])
+    path = tmp_path / "sol" / "00_x.ipynb"
+    path.parent.mkdir()
+    nbformat.write(nb, path)
+    release.execute_solution(path, profile="ci")
+    cells = nbformat.read(path, as_version=4).cells
+    assert cells[1].outputs[0].text == "ci\nsol\n"  # the profile given, the notebook's folder
+    assert cells[2].outputs[0].data["text/plain"] == "42"
+    assert all("execution" not in c.metadata for c in cells)  # no timings stored
+    assert os.environ["COURSE_PROFILE"] == "cpu"  # restored

@@ -7,7 +7,6 @@ notebook runs in a fresh kernel with ``COURSE_PROFILE=ci``, as CI's nbval run do
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import nbformat
 from nbclient import NotebookClient
 
 from course_utils.bench.common import table
+from course_utils.profiles import using_profile
 
 PER_NOTEBOOK_S = 60.0
 TOTAL_S = 480.0
@@ -23,20 +23,14 @@ TOTAL_S = 480.0
 def time_notebook(path: Path, timeout: int = 600) -> tuple[float, str]:
     """Seconds to execute ``path`` top to bottom in the ci profile, and "ok" or the error."""
     nb = nbformat.read(path, as_version=4)
-    old = os.environ.get("COURSE_PROFILE")
-    os.environ["COURSE_PROFILE"] = "ci"
     t0 = time.perf_counter()
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        with using_profile("ci"):
+            NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                           resources={"metadata": {"path": str(path.parent)}}).execute()
         status = "ok"
     except Exception as exc:  # a failing notebook is a row in the table, not a crash
         status = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:80]}"
-    finally:
-        if old is None:
-            os.environ.pop("COURSE_PROFILE", None)
-        else:
-            os.environ["COURSE_PROFILE"] = old
     return time.perf_counter() - t0, status
 
 

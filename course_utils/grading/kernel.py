@@ -160,6 +160,7 @@ class GradingKernel:
         self.kc = None
         self.exit_code: int | None = None
         self.lost = False  # died or killed: nothing more can run
+        self.ipc_dir = os.path.join(workdir, "ipc")  # the kernel's sockets; see start()
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -174,12 +175,12 @@ class GradingKernel:
                 return launcher + super().format_kernel_cmd(extra_arguments)
 
         # unix socket paths are limited to about 104 bytes: keep them short
-        ipc_dir = os.path.join(self.workdir, "ipc")
-        if len(ipc_dir) > 60:
+        if len(self.ipc_dir) > 60:
             import tempfile
 
-            ipc_dir = tempfile.mkdtemp(prefix="cgk-", dir="/tmp" if os.path.isdir("/tmp") else None)
-        self._ipc_dir = ipc_dir
+            self.ipc_dir = tempfile.mkdtemp(prefix="cgk-",
+                                            dir="/tmp" if os.path.isdir("/tmp") else None)
+        ipc_dir = self.ipc_dir
         os.makedirs(ipc_dir, exist_ok=True)
         try:
             km = _LimitedKernelManager(kernel_name=self.kernel_name, transport="ipc",
@@ -226,8 +227,7 @@ class GradingKernel:
             except Exception:
                 pass
             self.km = None
-        shutil.rmtree(getattr(self, "_ipc_dir", os.path.join(self.workdir, "ipc")),
-                      ignore_errors=True)
+        shutil.rmtree(self.ipc_dir, ignore_errors=True)
 
     def _kill_group(self) -> None:
         prov = getattr(self.km, "provisioner", None) if self.km is not None else None

@@ -371,12 +371,21 @@ def tiled_attention(
     out = torch.empty((*batch, T, v.shape[-1]), dtype=dtype, device=q.device)  # (..., T, Dv)
     for i in range(0, T, block_size):
         out[..., i : i + block_size, :] = _online_softmax_block(
-            q[..., i : i + block_size, :], k, v, i + (S - T), block_size, causal, scale, dtype)
+            q[..., i : i + block_size, :], k, v, i + (S - T), block_size, causal, scale, dtype
+        )
     return out
 
 
-def _online_softmax_block(qb: Tensor, k: Tensor, v: Tensor, first_pos: int, block_size: int,
-                          causal: bool, scale: float, dtype: torch.dtype) -> Tensor:
+def _online_softmax_block(
+    qb: Tensor,
+    k: Tensor,
+    v: Tensor,
+    first_pos: int,
+    block_size: int,
+    causal: bool,
+    scale: float,
+    dtype: torch.dtype,
+) -> Tensor:
     """Attention output for one query block qb (..., Tq, Dk) whose first query sits at absolute
     position ``first_pos``: the online softmax over key blocks. Returns (..., Tq, Dv)."""
     Tq, S = qb.shape[-2], k.shape[-2]

@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Build only the subparser that is asked for, so one broken subcommand never hides the others.
     parser = argparse.ArgumentParser(prog="course")
-    parser.add_argument("command", choices=list(SUBCOMMANDS), help="one of: " + ", ".join(SUBCOMMANDS))
+    parser.add_argument(
+        "command", choices=list(SUBCOMMANDS), help="one of: " + ", ".join(SUBCOMMANDS)
+    )
     if not argv or argv[0] in ("-h", "--help"):
         build_parser().print_help()
         return 0 if argv else 2

@@ -34,9 +34,21 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-__all__ = ["DistInfo", "init_distributed", "cleanup", "rank", "world_size", "is_main_process",
-           "shard", "all_reduce_mean", "spawn_data_parallel", "demo_problem", "demo_worker",
-           "DataParallelDemo", "data_parallel_demo"]
+__all__ = [
+    "DistInfo",
+    "init_distributed",
+    "cleanup",
+    "rank",
+    "world_size",
+    "is_main_process",
+    "shard",
+    "all_reduce_mean",
+    "spawn_data_parallel",
+    "demo_problem",
+    "demo_worker",
+    "DataParallelDemo",
+    "data_parallel_demo",
+]
 
 
 @dataclass(frozen=True)
@@ -70,7 +82,7 @@ def init_distributed(backend: str | None = None) -> DistInfo:
         backend = dist.get_backend()
     else:
         backend = backend or _default_backend(world)
-    device = (torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu"))
+    device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
     if world == 1 and not (dist.is_available() and dist.is_initialized()):
         return DistInfo(0, 1, 0, device if backend == "nccl" else torch.device("cpu"), None)
     if device.type == "cuda":
@@ -146,10 +158,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank_: int, world: int, port: int, backend: str, fn: Callable[..., Any],
-            args: tuple, results: Any, threads: int | None) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank_),
-                      LOCAL_RANK=str(rank_), WORLD_SIZE=str(world))
+def _worker(
+    rank_: int,
+    world: int,
+    port: int,
+    backend: str,
+    fn: Callable[..., Any],
+    args: tuple,
+    results: Any,
+    threads: int | None,
+) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank_),
+        LOCAL_RANK=str(rank_),
+        WORLD_SIZE=str(world),
+    )
     if threads:
         torch.set_num_threads(threads)
     try:
@@ -163,9 +188,15 @@ def _worker(rank_: int, world: int, port: int, backend: str, fn: Callable[..., A
         cleanup()
 
 
-def spawn_data_parallel(fn: Callable[..., Any], world_size: int = 2, args: tuple = (), *,
-                        backend: str | None = None, timeout: float = 300.0,
-                        threads_per_process: int | None = 1) -> list[Any]:
+def spawn_data_parallel(
+    fn: Callable[..., Any],
+    world_size: int = 2,
+    args: tuple = (),
+    *,
+    backend: str | None = None,
+    timeout: float = 300.0,
+    threads_per_process: int | None = 1,
+) -> list[Any]:
     """Run ``fn(info, *args)`` in ``world_size`` new processes joined in one process group.
 
     ``info`` is the process's :class:`DistInfo`; inside ``fn``, :func:`course_utils.training.train`
@@ -179,7 +210,9 @@ def spawn_data_parallel(fn: Callable[..., Any], world_size: int = 2, args: tuple
 
     if world_size < 1:
         raise ValueError(f"expected world_size >= 1, got {world_size}")
-    if getattr(fn, "__module__", None) == "__main__" and "<locals>" not in getattr(fn, "__qualname__", ""):
+    if getattr(fn, "__module__", None) == "__main__" and "<locals>" not in getattr(
+        fn, "__qualname__", ""
+    ):
         main = __import__("__main__")
         if not getattr(main, "__file__", None):
             raise ValueError(
@@ -190,9 +223,14 @@ def spawn_data_parallel(fn: Callable[..., Any], world_size: int = 2, args: tuple
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world_size, port, backend, fn, args, results,
-                                               threads_per_process), daemon=True)
-             for r in range(world_size)]
+    procs = [
+        ctx.Process(
+            target=_worker,
+            args=(r, world_size, port, backend, fn, args, results, threads_per_process),
+            daemon=True,
+        )
+        for r in range(world_size)
+    ]
     for p in procs:
         p.start()
     collected: dict[int, tuple[bool, Any]] = {}
@@ -238,8 +276,13 @@ def spawn_data_parallel(fn: Callable[..., Any], world_size: int = 2, args: tuple
 # --------------------------------------------------------------------------------------------
 # A small demo (notebook 11 and the tests): data-parallel == single-process on the full batch
 # --------------------------------------------------------------------------------------------
-def demo_problem(seed: int = 0, n: int = 64, d_in: int = 8, d_hidden: int = 32,
-                 dtype: torch.dtype = torch.float64) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+def demo_problem(
+    seed: int = 0,
+    n: int = 64,
+    d_in: int = 8,
+    d_hidden: int = 32,
+    dtype: torch.dtype = torch.float64,
+) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """A seeded MLP regression problem: ``(model, (x (n, d_in), y (n, 1)))``."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, d_in, generator=g, dtype=dtype)
@@ -255,8 +298,9 @@ def _mse(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Te
     return ((model(x) - y) ** 2).mean()
 
 
-def demo_worker(info: DistInfo, steps: int = 20, batch_size: int = 16, lr: float = 1e-2,
-                seed: int = 0) -> dict[str, Any]:
+def demo_worker(
+    info: DistInfo, steps: int = 20, batch_size: int = 16, lr: float = 1e-2, seed: int = 0
+) -> dict[str, Any]:
     """Train :func:`demo_problem` with :func:`course_utils.training.train` in this process.
 
     Under a process group each rank takes its shard of every batch (same batches on every
@@ -268,11 +312,24 @@ def demo_worker(info: DistInfo, steps: int = 20, batch_size: int = 16, lr: float
     model, (x, y) = demo_problem(seed)
     model.to(info.device)
     data = batches((x, y), batch_size, torch.Generator().manual_seed(seed), drop_last=True)
-    history = train(model, data, loss_fn=_mse, steps=steps, lr=lr, warmup=2, grad_clip=1.0,
-                    progress=False, data_parallel=info.world_size > 1)
+    history = train(
+        model,
+        data,
+        loss_fn=_mse,
+        steps=steps,
+        lr=lr,
+        warmup=2,
+        grad_clip=1.0,
+        progress=False,
+        data_parallel=info.world_size > 1,
+    )
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    return {"rank": info.rank, "world_size": info.world_size, "state": state,
-            "loss": history.train_loss}
+    return {
+        "rank": info.rank,
+        "world_size": info.world_size,
+        "state": state,
+        "loss": history.train_loss,
+    }
 
 
 @dataclass
@@ -287,27 +344,36 @@ class DataParallelDemo:
     single_seconds: float
 
     def __repr__(self) -> str:
-        return (f"DataParallelDemo({len(self.ranks)} processes; final loss "
-                f"{self.ranks[0]['loss'][-1]:.5f} vs single process {self.single['loss'][-1]:.5f}; "
-                f"largest parameter difference {self.max_abs_diff:.2e})")
+        return (
+            f"DataParallelDemo({len(self.ranks)} processes; final loss "
+            f"{self.ranks[0]['loss'][-1]:.5f} vs single process {self.single['loss'][-1]:.5f}; "
+            f"largest parameter difference {self.max_abs_diff:.2e})"
+        )
 
 
-def data_parallel_demo(world_size: int = 2, steps: int = 20, batch_size: int = 16,
-                       lr: float = 1e-2, seed: int = 0) -> DataParallelDemo:
+def data_parallel_demo(
+    world_size: int = 2, steps: int = 20, batch_size: int = 16, lr: float = 1e-2, seed: int = 0
+) -> DataParallelDemo:
     """Train the demo MLP data-parallel in ``world_size`` processes and in this one alone.
 
     ``batch_size`` is the global batch (each process gets ``batch_size / world_size`` rows).
     """
     if batch_size % world_size:
-        raise ValueError(f"expected batch_size divisible by world_size, got {batch_size} and {world_size}")
+        raise ValueError(
+            f"expected batch_size divisible by world_size, got {batch_size} and {world_size}"
+        )
     t0 = time.perf_counter()
-    ranks = spawn_data_parallel(demo_worker, world_size, (steps, batch_size, lr, seed),
-                                backend="gloo")
+    ranks = spawn_data_parallel(
+        demo_worker, world_size, (steps, batch_size, lr, seed), backend="gloo"
+    )
     t1 = time.perf_counter()
     single = demo_worker(DistInfo(0, 1, 0, torch.device("cpu"), None), steps, batch_size, lr, seed)
     t2 = time.perf_counter()
-    diff = max((r["state"][k] - single["state"][k]).abs().max().item()
-               for r in ranks for k in single["state"])
+    diff = max(
+        (r["state"][k] - single["state"][k]).abs().max().item()
+        for r in ranks
+        for k in single["state"]
+    )
     return DataParallelDemo(ranks, single, diff, t1 - t0, t2 - t1)
 
 
@@ -322,8 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = demo_worker(info, steps=args.steps, batch_size=args.batch_size)
         if info.is_main:
-            print(f"rank 0 of {info.world_size} ({info.backend or 'single process'}): "
-                  f"loss {result['loss'][0]:.5f} -> {result['loss'][-1]:.5f}")
+            print(
+                f"rank 0 of {info.world_size} ({info.backend or 'single process'}): "
+                f"loss {result['loss'][0]:.5f} -> {result['loss'][-1]:.5f}"
+            )
             checksum = sum(float(v.double().sum()) for v in result["state"].values())
             print(f"parameter checksum {checksum:.10f}")
     finally:

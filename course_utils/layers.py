@@ -368,15 +368,31 @@ class TransformerBlock(nn.Module):
         return ours
 
 
-def pre_norm_stack(n_layers: int, d_model: int, n_heads: int, d_ff: int, *,
-                   dropout: float = 0.0, activation: str = "gelu",
-                   layer_norm_eps: float = 1e-5, bias: bool = True) -> nn.ModuleList:
+def pre_norm_stack(
+    n_layers: int,
+    d_model: int,
+    n_heads: int,
+    d_ff: int,
+    *,
+    dropout: float = 0.0,
+    activation: str = "gelu",
+    layer_norm_eps: float = 1e-5,
+    bias: bool = True,
+) -> nn.ModuleList:
     """``n_layers`` pre-norm :class:`TransformerBlock` s of width ``d_model``: the trunk that
     GPT (causal, over tokens) and ViT (bidirectional, over patches) share.
     Each maps (B, T, d_model) -> (B, T, d_model)."""
     return nn.ModuleList(
-        TransformerBlock(d_model, n_heads, d_ff, dropout=dropout, norm_first=True,
-                         activation=activation, layer_norm_eps=layer_norm_eps, bias=bias)
+        TransformerBlock(
+            d_model,
+            n_heads,
+            d_ff,
+            dropout=dropout,
+            norm_first=True,
+            activation=activation,
+            layer_norm_eps=layer_norm_eps,
+            bias=bias,
+        )
         for _ in range(n_layers)
     )
 

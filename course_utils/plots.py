@@ -17,8 +17,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-__all__ = ["show_heatmap", "show_heatmaps", "plot_curves", "plot_accuracy_vs_length",
-           "show_images"]
+__all__ = ["show_heatmap", "show_heatmaps", "plot_curves", "plot_accuracy_vs_length", "show_images"]
 
 
 def _numpy(x: Any) -> np.ndarray:
@@ -32,8 +31,10 @@ def _label_axis(ax: Axes, labels: Sequence[str] | None, n: int, axis: str, rotat
         return
     labels = [str(s) for s in labels]
     if len(labels) != n:
-        raise ValueError(f"expected {n} {axis}_labels (one per {'column' if axis == 'x' else 'row'}),"
-                         f" got {len(labels)}")
+        raise ValueError(
+            f"expected {n} {axis}_labels (one per {'column' if axis == 'x' else 'row'}),"
+            f" got {len(labels)}"
+        )
     if axis == "x":
         ax.set_xticks(range(n))
         ax.set_xticklabels(labels, rotation=90 if rotate else 0)
@@ -42,12 +43,21 @@ def _label_axis(ax: Axes, labels: Sequence[str] | None, n: int, axis: str, rotat
         ax.set_yticklabels(labels)
 
 
-def show_heatmap(matrix: Any, x_labels: Sequence[str] | None = None,
-                 y_labels: Sequence[str] | None = None, title: str = "attention weights",
-                 xlabel: str = "keys (source positions)", ylabel: str = "queries (target positions)",
-                 ax: Axes | None = None, *, cmap: str = "Reds", colorbar: bool = True,
-                 vmin: float | None = None, vmax: float | None = None,
-                 annotate: bool = False) -> Axes:
+def show_heatmap(
+    matrix: Any,
+    x_labels: Sequence[str] | None = None,
+    y_labels: Sequence[str] | None = None,
+    title: str = "attention weights",
+    xlabel: str = "keys (source positions)",
+    ylabel: str = "queries (target positions)",
+    ax: Axes | None = None,
+    *,
+    cmap: str = "Reds",
+    colorbar: bool = True,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    annotate: bool = False,
+) -> Axes:
     """One heatmap of a (T, S) matrix, e.g. attention weights with token labels on the axes.
 
     Rows are queries (y axis, ``y_labels``), columns keys (x axis, ``x_labels``).
@@ -58,8 +68,9 @@ def show_heatmap(matrix: Any, x_labels: Sequence[str] | None = None,
         raise ValueError(f"expected a matrix of shape (T, S), got shape {m.shape}")
     if ax is None:
         t, s = m.shape
-        _, ax = plt.subplots(figsize=(min(12, 1.5 + 0.35 * s), min(12, 1.2 + 0.35 * t)),
-                             constrained_layout=True)
+        _, ax = plt.subplots(
+            figsize=(min(12, 1.5 + 0.35 * s), min(12, 1.2 + 0.35 * t)), constrained_layout=True
+        )
     im = ax.imshow(m, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
     _label_axis(ax, x_labels, m.shape[1], "x", rotate=True)
     _label_axis(ax, y_labels, m.shape[0], "y", rotate=False)
@@ -75,11 +86,20 @@ def show_heatmap(matrix: Any, x_labels: Sequence[str] | None = None,
     return ax
 
 
-def show_heatmaps(matrices: Any, x_labels: Sequence[str] | None = None,
-                  y_labels: Sequence[str] | None = None, titles: Sequence[str] | None = None,
-                  suptitle: str = "attention weights", xlabel: str = "keys",
-                  ylabel: str = "queries", *, ncols: int | None = None, cmap: str = "Reds",
-                  figsize: tuple[float, float] | None = None, share_scale: bool = True) -> Figure:
+def show_heatmaps(
+    matrices: Any,
+    x_labels: Sequence[str] | None = None,
+    y_labels: Sequence[str] | None = None,
+    titles: Sequence[str] | None = None,
+    suptitle: str = "attention weights",
+    xlabel: str = "keys",
+    ylabel: str = "queries",
+    *,
+    ncols: int | None = None,
+    cmap: str = "Reds",
+    figsize: tuple[float, float] | None = None,
+    share_scale: bool = True,
+) -> Figure:
     """A grid of heatmaps (d2l's ``show_heatmaps``).
 
     ``matrices``: (R, C, T, S) laid out as R rows by C columns (e.g. layers x heads), or
@@ -101,7 +121,9 @@ def show_heatmaps(matrices: Any, x_labels: Sequence[str] | None = None,
         elif arr.ndim == 2:
             grid, mats = None, [arr]
         else:
-            raise ValueError(f"expected matrices of shape (R, C, T, S) or (N, T, S), got {arr.shape}")
+            raise ValueError(
+                f"expected matrices of shape (R, C, T, S) or (N, T, S), got {arr.shape}"
+            )
     if not mats:
         raise ValueError("expected at least one matrix")
     for m in mats:
@@ -127,8 +149,9 @@ def show_heatmaps(matrices: Any, x_labels: Sequence[str] | None = None,
             ax.axis("off")
             continue
         r, c = divmod(k, cols)
-        im = ax.imshow(mats[k], cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto",
-                       interpolation="nearest")
+        im = ax.imshow(
+            mats[k], cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest"
+        )
         ax.set_title(titles[k] if titles is not None else f"{k + 1}", fontsize=9)
         last_row = r == rows - 1 or k + cols >= len(mats)
         if last_row:
@@ -167,9 +190,17 @@ def _as_series(curves: Any) -> dict[str, tuple[list[float], list[float]]]:
     return out
 
 
-def plot_curves(curves: Any, title: str = "training curves", xlabel: str = "step",
-                ylabel: str = "loss", ax: Axes | None = None, *, logy: bool = False,
-                smooth: int | None = None, split_metrics: bool = True) -> Figure:
+def plot_curves(
+    curves: Any,
+    title: str = "training curves",
+    xlabel: str = "step",
+    ylabel: str = "loss",
+    ax: Axes | None = None,
+    *,
+    logy: bool = False,
+    smooth: int | None = None,
+    split_metrics: bool = True,
+) -> Figure:
     """Line plot of several series: a :class:`~course_utils.training.History` or a dict.
 
     Dict values: a list/1-D tensor of y (x = 0, 1, ...), a ``(xs, ys)`` pair, or a dict
@@ -194,12 +225,22 @@ def plot_curves(curves: Any, title: str = "training curves", xlabel: str = "step
         panels = [(a1, losses, ylabel)]
     for axis, group, label in panels:
         for name, (xs, ys) in group.items():
-            line, = axis.plot(xs, ys, label=name, alpha=0.45 if smooth else 1.0,
-                              marker="o" if len(ys) <= 30 else None, markersize=3)
+            (line,) = axis.plot(
+                xs,
+                ys,
+                label=name,
+                alpha=0.45 if smooth else 1.0,
+                marker="o" if len(ys) <= 30 else None,
+                markersize=3,
+            )
             if smooth and len(ys) >= smooth > 1:
                 kernel = np.ones(smooth) / smooth
-                axis.plot(xs[smooth - 1:], np.convolve(ys, kernel, mode="valid"),
-                          color=line.get_color(), label=f"{name} (avg {smooth})")
+                axis.plot(
+                    xs[smooth - 1 :],
+                    np.convolve(ys, kernel, mode="valid"),
+                    color=line.get_color(),
+                    label=f"{name} (avg {smooth})",
+                )
         if logy:
             axis.set_yscale("log")
         axis.set_xlabel(xlabel)
@@ -214,10 +255,15 @@ def plot_curves(curves: Any, title: str = "training curves", xlabel: str = "step
     return fig
 
 
-def plot_accuracy_vs_length(results: Mapping[str, Mapping[Any, float]],
-                            title: str = "exact-match accuracy vs input length",
-                            xlabel: str = "source length (tokens)", ylabel: str = "accuracy",
-                            ax: Axes | None = None, *, percent: bool = False) -> Axes:
+def plot_accuracy_vs_length(
+    results: Mapping[str, Mapping[Any, float]],
+    title: str = "exact-match accuracy vs input length",
+    xlabel: str = "source length (tokens)",
+    ylabel: str = "accuracy",
+    ax: Axes | None = None,
+    *,
+    percent: bool = False,
+) -> Axes:
     """One line per model: ``results[name] = {length or bucket label: accuracy}``.
 
     Numeric keys are placed on a numeric x axis; string bucket labels (from
@@ -251,8 +297,15 @@ def plot_accuracy_vs_length(results: Mapping[str, Mapping[Any, float]],
     return ax
 
 
-def show_images(images: Any, titles: Sequence[str] | None = None, suptitle: str = "images", *,
-                ncols: int = 8, cmap: str = "gray", scale: float = 1.4) -> Figure:
+def show_images(
+    images: Any,
+    titles: Sequence[str] | None = None,
+    suptitle: str = "images",
+    *,
+    ncols: int = 8,
+    cmap: str = "gray",
+    scale: float = 1.4,
+) -> Figure:
     """A grid of images: (N, C, H, W) or (N, H, W), uint8 or float (min-max scaled per image)."""
     arr = _numpy(images)
     if arr.ndim == 4:
@@ -266,8 +319,13 @@ def show_images(images: Any, titles: Sequence[str] | None = None, suptitle: str 
         raise ValueError(f"expected {n} titles, got {len(titles)}")
     cols = min(ncols, n)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(scale * cols, scale * rows + 0.4),
-                             squeeze=False, constrained_layout=True)
+    fig, axes = plt.subplots(
+        rows,
+        cols,
+        figsize=(scale * cols, scale * rows + 0.4),
+        squeeze=False,
+        constrained_layout=True,
+    )
     for k, ax in enumerate(axes.flat):
         ax.set_xticks([])
         ax.set_yticks([])

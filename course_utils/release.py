@@ -135,8 +135,10 @@ def find_regions(source: str) -> tuple[list[_Region], list[str]]:
         stripped = line.strip()
         if stripped == BEGIN:
             if open_at is not None:
-                problems.append(f"line {i + 1}: '{BEGIN}' inside the region opened on line "
-                                f"{open_at + 1} (regions cannot nest; close it with '{END}' first)")
+                problems.append(
+                    f"line {i + 1}: '{BEGIN}' inside the region opened on line "
+                    f"{open_at + 1} (regions cannot nest; close it with '{END}' first)"
+                )
                 continue
             open_at, indent = i, line[: len(line) - len(line.lstrip())]
         elif stripped == END:
@@ -146,8 +148,10 @@ def find_regions(source: str) -> tuple[list[_Region], list[str]]:
             regions.append(_Region(open_at, i, indent))
             open_at = None
         elif _MARKER_WORDS.search(line):
-            problems.append(f"line {i + 1}: malformed solution marker {stripped!r}: write exactly "
-                            f"'{BEGIN}' or '{END}' on a line of its own")
+            problems.append(
+                f"line {i + 1}: malformed solution marker {stripped!r}: write exactly "
+                f"'{BEGIN}' or '{END}' on a line of its own"
+            )
     if open_at is not None:
         problems.append(f"line {open_at + 1}: '{BEGIN}' has no '{END}' after it")
     return regions, problems
@@ -196,16 +200,21 @@ def _load_registry() -> Mapping[str, Any]:
     try:
         from course_utils import checks
     except Exception as exc:  # a broken check module must not look like a broken notebook
-        raise ReleaseError([f"cannot load the exercise registry (course_utils.checks): "
-                            f"{type(exc).__name__}: {exc}"]) from exc
+        raise ReleaseError(
+            [
+                f"cannot load the exercise registry (course_utils.checks): "
+                f"{type(exc).__name__}: {exc}"
+            ]
+        ) from exc
     return checks.REGISTRY
 
 
 # ------------------------------------------------------------------------- the release
 
 
-def release_notebook(nb: Mapping[str, Any], name: str,
-                     registry: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def release_notebook(
+    nb: Mapping[str, Any], name: str, registry: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The student version of solution notebook ``nb`` (a parsed ``.ipynb`` dict).
 
     ``name`` is the file name (``"03_scaled_dot_product.ipynb"``), used in messages and to
@@ -217,8 +226,10 @@ def release_notebook(nb: Mapping[str, Any], name: str,
     probs = _Problems(name)
     nb = json.loads(json.dumps(nb))  # deep copy of plain data
     if nb.get("nbformat") != 4 or int(nb.get("nbformat_minor", 0)) < 5:
-        probs.add(f"nbformat {nb.get('nbformat')}.{nb.get('nbformat_minor')} has no cell ids; "
-                  "save it as nbformat 4.5 (JupyterLab >= 3 does) so every cell has a stable id")
+        probs.add(
+            f"nbformat {nb.get('nbformat')}.{nb.get('nbformat_minor')} has no cell ids; "
+            "save it as nbformat 4.5 (JupyterLab >= 3 does) so every cell has a stable id"
+        )
     prefix = name[:2]
     cells = nb.get("cells", [])
 
@@ -230,8 +241,12 @@ def release_notebook(nb: Mapping[str, Any], name: str,
         if not cid:
             probs.add("cell has no id (every cell needs a stable id)", cell, index)
         elif cid in seen_ids:
-            probs.add(f"duplicate cell id {cid!r} (also cell #{seen_ids[cid]}); ids must be "
-                      "unique: the grader finds check cells by id", cell, index)
+            probs.add(
+                f"duplicate cell id {cid!r} (also cell #{seen_ids[cid]}); ids must be "
+                "unique: the grader finds check cells by id",
+                cell,
+                index,
+            )
         else:
             seen_ids[cid] = index
 
@@ -246,68 +261,113 @@ def release_notebook(nb: Mapping[str, Any], name: str,
 
         if role not in ("exercise", "check"):
             if regions and not marker_problems:
-                probs.add("solution markers in a cell not tagged 'exercise' (tag it and give it "
-                          "'course' metadata, or the answer has no exercise id)", cell, index)
+                probs.add(
+                    "solution markers in a cell not tagged 'exercise' (tag it and give it "
+                    "'course' metadata, or the answer has no exercise id)",
+                    cell,
+                    index,
+                )
             if meta:
-                probs.add(f"'course' metadata {meta} on a cell tagged neither 'exercise' nor "
-                          "'check'", cell, index)
+                probs.add(
+                    f"'course' metadata {meta} on a cell tagged neither 'exercise' nor 'check'",
+                    cell,
+                    index,
+                )
             continue
 
         # exercise and check cells: tag, metadata and id
         tag = EXERCISE_TAG if role == "exercise" else CHECK_TAG
         if tag not in tags:
-            probs.add(f"'course' metadata says role {role!r} but the cell is not tagged {tag!r}",
-                      cell, index)
+            probs.add(
+                f"'course' metadata says role {role!r} but the cell is not tagged {tag!r}",
+                cell,
+                index,
+            )
         if meta.get("role") != role:
-            probs.add(f"cell tagged {tag!r} needs metadata \"course\": {{\"role\": {role!r}, "
-                      f"...}}, got role {meta.get('role')!r}", cell, index)
+            probs.add(
+                f'cell tagged {tag!r} needs metadata "course": {{"role": {role!r}, '
+                f"...}}, got role {meta.get('role')!r}",
+                cell,
+                index,
+            )
         ex_id = meta.get("id")
         if not isinstance(ex_id, str) or not ID_PATTERN.match(ex_id):
-            probs.add(f"cell tagged {tag!r} needs metadata \"course\": {{\"id\": \"NN.k\", ...}} "
-                      f"(e.g. \"{prefix}.1\"), got id {ex_id!r}", cell, index)
+            probs.add(
+                f'cell tagged {tag!r} needs metadata "course": {{"id": "NN.k", ...}} '
+                f'(e.g. "{prefix}.1"), got id {ex_id!r}',
+                cell,
+                index,
+            )
             continue
         if ex_id[:2] != prefix:
             probs.add(f"exercise {ex_id} belongs to notebook {ex_id[:2]}, not {name}", cell, index)
         points = meta.get("points")
         if not isinstance(points, int) or isinstance(points, bool) or points < 0:
-            probs.add(f"metadata course.points must be a whole number >= 0, got {points!r}",
-                      cell, index)
+            probs.add(
+                f"metadata course.points must be a whole number >= 0, got {points!r}", cell, index
+            )
         exercise = registry.get(ex_id)
         if exercise is not None:
             if isinstance(points, int) and points != exercise.points:
-                probs.add(f"exercise {ex_id}: metadata course.points is {points} but the registry "
-                          f"(course_utils.checks) gives {exercise.points}", cell, index)
+                probs.add(
+                    f"exercise {ex_id}: metadata course.points is {points} but the registry "
+                    f"(course_utils.checks) gives {exercise.points}",
+                    cell,
+                    index,
+                )
             if exercise.notebook != name:
-                probs.add(f"exercise {ex_id} is registered for notebook {exercise.notebook!r}, "
-                          f"not {name!r}", cell, index)
+                probs.add(
+                    f"exercise {ex_id} is registered for notebook {exercise.notebook!r}, "
+                    f"not {name!r}",
+                    cell,
+                    index,
+                )
 
         if role == "check":
             check_cells.setdefault(ex_id, []).append(index)
             if regions:
                 probs.add("solution markers in a check cell", cell, index)
             if exercise is None:
-                probs.add(f"check cell for exercise {ex_id}, which is not registered in "
-                          f"course_utils.checks (known: {', '.join(registry) or 'none'})",
-                          cell, index)
+                probs.add(
+                    f"check cell for exercise {ex_id}, which is not registered in "
+                    f"course_utils.checks (known: {', '.join(registry) or 'none'})",
+                    cell,
+                    index,
+                )
                 continue
             expected = f'check("{ex_id}", {exercise.function})'
             if source.strip() != expected:
-                probs.add(f"check cell source must be exactly {expected!r}, got "
-                          f"{source.strip()!r}", cell, index)
+                probs.add(
+                    f"check cell source must be exactly {expected!r}, got {source.strip()!r}",
+                    cell,
+                    index,
+                )
             if ex_id not in exercise_cells:
-                probs.add(f"check cell for exercise {ex_id} has no exercise cell (tagged "
-                          f"'exercise', course.id {ex_id!r}) before it", cell, index)
+                probs.add(
+                    f"check cell for exercise {ex_id} has no exercise cell (tagged "
+                    f"'exercise', course.id {ex_id!r}) before it",
+                    cell,
+                    index,
+                )
             if len(check_cells[ex_id]) > 1:
-                probs.add(f"second check cell for exercise {ex_id} (first: cell "
-                          f"#{check_cells[ex_id][0]})", cell, index)
+                probs.add(
+                    f"second check cell for exercise {ex_id} (first: cell "
+                    f"#{check_cells[ex_id][0]})",
+                    cell,
+                    index,
+                )
             continue
 
         # role == "exercise"
         exercise_cells.setdefault(ex_id, []).append(index)
         if not regions:
             if not marker_problems:
-                probs.add(f"exercise cell {ex_id} has no '{BEGIN}' ... '{END}' region: the "
-                          "answer would be released to students", cell, index)
+                probs.add(
+                    f"exercise cell {ex_id} has no '{BEGIN}' ... '{END}' region: the "
+                    "answer would be released to students",
+                    cell,
+                    index,
+                )
             continue
         if marker_problems:
             continue
@@ -319,11 +379,15 @@ def release_notebook(nb: Mapping[str, Any], name: str,
         if getattr(ex, "notebook", None) != name:
             continue
         if ex_id not in exercise_cells:
-            probs.add(f"registered exercise {ex_id} ({ex.title}) has no exercise cell "
-                      f"(tag 'exercise', metadata course.id {ex_id!r})")
+            probs.add(
+                f"registered exercise {ex_id} ({ex.title}) has no exercise cell "
+                f"(tag 'exercise', metadata course.id {ex_id!r})"
+            )
         if ex_id not in check_cells:
-            probs.add(f"registered exercise {ex_id} ({ex.title}) has no check cell "
-                      f"(tag 'check', source check(\"{ex_id}\", {ex.function}))")
+            probs.add(
+                f"registered exercise {ex_id} ({ex.title}) has no check cell "
+                f"(tag 'check', source check(\"{ex_id}\", {ex.function}))"
+            )
 
     if probs.items:
         raise ReleaseError(probs.items)
@@ -340,23 +404,34 @@ def release_notebook(nb: Mapping[str, Any], name: str,
     return nb
 
 
-def _stub_source(cell: Mapping[str, Any], source: str, regions: list[_Region], ex_id: str,
-                 exercise: Any, probs: _Problems, index: int) -> str | None:
+def _stub_source(
+    cell: Mapping[str, Any],
+    source: str,
+    regions: list[_Region],
+    ex_id: str,
+    exercise: Any,
+    probs: _Problems,
+    index: int,
+) -> str | None:
     lines = source.split("\n")
     is_code = cell.get("cell_type") == "code"
     out: list[str] = []
     pos = 0
     ok = True
     for region in regions:
-        out.extend(lines[pos:region.begin])
+        out.extend(lines[pos : region.begin])
         if is_code:
             inner, outer = _enclosing_function(lines, region.begin)
             if inner != "def":
                 ok = False
-                probs.add(f"the solution region on line {region.begin + 1} is not inside a "
-                          "function body: its stub would raise as soon as the student runs the "
-                          "cell (an untouched notebook must run to the end); put the answer "
-                          "inside a def", cell, index)
+                probs.add(
+                    f"the solution region on line {region.begin + 1} is not inside a "
+                    "function body: its stub would raise as soon as the student runs the "
+                    "cell (an untouched notebook must run to the end); put the answer "
+                    "inside a def",
+                    cell,
+                    index,
+                )
             name = exercise.function if exercise is not None else outer
             out.append(region.indent + stub_line(ex_id, name))
         else:
@@ -365,8 +440,12 @@ def _stub_source(cell: Mapping[str, Any], source: str, regions: list[_Region], e
     out.extend(lines[pos:])
     new_source = "\n".join(out)
     if ok and is_code and _parses(source) and not _parses(new_source):
-        probs.add("the student version of this cell is not valid Python: indent the "
-                  f"'{BEGIN}' marker like the code it replaces", cell, index)
+        probs.add(
+            "the student version of this cell is not valid Python: indent the "
+            f"'{BEGIN}' marker like the code it replaces",
+            cell,
+            index,
+        )
         ok = False
     return new_source if ok else None
 
@@ -383,8 +462,11 @@ def _read(path: Path) -> dict[str, Any]:
         nb = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ReleaseError([f"{path.name}: cannot read the notebook: {exc}"]) from None
-    if (not isinstance(nb, dict) or not isinstance(nb.get("cells"), list)
-            or not all(isinstance(c, dict) for c in nb["cells"])):
+    if (
+        not isinstance(nb, dict)
+        or not isinstance(nb.get("cells"), list)
+        or not all(isinstance(c, dict) for c in nb["cells"])
+    ):
         raise ReleaseError([f"{path.name}: not a Jupyter notebook (no 'cells' list)"])
     return nb
 
@@ -428,8 +510,9 @@ def plan(solutions: str | Path, registry: Mapping[str, Any] | None = None) -> di
     return texts
 
 
-def drift(solutions: str | Path, notebooks: str | Path,
-          registry: Mapping[str, Any] | None = None) -> list[str]:
+def drift(
+    solutions: str | Path, notebooks: str | Path, registry: Mapping[str, Any] | None = None
+) -> list[str]:
     """Messages naming every student notebook that differs from what release would write:
     changed, missing from ``notebooks`` or extra in it. Empty when in sync."""
     expected = plan(solutions, registry)
@@ -441,15 +524,17 @@ def drift(solutions: str | Path, notebooks: str | Path,
         if name not in present:
             messages.append(f"{target}: missing (run `course release`)")
         elif target.read_bytes() != text.encode("utf-8"):
-            messages.append(f"{target}: differs from what `course release` writes from "
-                            f"{Path(solutions) / name}")
+            messages.append(
+                f"{target}: differs from what `course release` writes from {Path(solutions) / name}"
+            )
     for name in sorted(present - set(expected)):
         messages.append(f"{nb_dir / name}: extra (no {Path(solutions) / name})")
     return messages
 
 
-def write(solutions: str | Path, notebooks: str | Path,
-          registry: Mapping[str, Any] | None = None) -> list[str]:
+def write(
+    solutions: str | Path, notebooks: str | Path, registry: Mapping[str, Any] | None = None
+) -> list[str]:
     """Write every student notebook into ``notebooks`` (created if needed), remove student
     notebooks whose solution is gone, and return one line per file saying what happened."""
     expected = plan(solutions, registry)
@@ -490,10 +575,16 @@ def execute_solution(path: str | Path, *, profile: str | None = None, timeout: i
     nb = nbformat.read(path, as_version=4)
     with using_profile(profile):
         # this interpreter's kernel, whatever "python3" kernelspec the machine has installed
-        km = KernelManager(kernel_name=CURRENT_ENV_KERNEL_NAME,
-                           kernel_spec_manager=NbvalKernelspecManager())
-        NotebookClient(nb, km=km, timeout=timeout, record_timing=False,
-                       resources={"metadata": {"path": str(path.parent.resolve())}}).execute()
+        km = KernelManager(
+            kernel_name=CURRENT_ENV_KERNEL_NAME, kernel_spec_manager=NbvalKernelspecManager()
+        )
+        NotebookClient(
+            nb,
+            km=km,
+            timeout=timeout,
+            record_timing=False,
+            resources={"metadata": {"path": str(path.parent.resolve())}},
+        ).execute()
     for cell in nb.cells:
         for key in _VOLATILE_CELL_METADATA:
             cell.metadata.pop(key, None)
@@ -505,20 +596,41 @@ def execute_solution(path: str | Path, *, profile: str | None = None, timeout: i
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``course release``."""
-    parser.add_argument("--solutions", default="solutions", metavar="DIR",
-                        help="folder of the solution notebooks NN_*.ipynb (default: solutions)")
-    parser.add_argument("--notebooks", default="notebooks", metavar="DIR",
-                        help="folder the student notebooks are written to (default: notebooks)")
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 naming every student notebook that is out of "
-                             "date, missing or extra")
-    parser.add_argument("--execute", nargs="+", default=[], metavar="NOTEBOOK",
-                        help="first run these solution notebooks in place (fresh kernel, outputs "
-                             "stored, no timings), then release")
-    parser.add_argument("--profile", choices=("ci", "cpu", "gpu"), default=None,
-                        help="COURSE_PROFILE for --execute (default: the environment's)")
-    parser.epilog = ("Exit codes: 0 ok; 1 notebooks/ out of date (--check); "
-                     "2 invalid solution notebooks.")
+    parser.add_argument(
+        "--solutions",
+        default="solutions",
+        metavar="DIR",
+        help="folder of the solution notebooks NN_*.ipynb (default: solutions)",
+    )
+    parser.add_argument(
+        "--notebooks",
+        default="notebooks",
+        metavar="DIR",
+        help="folder the student notebooks are written to (default: notebooks)",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 naming every student notebook that is out of "
+        "date, missing or extra",
+    )
+    parser.add_argument(
+        "--execute",
+        nargs="+",
+        default=[],
+        metavar="NOTEBOOK",
+        help="first run these solution notebooks in place (fresh kernel, outputs "
+        "stored, no timings), then release",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=("ci", "cpu", "gpu"),
+        default=None,
+        help="COURSE_PROFILE for --execute (default: the environment's)",
+    )
+    parser.epilog = (
+        "Exit codes: 0 ok; 1 notebooks/ out of date (--check); 2 invalid solution notebooks."
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -537,8 +649,10 @@ def main(args: argparse.Namespace) -> int:
         if args.check:
             messages = drift(args.solutions, args.notebooks)
             if messages:
-                print(f"{len(messages)} student notebook(s) out of date; run `course release`:",
-                      file=sys.stderr)
+                print(
+                    f"{len(messages)} student notebook(s) out of date; run `course release`:",
+                    file=sys.stderr,
+                )
                 for m in messages:
                     print(f"  {m}", file=sys.stderr)
                 return EXIT_DRIFT
@@ -548,8 +662,10 @@ def main(args: argparse.Namespace) -> int:
             print(line)
         return EXIT_OK
     except ReleaseError as exc:
-        print(f"course release: {len(exc.problems)} problem(s) in the solution notebooks:",
-              file=sys.stderr)
+        print(
+            f"course release: {len(exc.problems)} problem(s) in the solution notebooks:",
+            file=sys.stderr,
+        )
         for p in exc.problems:
             print(f"  {p}", file=sys.stderr)
         return EXIT_INVALID

@@ -32,8 +32,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["History", "lr_schedule", "train", "default_loss", "sequence_cross_entropy",
-           "make_optimizer", "to_device", "evaluate_loss"]
+__all__ = [
+    "History",
+    "lr_schedule",
+    "train",
+    "default_loss",
+    "sequence_cross_entropy",
+    "make_optimizer",
+    "to_device",
+    "evaluate_loss",
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,8 +104,10 @@ class History:
     def __repr__(self) -> str:
         if not self.step:
             return "History(empty)"
-        parts = [f"{len(self.step)} logged steps up to {self.step[-1]}",
-                 f"train_loss {self.train_loss[0]:.4g} -> {self.train_loss[-1]:.4g}"]
+        parts = [
+            f"{len(self.step)} logged steps up to {self.step[-1]}",
+            f"train_loss {self.train_loss[0]:.4g} -> {self.train_loss[-1]:.4g}",
+        ]
         parts += [f"{k} {v[-1]:.4g}" for k, v in self.eval.items() if v]
         parts.append(f"{self.total_time:.1f} s")
         return "History(" + ", ".join(parts) + ")"
@@ -106,8 +116,15 @@ class History:
 # --------------------------------------------------------------------------------------------
 # Learning rate, optimizer, losses
 # --------------------------------------------------------------------------------------------
-def lr_schedule(step: int, *, lr: float, steps: int, warmup: int = 0, min_lr: float | None = None,
-                schedule: str = "cosine") -> float:
+def lr_schedule(
+    step: int,
+    *,
+    lr: float,
+    steps: int,
+    warmup: int = 0,
+    min_lr: float | None = None,
+    schedule: str = "cosine",
+) -> float:
     """Learning rate at ``step`` (0-based): linear warmup to ``lr``, then decay to ``min_lr``.
 
     Warmup: ``lr * (step + 1) / warmup`` for ``step < warmup``. Then ``schedule``:
@@ -129,23 +146,30 @@ def lr_schedule(step: int, *, lr: float, steps: int, warmup: int = 0, min_lr: fl
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
 
 
-def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.0,
-                   betas: tuple[float, float] = (0.9, 0.999)) -> torch.optim.Optimizer:
+def make_optimizer(
+    model: nn.Module,
+    lr: float,
+    weight_decay: float = 0.0,
+    betas: tuple[float, float] = (0.9, 0.999),
+) -> torch.optim.Optimizer:
     """AdamW; weight decay only on matrices (dim >= 2), never on biases, norms or scalars."""
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters")
     if weight_decay:
-        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        groups = [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ]
         groups = [g for g in groups if g["params"]]
     else:
         groups = [{"params": params, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=lr, betas=betas)
 
 
-def sequence_cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
-                           ignore_index: int = 0) -> torch.Tensor:
+def sequence_cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = 0
+) -> torch.Tensor:
     """Mean cross-entropy over non-ignored tokens: logits (B, T, V), targets (B, T) -> scalar.
 
     ``ignore_index`` defaults to PAD (0), so padding never counts.
@@ -155,8 +179,9 @@ def sequence_cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
             f"expected logits (B, T, V) and targets (B, T), got {tuple(logits.shape)} and "
             f"{tuple(targets.shape)}"
         )
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                           ignore_index=ignore_index)
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=ignore_index
+    )
 
 
 def default_loss(model: nn.Module, batch: Any) -> torch.Tensor:
@@ -198,9 +223,14 @@ def to_device(batch: Any, device: torch.device) -> Any:
 
 
 @torch.no_grad()
-def evaluate_loss(model: nn.Module, data: Iterable[Any], loss_fn: Callable[[nn.Module, Any], torch.Tensor]
-                  = default_loss, *, max_batches: int | None = None,
-                  device: torch.device | str | None = None) -> float:
+def evaluate_loss(
+    model: nn.Module,
+    data: Iterable[Any],
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor] = default_loss,
+    *,
+    max_batches: int | None = None,
+    device: torch.device | str | None = None,
+) -> float:
     """Mean of ``loss_fn(model, batch)`` over (at most ``max_batches``) batches, in eval mode."""
     was_training = model.training
     model.eval()
@@ -288,16 +318,30 @@ def _eval(model: nn.Module, eval_fn: Callable[[nn.Module], Any]) -> dict[str, fl
     return {"eval": float(result)}
 
 
-def train(model: nn.Module, data: Any, *, steps: int, lr: float = 1e-3,
-          loss_fn: Callable[[nn.Module, Any], torch.Tensor] | None = None,
-          weight_decay: float = 0.0, betas: tuple[float, float] = (0.9, 0.999), warmup: int = 0,
-          min_lr: float | None = None, schedule: str = "cosine", grad_clip: float | None = 1.0,
-          optimizer: torch.optim.Optimizer | None = None,
-          eval_fn: Callable[[nn.Module], float | dict[str, float]] | None = None,
-          eval_every: int | None = None, log_every: int = 1, seed: int | None = None,
-          device: torch.device | str | None = None, autocast_dtype: torch.dtype | None = None,
-          data_parallel: bool | None = None, progress: bool | str = True,
-          desc: str = "training") -> History:
+def train(
+    model: nn.Module,
+    data: Any,
+    *,
+    steps: int,
+    lr: float = 1e-3,
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor] | None = None,
+    weight_decay: float = 0.0,
+    betas: tuple[float, float] = (0.9, 0.999),
+    warmup: int = 0,
+    min_lr: float | None = None,
+    schedule: str = "cosine",
+    grad_clip: float | None = 1.0,
+    optimizer: torch.optim.Optimizer | None = None,
+    eval_fn: Callable[[nn.Module], float | dict[str, float]] | None = None,
+    eval_every: int | None = None,
+    log_every: int = 1,
+    seed: int | None = None,
+    device: torch.device | str | None = None,
+    autocast_dtype: torch.dtype | None = None,
+    data_parallel: bool | None = None,
+    progress: bool | str = True,
+    desc: str = "training",
+) -> History:
     """Train ``model`` for ``steps`` optimizer steps; returns a :class:`History`.
 
     Args:
@@ -323,7 +367,9 @@ def train(model: nn.Module, data: Any, *, steps: int, lr: float = 1e-3,
     if steps < 1:
         raise ValueError(f"expected steps >= 1, got {steps}")
     if log_every < 1 or (eval_every is not None and eval_every < 1):
-        raise ValueError(f"expected log_every >= 1 and eval_every >= 1, got {log_every}, {eval_every}")
+        raise ValueError(
+            f"expected log_every >= 1 and eval_every >= 1, got {log_every}, {eval_every}"
+        )
     if seed is not None:
         from course_utils.profiles import seed_everything
 
@@ -351,10 +397,19 @@ def train(model: nn.Module, data: Any, *, steps: int, lr: float = 1e-3,
     show = _interactive() if progress == "auto" else bool(progress)
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=steps, desc=desc, disable=not show or rank != 0, mininterval=0.5,
-               dynamic_ncols=True, leave=True)
-    autocast = (torch.autocast(device_type=dev.type, dtype=autocast_dtype)
-                if autocast_dtype is not None else contextlib.nullcontext())
+    bar = tqdm(
+        total=steps,
+        desc=desc,
+        disable=not show or rank != 0,
+        mininterval=0.5,
+        dynamic_ncols=True,
+        leave=True,
+    )
+    autocast = (
+        torch.autocast(device_type=dev.type, dtype=autocast_dtype)
+        if autocast_dtype is not None
+        else contextlib.nullcontext()
+    )
     running: torch.Tensor | None = None  # sum of the losses since the last log, on the device
     n_running = 0
     last_norm = float("nan")
@@ -364,8 +419,9 @@ def train(model: nn.Module, data: Any, *, steps: int, lr: float = 1e-3,
         for step in range(steps):
             current_lr = None
             if optimizer is None:
-                current_lr = lr_schedule(step, lr=lr, steps=steps, warmup=warmup, min_lr=min_lr,
-                                         schedule=schedule)
+                current_lr = lr_schedule(
+                    step, lr=lr, steps=steps, warmup=warmup, min_lr=min_lr, schedule=schedule
+                )
                 for group in opt.param_groups:
                     group["lr"] = current_lr
             batch = to_device(source.get(step), dev)
@@ -414,8 +470,13 @@ def train(model: nn.Module, data: Any, *, steps: int, lr: float = 1e-3,
                 history.eval_time.append(time.perf_counter() - start)
                 for k, v in metrics.items():
                     history.eval.setdefault(k, []).append(v)
-                bar.set_postfix({"loss": f"{history.train_loss[-1]:.4f}" if history.train_loss else "",
-                                 **{k: f"{v:.4f}" for k, v in metrics.items()}}, refresh=False)
+                bar.set_postfix(
+                    {
+                        "loss": f"{history.train_loss[-1]:.4f}" if history.train_loss else "",
+                        **{k: f"{v:.4f}" for k, v in metrics.items()},
+                    },
+                    refresh=False,
+                )
             bar.update(1)
     finally:
         bar.close()

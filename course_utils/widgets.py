@@ -76,8 +76,13 @@ def _ipywidgets():
         return None
 
 
-def attention_browser(items: Sequence[Any] | Mapping[str, Any], render_fn: Callable[[Any], Any], *,
-                      description: str = "example", labels: Sequence[str] | None = None) -> Explorer:
+def attention_browser(
+    items: Sequence[Any] | Mapping[str, Any],
+    render_fn: Callable[[Any], Any],
+    *,
+    description: str = "example",
+    labels: Sequence[str] | None = None,
+) -> Explorer:
     """Browse ``items`` (e.g. examples with their attention maps) with a dropdown.
 
     ``render_fn(item)`` draws one item and returns its figure. The static fallback figure is
@@ -88,7 +93,11 @@ def attention_browser(items: Sequence[Any] | Mapping[str, Any], render_fn: Calla
         labels, values = [str(k) for k in items], list(items.values())
     else:
         values = list(items)
-        labels = [str(s) for s in labels] if labels is not None else [f"{i + 1}" for i in range(len(values))]
+        labels = (
+            [str(s) for s in labels]
+            if labels is not None
+            else [f"{i + 1}" for i in range(len(values))]
+        )
     if not values:
         raise ValueError("attention_browser needs at least one item")
     if len(labels) != len(values):
@@ -99,13 +108,16 @@ def attention_browser(items: Sequence[Any] | Mapping[str, Any], render_fn: Calla
         return _render(render_fn, values[index])
 
     static = update(0)
-    note = (f"(static preview: {description} {labels[0]} of {len(values)}; "
-            "run the cell in a live kernel to browse the others)")
+    note = (
+        f"(static preview: {description} {labels[0]} of {len(values)}; "
+        "run the cell in a live kernel to browse the others)"
+    )
     widgets = _ipywidgets()
     widget = None
     if widgets is not None:
-        dropdown = widgets.Dropdown(options=list(zip(labels, range(len(values)))), value=0,
-                                    description=description)
+        dropdown = widgets.Dropdown(
+            options=list(zip(labels, range(len(values)))), value=0, description=description
+        )
         out = widgets.Output()
 
         def on_change(change: Mapping[str, Any]) -> None:
@@ -126,14 +138,22 @@ def _control(widgets: Any, name: str, spec: Any) -> Any:
         lo, hi = spec[0], spec[1]
         step = spec[2] if len(spec) == 3 else None
         if all(isinstance(v, int) for v in (lo, hi, step or 1)):
-            return widgets.IntSlider(min=lo, max=hi, step=step or 1, value=lo, description=name,
-                                     continuous_update=False)
-        return widgets.FloatSlider(min=lo, max=hi, step=step or (hi - lo) / 100, value=lo,
-                                   description=name, continuous_update=False)
+            return widgets.IntSlider(
+                min=lo, max=hi, step=step or 1, value=lo, description=name, continuous_update=False
+            )
+        return widgets.FloatSlider(
+            min=lo,
+            max=hi,
+            step=step or (hi - lo) / 100,
+            value=lo,
+            description=name,
+            continuous_update=False,
+        )
     if isinstance(spec, (list, range)):
         options = list(spec)
-        return widgets.SelectionSlider(options=options, value=options[0], description=name,
-                                       continuous_update=False)
+        return widgets.SelectionSlider(
+            options=options, value=options[0], description=name, continuous_update=False
+        )
     raise ValueError(
         f"slider {name!r}: expected (min, max[, step]) or a list of choices, got {spec!r}"
     )
@@ -145,8 +165,9 @@ def _initial(spec: Any) -> Any:
     return list(spec)[0]
 
 
-def slider_explorer(render_fn: Callable[..., Any], static_values: Mapping[str, Any] | None = None,
-                    **sliders: Any) -> Explorer:
+def slider_explorer(
+    render_fn: Callable[..., Any], static_values: Mapping[str, Any] | None = None, **sliders: Any
+) -> Explorer:
     """Explore ``render_fn(**values)`` with one slider per keyword.
 
     Each keyword is ``(min, max)`` / ``(min, max, step)`` (an int or float slider) or a list

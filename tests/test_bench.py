@@ -20,8 +20,20 @@ SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
 
 def _bench(tmp_path: Path, *names: str, extra: tuple[str, ...] = ()) -> dict:
     out = tmp_path / "bench.json"
-    code = main(["bench", *names, "--quick", "--threads", "1", "--out", str(tmp_path),
-                 "--json", str(out), *extra])
+    code = main(
+        [
+            "bench",
+            *names,
+            "--quick",
+            "--threads",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--json",
+            str(out),
+            *extra,
+        ]
+    )
     assert code == 0
     return json.loads(out.read_text())
 
@@ -77,14 +89,30 @@ def test_notebooks_benchmark_times_a_solution_notebook(tmp_path):
 def test_markdown_report_has_the_machine_each_table_and_the_verdicts():
     from course_utils.bench import markdown_report
 
-    report = {"machine": {"cpu": "Test CPU", "cores": 2, "threads": 2, "torch": "2.x",
-                          "python": "3.11", "device": "cpu", "dtype": "float32"},
-              "benchmarks": {
-                  "mha": {"wall_s": 3.0, "rows": [{"T": 64, "course/torch": 1.04321}],
-                          "summary": {"target": "course/torch <= 1.1", "meets_target": True}},
-                  "gpt": {"wall_s": 9.0, "rows": [{"recipe": "x", "val_loss": 1.9, "n": 1}],
-                          "columns": ["recipe", "val_loss"],
-                          "summary": {"target": "val <= 1.80", "meets_target": False}}}}
+    report = {
+        "machine": {
+            "cpu": "Test CPU",
+            "cores": 2,
+            "threads": 2,
+            "torch": "2.x",
+            "python": "3.11",
+            "device": "cpu",
+            "dtype": "float32",
+        },
+        "benchmarks": {
+            "mha": {
+                "wall_s": 3.0,
+                "rows": [{"T": 64, "course/torch": 1.04321}],
+                "summary": {"target": "course/torch <= 1.1", "meets_target": True},
+            },
+            "gpt": {
+                "wall_s": 9.0,
+                "rows": [{"recipe": "x", "val_loss": 1.9, "n": 1}],
+                "columns": ["recipe", "val_loss"],
+                "summary": {"target": "val <= 1.80", "meets_target": False},
+            },
+        },
+    }
     text = markdown_report(report)
     assert text.startswith("Machine: Test CPU, 2 cores")
     assert "| T | course/torch |" in text and "| 64 | 1.04 |" in text

@@ -40,6 +40,7 @@ def stub_for(exercise: Exercise):
     """What the released notebook contains: the given signature, a NotImplementedError body."""
     message = f"Exercise {exercise.id}: implement {exercise.function}"
     if is_class(exercise):
+
         class Stub(exercise.reference):
             def forward(self, *args, **kwargs):
                 raise NotImplementedError(message)
@@ -54,6 +55,7 @@ def stub_for(exercise: Exercise):
 
 def raising_for(exercise: Exercise):
     if is_class(exercise):
+
         class Raising(exercise.reference):
             def forward(self, *args, **kwargs):
                 raise ValueError("boom from the student")
@@ -74,6 +76,7 @@ def _grow(value):
 
 def wrong_shape_for(exercise: Exercise):
     if is_class(exercise):
+
         class Wide(exercise.reference):
             def forward(self, *args, **kwargs):
                 return _grow(super().forward(*args, **kwargs))
@@ -122,8 +125,13 @@ def test_a_wrong_shape_fails_naming_the_shape(exercise_id):
 
 def _same(x, y) -> bool:
     if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
-        return (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
-                and x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y))
+        return (
+            isinstance(x, torch.Tensor)
+            and isinstance(y, torch.Tensor)
+            and x.shape == y.shape
+            and x.dtype == y.dtype
+            and torch.equal(x, y)
+        )
     return x == y
 
 
@@ -139,9 +147,12 @@ def test_cases_are_seeded_plain_data(exercise_id):
             assert isinstance(value, (torch.Tensor, int, float, bool, str)), (ca.name, key)
             assert _same(value, cb.inputs[key])
     others = [exercise.make_cases(seed) for seed in range(8, 12)]
-    assert any(not _same(ca.inputs.get(k), co.inputs.get(k))
-               for other in others for ca, co in zip(a, other) for k in ca.inputs), \
-        "other seeds should draw other inputs"
+    assert any(
+        not _same(ca.inputs.get(k), co.inputs.get(k))
+        for other in others
+        for ca, co in zip(a, other)
+        for k in ca.inputs
+    ), "other seeds should draw other inputs"
 
 
 @pytest.mark.parametrize("exercise_id", IDS)
@@ -220,8 +231,17 @@ def _toy_exercise() -> Exercise:
     def call(candidate, case):
         return {"y": candidate(case.inputs["x"])}
 
-    return Exercise("99.9", "toy", 1, "toy.ipynb", "double", lambda x: 2 * x, cases, call,
-                    mistakes=[Mistake("tripled", "multiply by 2", lambda x: 3 * x)])
+    return Exercise(
+        "99.9",
+        "toy",
+        1,
+        "toy.ipynb",
+        "double",
+        lambda x: 2 * x,
+        cases,
+        call,
+        mistakes=[Mistake("tripled", "multiply by 2", lambda x: 3 * x)],
+    )
 
 
 def test_in_place_edits_of_the_inputs_do_not_reach_the_reference():
@@ -229,6 +249,7 @@ def test_in_place_edits_of_the_inputs_do_not_reach_the_reference():
         return x.mul_(2)  # right answer, but overwrites the case's input
 
     from course_utils.checks.core import check as core_check
+
     assert core_check(_toy_exercise(), doubles_in_place).passed
 
 
@@ -239,6 +260,7 @@ def test_a_wrong_value_in_an_earlier_case_is_reported_before_a_later_exception()
         return 3 * x
 
     from course_utils.checks.core import check as core_check
+
     result = core_check(_toy_exercise(), tripled_then_crash)
     assert result.status == "failed" and result.mistake == "tripled"
     assert "case 'first'" in result.message
@@ -249,5 +271,6 @@ def test_an_exception_in_the_first_case_is_an_error():
         raise RuntimeError("shape trouble")
 
     from course_utils.checks.core import check as core_check
+
     result = core_check(_toy_exercise(), crash)
     assert result.status == "error" and "RuntimeError: shape trouble" in result.message

@@ -34,13 +34,17 @@ def softmax_in_place(x):
     return x / x.sum(dim=-1, keepdim=True)
 
 
-@pytest.mark.parametrize("candidate", [
-    softmax_logsumexp,
-    softmax_in_float64,
-    softmax_in_place,
-    lambda x: F.softmax(x, dim=x.dim() - 1),
-    checks.get(ID).reference,
-], ids=["logsumexp", "float64", "in-place", "F.softmax", "reference"])
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        softmax_logsumexp,
+        softmax_in_float64,
+        softmax_in_place,
+        lambda x: F.softmax(x, dim=x.dim() - 1),
+        checks.get(ID).reference,
+    ],
+    ids=["logsumexp", "float64", "in-place", "F.softmax", "reference"],
+)
 def test_softmax_check_accepts_correct_answers(candidate):
     assert_passes(ID, candidate)
 

@@ -64,16 +64,32 @@ def forward_returning_pair(model, src, src_lengths, tgt_in):
     return forward_loop(model, src, src_lengths, tgt_in), None
 
 
-@pytest.mark.parametrize("candidate", [forward_loop, forward_gru_equations, forward_fused_gru,
-                                       forward_returning_pair, checks.get("01.1").reference],
-                         ids=["loop", "gru equations", "fused nn.GRU", "(logits, None)",
-                              "reference"])
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        forward_loop,
+        forward_gru_equations,
+        forward_fused_gru,
+        forward_returning_pair,
+        checks.get("01.1").reference,
+    ],
+    ids=["loop", "gru equations", "fused nn.GRU", "(logits, None)", "reference"],
+)
 def test_seq2seq_forward_check_accepts_correct_answers(candidate):
     assert_passes("01.1", candidate)
 
 
-def _fw(feed=None, s0=None, ctx_zero=False, cat_c_first=False, out_c_first=False,
-        out_old=False, time_first=False, probs=False, tokens=None):
+def _fw(
+    feed=None,
+    s0=None,
+    ctx_zero=False,
+    cat_c_first=False,
+    out_c_first=False,
+    out_old=False,
+    time_first=False,
+    probs=False,
+    tokens=None,
+):
     def impl(model, src, src_lengths, tgt_in):
         enc, c = model.encode(src, src_lengths)
         if s0 == "padded":
@@ -97,21 +113,25 @@ def _fw(feed=None, s0=None, ctx_zero=False, cat_c_first=False, out_c_first=False
 
 
 FORWARD_WRONG = {
-    "predictions fed back instead of the true previous tokens (no teacher forcing)":
-        _fw(feed="own"),
-    "off by one: the decoder reads the token it should predict":
-        _fw(tokens=lambda t: F.pad(t[:, 1:], (0, 1), value=PAD)),
-    "off by one: tgt_in shifted a second time (BOS fed twice)":
-        _fw(tokens=lambda t: torch.cat([torch.full_like(t[:, :1], BOS), t[:, :-1]], 1)),
+    "predictions fed back instead of the true previous tokens (no teacher forcing)": _fw(
+        feed="own"
+    ),
+    "off by one: the decoder reads the token it should predict": _fw(
+        tokens=lambda t: F.pad(t[:, 1:], (0, 1), value=PAD)
+    ),
+    "off by one: tgt_in shifted a second time (BOS fed twice)": _fw(
+        tokens=lambda t: torch.cat([torch.full_like(t[:, :1], BOS), t[:, :-1]], 1)
+    ),
     "decoder started from a zero state instead of the context vector c": _fw(s0="zeros"),
-    "context c taken from enc_states[:, -1] (a padding position for short sentences)":
-        _fw(s0="padded"),
+    "context c taken from enc_states[:, -1] (a padding position for short sentences)": _fw(
+        s0="padded"
+    ),
     "context c not fed to the decoder at every step": _fw(ctx_zero=True),
-    "decoder input concatenated as [c; embedding] instead of [embedding; c]":
-        _fw(cat_c_first=True),
+    "decoder input concatenated as [c; embedding] instead of [embedding; c]": _fw(cat_c_first=True),
     "output layer fed [c; s_t] instead of [s_t; c]": _fw(out_c_first=True),
-    "logits computed from the previous state s_{t-1} instead of the new state s_t":
-        _fw(out_old=True),
+    "logits computed from the previous state s_{t-1} instead of the new state s_t": _fw(
+        out_old=True
+    ),
     "logits stacked time-first (T, B, V) instead of (B, T, V)": _fw(time_first=True),
     "returned softmax probabilities instead of logits": _fw(probs=True),
 }
@@ -212,16 +232,25 @@ def greedy_own_step(model, src, src_lengths, max_len):
     return torch.stack(out, 1), None
 
 
-@pytest.mark.parametrize("candidate", [greedy_fixed_steps, greedy_post_processed,
-                                       greedy_own_step, checks.get("01.2").reference],
-                         ids=["fixed steps", "post-processed", "own step, (tokens, None)",
-                              "reference"])
+@pytest.mark.parametrize(
+    "candidate",
+    [greedy_fixed_steps, greedy_post_processed, greedy_own_step, checks.get("01.2").reference],
+    ids=["fixed steps", "post-processed", "own step, (tokens, None)", "reference"],
+)
 def test_greedy_decode_check_accepts_correct_answers(candidate):
     assert_passes("01.2", candidate)
 
 
-def _gr(mask=True, stop_all=True, stop_any=False, drop_eos=False, feed_bos=False, dim=-1,
-        with_bos=False, keep_s0=False):
+def _gr(
+    mask=True,
+    stop_all=True,
+    stop_any=False,
+    drop_eos=False,
+    feed_bos=False,
+    dim=-1,
+    with_bos=False,
+    keep_s0=False,
+):
     def impl(model, src, src_lengths, max_len):
         enc, c = model.encode(src, src_lengths)
         m = model.src_mask(src, src_lengths)
@@ -247,8 +276,7 @@ def _gr(mask=True, stop_all=True, stop_any=False, drop_eos=False, feed_bos=False
 
 GREEDY_WRONG = {
     "tokens after EOS not replaced by PAD": _gr(mask=False, stop_all=False),
-    "stopped when the first sentence ended instead of when every sentence had":
-        _gr(stop_any=True),
+    "stopped when the first sentence ended instead of when every sentence had": _gr(stop_any=True),
     "EOS itself replaced by PAD": _gr(drop_eos=True),
     "the prediction is not fed back (BOS fed at every step)": _gr(feed_bos=True),
     "argmax over the batch axis (dim=0) instead of the vocabulary": _gr(dim=0),
@@ -288,7 +316,8 @@ def test_greedy_decode_cases_end_sentences_at_several_different_steps():
             assert len(ends) >= 2, (seed, case.name, tokens)
         never = cases[1]
         tokens, _ = build_case_model(never.inputs).greedy_decode(
-            never.inputs["src"], never.inputs["src_lengths"], never.inputs["max_len"])
+            never.inputs["src"], never.inputs["src_lengths"], never.inputs["max_len"]
+        )
         assert tokens.shape[1] == never.inputs["max_len"]
         assert any(EOS not in row for row in tokens.tolist())
 

@@ -21,7 +21,8 @@ from course_utils import attention, checks
 
 def scores_einsum(query, keys, W_query, W_key, v):
     hidden = torch.einsum("ad,bd->ba", W_query, query)[:, None] + torch.einsum(
-        "ad,bsd->bsa", W_key, keys)
+        "ad,bsd->bsa", W_key, keys
+    )
     return torch.einsum("bsa,a->bs", torch.tanh(hidden), v)
 
 
@@ -38,27 +39,33 @@ def scores_loop(query, keys, W_query, W_key, v):
     return out
 
 
-@pytest.mark.parametrize("candidate", [scores_einsum, scores_linear, scores_loop,
-                                       attention.additive_scores])
+@pytest.mark.parametrize(
+    "candidate", [scores_einsum, scores_linear, scores_loop, attention.additive_scores]
+)
 def test_additive_scores_check_accepts_correct_answers(candidate):
     assert_passes("02.1", candidate)
 
 
 SCORES_WRONG = {
-    "tanh missing":
-        lambda q, h, Wq, Wk, v: (F.linear(q, Wq)[:, None] + F.linear(h, Wk)) @ v,
-    "tanh applied after the dot product with v":
-        lambda q, h, Wq, Wk, v: torch.tanh((F.linear(q, Wq)[:, None] + F.linear(h, Wk)) @ v),
-    "weight matrices not transposed (query @ W_query instead of query @ W_query.T)":
-        lambda q, h, Wq, Wk, v: torch.tanh((q @ Wq)[:, None] + h @ Wk) @ v,
-    "W_query and W_key swapped":
-        lambda q, h, Wq, Wk, v: torch.tanh(F.linear(q, Wk)[:, None] + F.linear(h, Wq)) @ v,
-    "query projection not broadcast over the source positions":
-        lambda q, h, Wq, Wk, v: torch.tanh(F.linear(q, Wq) + F.linear(h, Wk)) @ v,
-    "returned softmax weights instead of raw scores":
-        lambda q, h, Wq, Wk, v: F.softmax(scores_einsum(q, h, Wq, Wk, v), dim=1),
-    "v ignored (tanh summed over the attention dimension)":
-        lambda q, h, Wq, Wk, v: torch.tanh(F.linear(q, Wq)[:, None] + F.linear(h, Wk)).sum(-1),
+    "tanh missing": lambda q, h, Wq, Wk, v: (F.linear(q, Wq)[:, None] + F.linear(h, Wk)) @ v,
+    "tanh applied after the dot product with v": lambda q, h, Wq, Wk, v: torch.tanh(
+        (F.linear(q, Wq)[:, None] + F.linear(h, Wk)) @ v
+    ),
+    "weight matrices not transposed (query @ W_query instead of query @ W_query.T)": lambda q, h, Wq, Wk, v: (
+        torch.tanh((q @ Wq)[:, None] + h @ Wk) @ v
+    ),
+    "W_query and W_key swapped": lambda q, h, Wq, Wk, v: (
+        torch.tanh(F.linear(q, Wk)[:, None] + F.linear(h, Wq)) @ v
+    ),
+    "query projection not broadcast over the source positions": lambda q, h, Wq, Wk, v: (
+        torch.tanh(F.linear(q, Wq) + F.linear(h, Wk)) @ v
+    ),
+    "returned softmax weights instead of raw scores": lambda q, h, Wq, Wk, v: F.softmax(
+        scores_einsum(q, h, Wq, Wk, v), dim=1
+    ),
+    "v ignored (tanh summed over the attention dimension)": lambda q, h, Wq, Wk, v: torch.tanh(
+        F.linear(q, Wq)[:, None] + F.linear(h, Wk)
+    ).sum(-1),
 }
 
 
@@ -90,9 +97,16 @@ def attn_renormalised(query, keys, values, W_query, W_key, v, mask):
     return torch.einsum("bs,bsd->bd", w, values), w
 
 
-@pytest.mark.parametrize("candidate", [
-    attn_fill(float("-inf")), attn_fill(-1e9), attn_renormalised, checks.get("02.2").reference,
-], ids=["fill -inf", "fill -1e9", "mask then renormalise", "reference"])
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        attn_fill(float("-inf")),
+        attn_fill(-1e9),
+        attn_renormalised,
+        checks.get("02.2").reference,
+    ],
+    ids=["fill -inf", "fill -1e9", "mask then renormalise", "reference"],
+)
 def test_additive_attention_check_accepts_correct_answers(candidate):
     assert_passes("02.2", candidate)
 
@@ -112,13 +126,16 @@ def _masked(e, m):
 
 ATTN_WRONG = {
     "padding masked after the softmax": attn_weights(lambda e, m: F.softmax(e, -1) * m.double()),
-    "padding scores filled with 0 instead of -inf":
-        attn_weights(lambda e, m: F.softmax(torch.where(m, e, torch.zeros_like(e)), -1)),
-    "mask inverted (True treated as padding)":
-        attn_weights(lambda e, m: F.softmax(e.masked_fill(m, float("-inf")), -1)),
+    "padding scores filled with 0 instead of -inf": attn_weights(
+        lambda e, m: F.softmax(torch.where(m, e, torch.zeros_like(e)), -1)
+    ),
+    "mask inverted (True treated as padding)": attn_weights(
+        lambda e, m: F.softmax(e.masked_fill(m, float("-inf")), -1)
+    ),
     "mask ignored": attn_weights(lambda e, m: F.softmax(e, -1)),
-    "softmax over the batch (dim=0) instead of the source positions":
-        attn_weights(lambda e, m: F.softmax(e.masked_fill(~m, float("-inf")), 0)),
+    "softmax over the batch (dim=0) instead of the source positions": attn_weights(
+        lambda e, m: F.softmax(e.masked_fill(~m, float("-inf")), 0)
+    ),
     "context built from the keys instead of the values": attn_weights(_masked, use_keys=True),
     "returned (weights, context) instead of (context, weights)": attn_weights(_masked, swap=True),
 }
@@ -143,10 +160,15 @@ def test_additive_attention_cases_never_draw_an_all_padding_row():
 def test_additive_attention_reference_matches_the_course_module():
     torch.manual_seed(0)
     module = attention.AdditiveAttention(5, 4, 6).double()
-    q, h, val = torch.randn(3, 5).double(), torch.randn(3, 7, 4).double(), torch.randn(3, 7, 2).double()
+    q, h, val = (
+        torch.randn(3, 5).double(),
+        torch.randn(3, 7, 4).double(),
+        torch.randn(3, 7, 2).double(),
+    )
     mask = attention.padding_mask([7, 3, 1], 7)
-    ctx, w = checks.get("02.2").reference(q, h, val, module.W_query.weight, module.W_key.weight,
-                                          module.v, mask)
+    ctx, w = checks.get("02.2").reference(
+        q, h, val, module.W_query.weight, module.W_key.weight, module.v, mask
+    )
     ctx_m, w_m = module(q, h, val, mask)
     torch.testing.assert_close(ctx, ctx_m)
     torch.testing.assert_close(w, w_m)

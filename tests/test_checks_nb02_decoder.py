@@ -42,21 +42,36 @@ def step_as_list(model, prev_token, state, enc_states, src_mask):
     return list(step_with_module(model, prev_token, state, enc_states, src_mask))
 
 
-@pytest.mark.parametrize("candidate", [step_with_module, step_by_hand, step_as_list,
-                                       checks.get("02.3").reference],
-                         ids=["attention module", "by hand", "list", "reference"])
+@pytest.mark.parametrize(
+    "candidate",
+    [step_with_module, step_by_hand, step_as_list, checks.get("02.3").reference],
+    ids=["attention module", "by hand", "list", "reference"],
+)
 def test_attention_decoder_step_check_accepts_correct_answers(candidate):
     assert_passes("02.3", candidate)
 
 
-def _wrong(*, query_new=False, weights_new=False, mask="ok", ctx_mean=False, cat_c_first=False,
-           out_c_first=False, out_old=False, raw_scores=False):
+def _wrong(
+    *,
+    query_new=False,
+    weights_new=False,
+    mask="ok",
+    ctx_mean=False,
+    cat_c_first=False,
+    out_c_first=False,
+    out_old=False,
+    raw_scores=False,
+):
     def impl(model, prev_token, state, enc_states, src_mask):
         a = model.attention
 
         def look(s):
-            e = torch.tanh(F.linear(s, a.W_query.weight)[:, None]
-                           + F.linear(enc_states, a.W_key.weight)) @ a.v
+            e = (
+                torch.tanh(
+                    F.linear(s, a.W_query.weight)[:, None] + F.linear(enc_states, a.W_key.weight)
+                )
+                @ a.v
+            )
             if mask == "ignored":
                 w = e.softmax(-1)
             elif mask == "inverted":
@@ -84,18 +99,22 @@ def _wrong(*, query_new=False, weights_new=False, mask="ok", ctx_mean=False, cat
 
 
 WRONG = {
-    "attention computed from the new state s_t instead of the previous state s_{t-1}":
-        _wrong(query_new=True),
+    "attention computed from the new state s_t instead of the previous state s_{t-1}": _wrong(
+        query_new=True
+    ),
     "attention over padding (src_mask not applied)": _wrong(mask="ignored"),
     "mask inverted (True treated as padding)": _wrong(mask="inverted"),
     "softmax over the batch (dim=0) instead of the source positions": _wrong(mask="dim0"),
-    "context is the plain mean of the encoder states (attention weights not used)":
-        _wrong(ctx_mean=True),
-    "decoder input concatenated as [c_t; embedding] instead of [embedding; c_t]":
-        _wrong(cat_c_first=True),
+    "context is the plain mean of the encoder states (attention weights not used)": _wrong(
+        ctx_mean=True
+    ),
+    "decoder input concatenated as [c_t; embedding] instead of [embedding; c_t]": _wrong(
+        cat_c_first=True
+    ),
     "output layer fed [c_t; s_t] instead of [s_t; c_t]": _wrong(out_c_first=True),
-    "logits computed from the previous state s_{t-1} instead of the new state s_t":
-        _wrong(out_old=True),
+    "logits computed from the previous state s_{t-1} instead of the new state s_t": _wrong(
+        out_old=True
+    ),
     "returned the raw scores instead of the attention weights": _wrong(raw_scores=True),
 }
 
@@ -106,9 +125,11 @@ def test_attention_decoder_step_check_names_each_classic_mistake(mistake):
 
 
 def test_attention_decoder_step_check_names_weights_returned_from_the_new_state():
-    assert_rejected("02.3", _wrong(weights_new=True),
-                    "attention computed from the new state s_t instead of the previous state "
-                    "s_{t-1}")
+    assert_rejected(
+        "02.3",
+        _wrong(weights_new=True),
+        "attention computed from the new state s_t instead of the previous state s_{t-1}",
+    )
 
 
 def test_attention_decoder_step_check_covers_every_registered_mistake():

@@ -56,9 +56,11 @@ def sdpa_in_place(q, k, v, attn_mask=None):
     return sdpa_einsum(q * math.sqrt(q.shape[-1]), k, v, attn_mask)
 
 
-@pytest.mark.parametrize("candidate", [sdpa_einsum, sdpa_where, sdpa_float_mask,
-                                       checks.get(ID).reference],
-                         ids=["einsum+nan_to_num", "where", "float mask", "reference"])
+@pytest.mark.parametrize(
+    "candidate",
+    [sdpa_einsum, sdpa_where, sdpa_float_mask, checks.get(ID).reference],
+    ids=["einsum+nan_to_num", "where", "float mask", "reference"],
+)
 def test_sdpa_check_accepts_correct_answers(candidate):
     assert_passes(ID, candidate)
 
@@ -69,8 +71,9 @@ def test_sdpa_check_is_not_fooled_by_in_place_edits_of_the_inputs():
     assert_passes(ID, sdpa_in_place)
 
 
-def manual(scale=None, dim=-1, fill=None, after=False, scale_after=False, invert=False,
-           ignore_mask=False):
+def manual(
+    scale=None, dim=-1, fill=None, after=False, scale_after=False, invert=False, ignore_mask=False
+):
     def impl(q, k, v, attn_mask=None):
         factor = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(q, k, v)
         s = q @ k.transpose(-2, -1)
@@ -95,11 +98,14 @@ def manual(scale=None, dim=-1, fill=None, after=False, scale_after=False, invert
 
 WRONG = {
     "missing 1/sqrt(d_k) scaling": manual(scale=lambda q, k, v: 1.0),
-    "scaled by 1/sqrt(d_v) instead of 1/sqrt(d_k)": manual(scale=lambda q, k, v: v.shape[-1] ** -.5),
+    "scaled by 1/sqrt(d_v) instead of 1/sqrt(d_k)": manual(
+        scale=lambda q, k, v: v.shape[-1] ** -0.5
+    ),
     "scaled by 1/d_k instead of 1/sqrt(d_k)": manual(scale=lambda q, k, v: 1 / k.shape[-1]),
-    "multiplied by sqrt(d_k) instead of dividing": manual(scale=lambda q, k, v: q.shape[-1] ** .5),
-    "scaled by the wrong size (q.shape[1] instead of q.shape[-1])":
-        manual(scale=lambda q, k, v: 1 / math.sqrt(q.size(1))),
+    "multiplied by sqrt(d_k) instead of dividing": manual(scale=lambda q, k, v: q.shape[-1] ** 0.5),
+    "scaled by the wrong size (q.shape[1] instead of q.shape[-1])": manual(
+        scale=lambda q, k, v: 1 / math.sqrt(q.size(1))
+    ),
     "softmax over the query axis (dim=-2) instead of the keys (dim=-1)": manual(dim=-2),
     "scaling applied after the softmax": manual(scale_after=True),
     "mask applied after the softmax": manual(after=True),
@@ -107,8 +113,9 @@ WRONG = {
     "mask inverted (True treated as blocked)": manual(invert=True),
     "mask ignored": manual(ignore_mask=True),
     "fully masked rows get uniform weights (finite fill such as -1e9)": manual(fill=-1e9),
-    "returned (weights, output) instead of (output, weights)":
-        lambda q, k, v, attn_mask=None: sdpa_einsum(q, k, v, attn_mask)[::-1],
+    "returned (weights, output) instead of (output, weights)": lambda q, k, v, attn_mask=None: (
+        sdpa_einsum(q, k, v, attn_mask)[::-1]
+    ),
 }
 
 
@@ -166,5 +173,7 @@ def test_sdpa_reference_agrees_with_torch_sdpa_on_every_case(seed):
             keep = ~empty
             out, expected = out.masked_select(keep), expected.masked_select(keep)
         torch.testing.assert_close(out, expected, msg=case.name)
-        torch.testing.assert_close(weights.sum(-1)[weights.sum(-1) > 0],
-                                   torch.ones_like(weights.sum(-1)[weights.sum(-1) > 0]))
+        torch.testing.assert_close(
+            weights.sum(-1)[weights.sum(-1) > 0],
+            torch.ones_like(weights.sum(-1)[weights.sum(-1) > 0]),
+        )

@@ -93,6 +93,7 @@ def test_reference_matches_torch_sdpa_on_every_case():
     for case in get("03.2").make_cases(3):
         i = case.inputs
         out, w = kv_attention(i["q"], i["x"], i["W_k"], i["W_v"])
-        torch.testing.assert_close(out, F.scaled_dot_product_attention(i["q"], i["x"] @ i["W_k"],
-                                                                       i["x"] @ i["W_v"]))
+        torch.testing.assert_close(
+            out, F.scaled_dot_product_attention(i["q"], i["x"] @ i["W_k"], i["x"] @ i["W_v"])
+        )
         torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))

@@ -46,8 +46,9 @@ def pe_float32_exp(T, D):  # float32 throughout, as in the Annotated Transformer
     return pe
 
 
-@pytest.mark.parametrize("candidate", [pe_loops, pe_stack, pe_float32_exp,
-                                       positional.sinusoidal_positional_encoding])
+@pytest.mark.parametrize(
+    "candidate", [pe_loops, pe_stack, pe_float32_exp, positional.sinusoidal_positional_encoding]
+)
 def test_sinusoidal_check_accepts_correct_answers(candidate):
     assert_passes("04.3", candidate)
 
@@ -80,8 +81,9 @@ PE_WRONG = {
     "sin and cos swapped": pe_from(right_angle, first=torch.cos, second=torch.sin),
     "sin and cos concatenated instead of interleaved": pe_from(right_angle, layout="concat"),
     "wrong frequency exponent (i/D instead of 2i/D)": pe_from(lambda p, i, D: p / 10000 ** (i / D)),
-    "each column its own frequency (exponent j/D with j the column index)":
-        pe_from(None, layout="per-column"),
+    "each column its own frequency (exponent j/D with j the column index)": pe_from(
+        None, layout="per-column"
+    ),
     "frequency inverted (pos * 10000^(2i/D))": pe_from(lambda p, i, D: p * 10000 ** (2 * i / D)),
     "positions start at 1 instead of 0": pe_from(right_angle, offset=1),
     "returned (D, T) instead of (T, D)": lambda T, D: pe_stack(T, D).t(),
@@ -116,9 +118,10 @@ def rope_matrices(x, positions=None):
     out = torch.empty_like(x)
     for i in range(D // 2):
         a = pos.double() * 10000.0 ** (-2 * i / D)  # (T,)
-        R = torch.stack([torch.stack([a.cos(), -a.sin()], -1),
-                         torch.stack([a.sin(), a.cos()], -1)], -2)  # (T, 2, 2)
-        out[..., 2 * i:2 * i + 2] = torch.einsum("tij,...tj->...ti", R, x[..., 2 * i:2 * i + 2])
+        R = torch.stack(
+            [torch.stack([a.cos(), -a.sin()], -1), torch.stack([a.sin(), a.cos()], -1)], -2
+        )  # (T, 2, 2)
+        out[..., 2 * i : 2 * i + 2] = torch.einsum("tij,...tj->...ti", R, x[..., 2 * i : 2 * i + 2])
     return out
 
 
@@ -130,7 +133,9 @@ def test_rope_check_accepts_correct_answers(candidate):
 def rope_from(exp2=True, sign=1, layout="pairs", swap=False, use_positions=True, start=0):
     def impl(x, positions=None):
         T, D = x.shape[-2:]
-        pos = torch.arange(start, start + T) if positions is None or not use_positions else positions
+        pos = (
+            torch.arange(start, start + T) if positions is None or not use_positions else positions
+        )
         i = torch.arange(D // 2, dtype=torch.float64)
         a = sign * pos[:, None].double() / 10000 ** ((2 * i if exp2 else i) / D)
         c, s = (a.sin(), a.cos()) if swap else (a.cos(), a.sin())

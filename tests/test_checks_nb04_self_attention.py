@@ -145,8 +145,9 @@ def test_test_functions_include_both_kinds_and_the_classic_traps():
     assert "causal self-attention" in names and "self-attention without positions" in names
 
 
-@pytest.mark.parametrize("answer", [equivariance_with_inverse_on_the_input_side,
-                                    equivariance_with_permutation_matrices])
+@pytest.mark.parametrize(
+    "answer", [equivariance_with_inverse_on_the_input_side, equivariance_with_permutation_matrices]
+)
 def test_correct_equivariance_tests_written_differently_pass(answer):
     result = run("04.2", answer)
     assert result.status == PASSED, result.message
@@ -163,8 +164,10 @@ def test_each_classic_equivariance_mistake_is_rejected_and_named(mistake):
 def test_a_test_that_always_says_false_names_the_equivariant_functions():
     result = run("04.2", lambda fn, x: False)
     assert result.status == FAILED
-    assert "'self-attention without positions' is equivariant but your test says it is not" \
+    assert (
+        "'self-attention without positions' is equivariant but your test says it is not"
         in result.message
+    )
 
 
 def test_returning_a_tensor_of_verdicts_is_an_error_that_says_so():

@@ -27,10 +27,16 @@ def causal_lists(T):
     return torch.tensor([[j <= i for j in range(T)] for i in range(T)], dtype=torch.bool)
 
 
-@pytest.mark.parametrize("candidate", [
-    causal_arange, causal_lists, attention.causal_mask,
-    lambda T: ~torch.ones(T, T, dtype=torch.bool).triu(1),
-], ids=["arange comparison", "python lists", "reference", "not triu(1)"])
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        causal_arange,
+        causal_lists,
+        attention.causal_mask,
+        lambda T: ~torch.ones(T, T, dtype=torch.bool).triu(1),
+    ],
+    ids=["arange comparison", "python lists", "reference", "not triu(1)"],
+)
 def test_causal_mask_check_accepts_correct_answers(candidate):
     assert_passes("05.1", candidate)
 
@@ -48,8 +54,9 @@ CAUSAL_WRONG = {
     "triu instead of tril (attends to the future, not the past)": arange_compare(torch.le),
     "mask inverted (True marks the blocked future)": arange_compare(torch.lt),
     "float 0/1 mask instead of bool": lambda T: causal_arange(T).float(),
-    "additive float mask (0 / -inf) instead of bool":
-        lambda T: torch.where(causal_arange(T), 0.0, float("-inf")),
+    "additive float mask (0 / -inf) instead of bool": lambda T: torch.where(
+        causal_arange(T), 0.0, float("-inf")
+    ),
 }
 
 
@@ -89,8 +96,9 @@ def ms_manual(scores, mask):
     return e / total.clamp_min(1e-300)
 
 
-@pytest.mark.parametrize("candidate", [ms_nan_to_num, ms_logsumexp, ms_manual,
-                                       attention.masked_softmax])
+@pytest.mark.parametrize(
+    "candidate", [ms_nan_to_num, ms_logsumexp, ms_manual, attention.masked_softmax]
+)
 def test_masked_softmax_check_accepts_correct_answers(candidate):
     assert_passes("05.2", candidate)
 
@@ -103,16 +111,20 @@ def ms_exp_overflow(scores, mask):
 
 MS_WRONG = {
     "mask applied after the softmax": lambda s, m: s.softmax(-1).masked_fill(~m, 0.0),
-    "masked scores filled with 0 instead of -inf":
-        lambda s, m: torch.where(m, s, torch.zeros_like(s)).softmax(-1),
-    "mask inverted (True treated as blocked)":
-        lambda s, m: s.masked_fill(m, float("-inf")).softmax(-1),
+    "masked scores filled with 0 instead of -inf": lambda s, m: torch.where(
+        m, s, torch.zeros_like(s)
+    ).softmax(-1),
+    "mask inverted (True treated as blocked)": lambda s, m: s.masked_fill(m, float("-inf")).softmax(
+        -1
+    ),
     "mask ignored": lambda s, m: s.softmax(-1),
-    "softmax over the wrong axis (dim=-2)":
-        lambda s, m: s.masked_fill(~m, float("-inf")).softmax(-2).nan_to_num(0.0),
+    "softmax over the wrong axis (dim=-2)": lambda s, m: (
+        s.masked_fill(~m, float("-inf")).softmax(-2).nan_to_num(0.0)
+    ),
     "NaN on fully masked rows": lambda s, m: s.masked_fill(~m, float("-inf")).softmax(-1),
-    "fully masked rows get uniform weights (finite fill such as -1e9)":
-        lambda s, m: s.masked_fill(~m, -1e9).softmax(-1),
+    "fully masked rows get uniform weights (finite fill such as -1e9)": lambda s, m: s.masked_fill(
+        ~m, -1e9
+    ).softmax(-1),
     "exp without subtracting the max (overflow)": ms_exp_overflow,
 }
 

@@ -37,17 +37,20 @@ def split_unflatten(x, H):
     return x.unflatten(-1, (H, -1)).movedim(-2, 1)
 
 
-@pytest.mark.parametrize("candidate", [split_view_permute, split_chunks, split_unflatten,
-                                       layers.split_heads])
+@pytest.mark.parametrize(
+    "candidate", [split_view_permute, split_chunks, split_unflatten, layers.split_heads]
+)
 def test_split_heads_check_accepts_correct_answers(candidate):
     assert_passes("06.1", candidate)
 
 
 SPLIT_WRONG = {
-    "heads split without transpose (plain reshape to (B, H, T, Dh))":
-        lambda x, H: x.view(x.shape[0], H, x.shape[1], -1),
-    "heads take strided columns (reshape to (B, T, Dh, H))":
-        lambda x, H: x.unflatten(-1, (-1, H)).permute(0, 3, 1, 2),
+    "heads split without transpose (plain reshape to (B, H, T, Dh))": lambda x, H: x.view(
+        x.shape[0], H, x.shape[1], -1
+    ),
+    "heads take strided columns (reshape to (B, T, Dh, H))": lambda x, H: x.unflatten(
+        -1, (-1, H)
+    ).permute(0, 3, 1, 2),
     "head axis not moved forward (returned (B, T, H, Dh))": lambda x, H: x.unflatten(-1, (H, -1)),
     "returned (B, H, Dh, T)": lambda x, H: x.unflatten(-1, (H, -1)).permute(0, 2, 3, 1),
 }
@@ -72,9 +75,11 @@ def merge_contiguous_view(x):
     return x.permute(0, 2, 1, 3).contiguous().view(B, T, H * Dh)
 
 
-@pytest.mark.parametrize("candidate", [merge_cat, merge_contiguous_view,
-                                       lambda x: x.transpose(1, 2).flatten(2), layers.merge_heads],
-                         ids=["cat", "contiguous view", "flatten", "reference"])
+@pytest.mark.parametrize(
+    "candidate",
+    [merge_cat, merge_contiguous_view, lambda x: x.transpose(1, 2).flatten(2), layers.merge_heads],
+    ids=["cat", "contiguous view", "flatten", "reference"],
+)
 def test_merge_heads_check_accepts_correct_answers(candidate):
     assert_passes("06.2", candidate)
 
@@ -86,8 +91,9 @@ def test_merge_heads_with_view_on_a_non_contiguous_tensor_is_an_error_with_the_m
 
 
 MERGE_WRONG = {
-    "heads merged without transpose (plain reshape to (B, T, D))":
-        lambda x: x.reshape(x.shape[0], x.shape[2], -1),
+    "heads merged without transpose (plain reshape to (B, T, D))": lambda x: x.reshape(
+        x.shape[0], x.shape[2], -1
+    ),
     "merged in the wrong order (B, T, Dh, H)": lambda x: x.movedim(1, -1).flatten(2),
     "heads summed instead of concatenated": lambda x: x.sum(1),
     "heads averaged instead of concatenated": lambda x: x.mean(1),
@@ -123,8 +129,11 @@ class MHALoop(Given):
     def forward(self, x, attn_mask=None):
         q, k, v = self.qkv(x).split(x.shape[-1], dim=-1)
         Dh = x.shape[-1] // self.n_heads
-        mask = None if attn_mask is None else attn_mask.expand(
-            x.shape[0], self.n_heads, x.shape[1], x.shape[1])
+        mask = (
+            None
+            if attn_mask is None
+            else attn_mask.expand(x.shape[0], self.n_heads, x.shape[1], x.shape[1])
+        )
         heads = []
         for h in range(self.n_heads):
             sl = slice(h * Dh, (h + 1) * Dh)
@@ -140,8 +149,9 @@ class MHAFused(Given):
 
     def forward(self, x, attn_mask=None):
         B, T, D = x.shape
-        q, k, v = (t.view(B, T, self.n_heads, -1).transpose(1, 2)
-                   for t in self.qkv(x).chunk(3, dim=-1))
+        q, k, v = (
+            t.view(B, T, self.n_heads, -1).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1)
+        )
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
         return self.out(y.transpose(1, 2).reshape(B, T, D))
 
@@ -164,8 +174,9 @@ def test_mha_check_accepts_correct_answers(candidate):
     assert_passes("06.3", candidate)
 
 
-def mha_from(split=None, merge=None, scale=None, per_head_qkv=False, out=True, dim=-1,
-             mask_fn=None):
+def mha_from(
+    split=None, merge=None, scale=None, per_head_qkv=False, out=True, dim=-1, mask_fn=None
+):
     class Wrong(Given):
         def forward(self, x, attn_mask=None):
             B, T, D = x.shape
@@ -202,14 +213,17 @@ def _after(s, m):
 
 
 MHA_WRONG = {
-    "heads split without transpose (plain reshape to (B, H, T, Dh))":
-        mha_from(split=lambda x, H: x.reshape(x.shape[0], H, x.shape[1], -1)),
-    "heads merged without transpose (plain reshape to (B, T, D))":
-        mha_from(merge=lambda y: y.reshape(y.shape[0], y.shape[2], -1)),
+    "heads split without transpose (plain reshape to (B, H, T, Dh))": mha_from(
+        split=lambda x, H: x.reshape(x.shape[0], H, x.shape[1], -1)
+    ),
+    "heads merged without transpose (plain reshape to (B, T, D))": mha_from(
+        merge=lambda y: y.reshape(y.shape[0], y.shape[2], -1)
+    ),
     "missing 1/sqrt(d_head) scaling": mha_from(scale=lambda D, H: 1.0),
-    "scaled by 1/sqrt(d_model) instead of 1/sqrt(d_head)": mha_from(scale=lambda D, H: D ** -0.5),
-    "q, k, v cut per head from qkv instead of as three blocks [q | k | v]":
-        mha_from(per_head_qkv=True),
+    "scaled by 1/sqrt(d_model) instead of 1/sqrt(d_head)": mha_from(scale=lambda D, H: D**-0.5),
+    "q, k, v cut per head from qkv instead of as three blocks [q | k | v]": mha_from(
+        per_head_qkv=True
+    ),
     "output projection missing": mha_from(out=False),
     "softmax over the query axis (dim=-2) instead of the keys (dim=-1)": mha_from(dim=-2),
     "mask inverted (True treated as blocked)": mha_from(mask_fn=_inverted),

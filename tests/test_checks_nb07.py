@@ -59,7 +59,9 @@ class BlockFunctionalNorm(Given):
         return ln(self.norm2, h + self.mlp(h))
 
 
-@pytest.mark.parametrize("candidate", [BlockSublayers, BlockFunctionalNorm, layers.TransformerBlock])
+@pytest.mark.parametrize(
+    "candidate", [BlockSublayers, BlockFunctionalNorm, layers.TransformerBlock]
+)
 def test_block_check_accepts_correct_answers(candidate):
     assert_passes(ID, candidate)
 
@@ -87,32 +89,42 @@ def ff(m, x, act):
 
 
 WRONG = {
-    "LayerNorm in the wrong place (pre-norm and post-norm swapped)":
-        block_from(right_post, right_pre),
+    "LayerNorm in the wrong place (pre-norm and post-norm swapped)": block_from(
+        right_post, right_pre
+    ),
     "missing residual around the attention": block_from(
         lambda m, x: (lambda a: a + m.mlp(m.norm2(a)))(m.attn(m.norm1(x))),
-        lambda m, x: (lambda a: m.norm2(a + m.mlp(a)))(m.norm1(m.attn(x)))),
+        lambda m, x: (lambda a: m.norm2(a + m.mlp(a)))(m.norm1(m.attn(x))),
+    ),
     "missing residual around the MLP": block_from(
         lambda m, x: m.mlp(m.norm2(x + m.attn(m.norm1(x)))),
-        lambda m, x: m.norm2(m.mlp(m.norm1(x + m.attn(x))))),
+        lambda m, x: m.norm2(m.mlp(m.norm1(x + m.attn(x)))),
+    ),
     "norm1 and norm2 swapped": block_from(
         lambda m, x: (lambda a: a + m.mlp(m.norm1(a)))(x + m.attn(m.norm2(x))),
-        lambda m, x: (lambda a: m.norm1(a + m.mlp(a)))(m.norm2(x + m.attn(x)))),
+        lambda m, x: (lambda a: m.norm1(a + m.mlp(a)))(m.norm2(x + m.attn(x))),
+    ),
     "pre-norm residual taken from the normalised input": block_from(
         lambda m, x: (lambda n: (lambda a: m.norm2(a) + m.mlp(m.norm2(a)))(n + m.attn(n)))(
-            m.norm1(x)),
-        right_post),
+            m.norm1(x)
+        ),
+        right_post,
+    ),
     "LayerNorm applied to the sublayer output before the residual": block_from(
-        right_pre, lambda m, x: (lambda a: a + m.norm2(m.mlp(a)))(x + m.norm1(m.attn(x)))),
+        right_pre, lambda m, x: (lambda a: a + m.norm2(m.mlp(a)))(x + m.norm1(m.attn(x)))
+    ),
     "MLP fed the block input instead of the attention sublayer's output": block_from(
         lambda m, x: x + m.attn(m.norm1(x)) + m.mlp(m.norm2(x)),
-        lambda m, x: m.norm2(m.norm1(x + m.attn(x)) + m.mlp(x))),
+        lambda m, x: m.norm2(m.norm1(x + m.attn(x)) + m.mlp(x)),
+    ),
     "MLP activation missing": block_from(
         lambda m, x: (lambda a: a + ff(m, m.norm2(a), nn.Identity()))(x + m.attn(m.norm1(x))),
-        lambda m, x: (lambda a: m.norm2(a + ff(m, a, nn.Identity())))(m.norm1(x + m.attn(x)))),
+        lambda m, x: (lambda a: m.norm2(a + ff(m, a, nn.Identity())))(m.norm1(x + m.attn(x))),
+    ),
     "GELU instead of ReLU": block_from(
         lambda m, x: (lambda a: a + ff(m, m.norm2(a), nn.GELU()))(x + m.attn(m.norm1(x))),
-        lambda m, x: (lambda a: m.norm2(a + ff(m, a, nn.GELU())))(m.norm1(x + m.attn(x)))),
+        lambda m, x: (lambda a: m.norm2(a + ff(m, a, nn.GELU())))(m.norm1(x + m.attn(x))),
+    ),
 }
 
 
@@ -127,8 +139,11 @@ def test_block_check_covers_every_registered_mistake():
 
 
 def test_block_ignoring_norm_first_is_named_as_the_wrong_norm_place():
-    assert_rejected(ID, block_from(right_post, right_post),
-                    "LayerNorm in the wrong place (pre-norm and post-norm swapped)")
+    assert_rejected(
+        ID,
+        block_from(right_post, right_post),
+        "LayerNorm in the wrong place (pre-norm and post-norm swapped)",
+    )
 
 
 def test_block_cases_cover_both_norm_orders_with_distinct_norms():
@@ -143,10 +158,21 @@ def test_block_reference_agrees_with_nn_transformer_encoder_layer_on_every_case(
     exercise = checks.get(ID)
     for case in exercise.make_cases(seed):
         i = case.inputs
-        ours = build_module(layers.TransformerBlock, (i["d_model"], i["n_heads"], i["d_ff"]),
-                            {"norm_first": i["norm_first"]}, i, "TransformerBlock")
-        theirs = nn.TransformerEncoderLayer(i["d_model"], i["n_heads"], i["d_ff"], dropout=0.0,
-                                            batch_first=True, norm_first=i["norm_first"])
+        ours = build_module(
+            layers.TransformerBlock,
+            (i["d_model"], i["n_heads"], i["d_ff"]),
+            {"norm_first": i["norm_first"]},
+            i,
+            "TransformerBlock",
+        )
+        theirs = nn.TransformerEncoderLayer(
+            i["d_model"],
+            i["n_heads"],
+            i["d_ff"],
+            dropout=0.0,
+            batch_first=True,
+            norm_first=i["norm_first"],
+        )
         theirs = theirs.double().eval()
         with torch.no_grad():
             theirs.self_attn.in_proj_weight.copy_(ours.attn.qkv.weight)

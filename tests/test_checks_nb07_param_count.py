@@ -52,8 +52,13 @@ def _per_head(d_model, n_heads, d_ff):
 def _float_arithmetic(d_model, n_heads, d_ff):
     """Correct, with true division (returns a float that is a whole number)."""
     per_head_width = d_model / n_heads
-    return 4 * n_heads * per_head_width * d_model + 4 * d_model + 2 * d_model * d_ff + d_ff \
+    return (
+        4 * n_heads * per_head_width * d_model
+        + 4 * d_model
+        + 2 * d_model * d_ff
+        + d_ff
         + 5 * d_model
+    )
 
 
 def _numpy_int(d_model, n_heads, d_ff):
@@ -80,8 +85,13 @@ def test_each_classic_mistake_is_rejected_with_a_hint_naming_it(mistake):
 
 def test_required_mistakes_are_all_known():
     names = {m.name for m in MISTAKES}
-    for required in ("forgot the biases", "forgot the LayerNorm parameters", "W_O counted twice",
-                     "W_O not counted", "d_model and d_ff swapped"):
+    for required in (
+        "forgot the biases",
+        "forgot the LayerNorm parameters",
+        "W_O counted twice",
+        "W_O not counted",
+        "d_model and d_ff swapped",
+    ):
         assert required in names
 
 
@@ -116,8 +126,10 @@ def test_building_a_block_to_count_is_rejected_as_not_a_formula():
 
 
 def test_non_integer_count_is_an_error_that_says_so():
-    result = run("07.2", lambda d_model, n_heads, d_ff: formula_block_param_count(
-        d_model, n_heads, d_ff) + 0.5)
+    result = run(
+        "07.2",
+        lambda d_model, n_heads, d_ff: formula_block_param_count(d_model, n_heads, d_ff) + 0.5,
+    )
     assert result.status == ERROR
     assert "whole number" in result.message
 

@@ -57,10 +57,20 @@ def test_reference_generate_equals_gpt_generate_without_cache(index):
     i = _generate_cases(1)[index].inputs
     model = _build_gpt(i)
     kw = dict(temperature=i["temperature"], top_k=i["top_k"])
-    ours = generate(model, i["idx"], i["max_new_tokens"], **kw,
-                    generator=torch.Generator().manual_seed(i["seed"]))
-    theirs = model.generate(i["idx"], i["max_new_tokens"], **kw, use_cache=False,
-                            generator=torch.Generator().manual_seed(i["seed"]))
+    ours = generate(
+        model,
+        i["idx"],
+        i["max_new_tokens"],
+        **kw,
+        generator=torch.Generator().manual_seed(i["seed"]),
+    )
+    theirs = model.generate(
+        i["idx"],
+        i["max_new_tokens"],
+        **kw,
+        use_cache=False,
+        generator=torch.Generator().manual_seed(i["seed"]),
+    )
     assert torch.equal(ours, theirs)
 
 
@@ -134,7 +144,7 @@ def test_forward_returning_a_loss_without_targets_is_an_error():
 def _topk_scatter(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
     """Correct: top-k by scattering the kept values into a row of -inf; the 08.1 forward."""
     for _ in range(max_new_tokens):
-        logits, _ = gpt_forward(model, idx[:, -model.config.block_size:])
+        logits, _ = gpt_forward(model, idx[:, -model.config.block_size :])
         logits = logits[:, -1] / temperature
         if top_k is not None:
             values, where = torch.topk(logits, top_k)
@@ -149,7 +159,7 @@ def _power_of_probs(model, idx, max_new_tokens, temperature=1.0, top_k=None, gen
     with zeros, unnormalised weights (multinomial normalises)."""
     with torch.no_grad():
         for _ in range(max_new_tokens):
-            logits, _ = model(idx[:, -model.config.block_size:])
+            logits, _ = model(idx[:, -model.config.block_size :])
             w = torch.softmax(logits[:, -1, :], dim=-1) ** (1.0 / temperature)
             if top_k is not None:
                 kth = w.topk(top_k, dim=-1).values[:, -1:]
@@ -165,7 +175,7 @@ def _row_by_row(model, idx, max_new_tokens, temperature=1.0, top_k=None, generat
         start = max(0, idx.shape[1] - model.config.block_size)
         logits = model(idx[:, start:])[0][:, -1, :] / temperature
         if top_k is not None:
-            kth = torch.sort(logits, dim=-1, descending=True).values[:, top_k - 1:top_k]
+            kth = torch.sort(logits, dim=-1, descending=True).values[:, top_k - 1 : top_k]
             logits[logits < kth] = float("-inf")
         probs = F.softmax(logits, dim=-1)
         nxt = torch.stack([torch.multinomial(p, 1, generator=generator) for p in probs])
@@ -190,7 +200,7 @@ def test_generate_that_calls_model_generate_is_an_error():
 def test_generate_without_multinomial_fails_saying_how_to_sample():
     def gumbel(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
         for _ in range(max_new_tokens):
-            logits = model(idx[:, -model.config.block_size:])[0][:, -1] / temperature
+            logits = model(idx[:, -model.config.block_size :])[0][:, -1] / temperature
             u = torch.rand(logits.shape, generator=generator, dtype=logits.dtype)
             idx = torch.cat([idx, (logits - torch.log(-torch.log(u))).argmax(-1, True)], 1)
         return idx
@@ -201,7 +211,9 @@ def test_generate_without_multinomial_fails_saying_how_to_sample():
 
 def test_generate_dropping_the_prompt_fails_with_the_expected_shape():
     def new_only(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
-        return generate(model, idx, max_new_tokens, temperature, top_k, generator)[:, idx.shape[1]:]
+        return generate(model, idx, max_new_tokens, temperature, top_k, generator)[
+            :, idx.shape[1] :
+        ]
 
     result = run("08.2", new_only)
     assert result.status == FAILED and "prompt followed by the new tokens" in result.message
@@ -241,8 +253,13 @@ def test_temperature_and_top_k_mistakes_differ_from_the_reference_at_the_first_s
 
 def _per_module(config):
     """Correct: module by module, reading d_ff from the config."""
-    V, T, L, D, F_ = (config.vocab_size, config.block_size, config.n_layer, config.n_embd,
-                      config.d_ff)
+    V, T, L, D, F_ = (
+        config.vocab_size,
+        config.block_size,
+        config.n_layer,
+        config.n_embd,
+        config.d_ff,
+    )
     linear = lambda i, o: i * o + o  # noqa: E731
     block = 2 * (2 * D) + linear(D, 3 * D) + linear(D, D) + linear(D, F_) + linear(F_, D)
     return L * block + 2 * D + V * D + T * D
@@ -287,12 +304,16 @@ def test_param_mistakes_give_distinct_counts_on_every_case(seed):
 
 # ----------------------------------------------------------------------------- all exercises
 
-ALL_MISTAKES = ([("08.1", m) for m in FORWARD_MISTAKES] + [("08.2", m) for m in GENERATE_MISTAKES]
-                + [("08.3", m) for m in PARAM_MISTAKES])
+ALL_MISTAKES = (
+    [("08.1", m) for m in FORWARD_MISTAKES]
+    + [("08.2", m) for m in GENERATE_MISTAKES]
+    + [("08.3", m) for m in PARAM_MISTAKES]
+)
 
 
-@pytest.mark.parametrize("exercise_id, mistake", ALL_MISTAKES,
-                         ids=[f"{e}-{m.name}" for e, m in ALL_MISTAKES])
+@pytest.mark.parametrize(
+    "exercise_id, mistake", ALL_MISTAKES, ids=[f"{e}-{m.name}" for e, m in ALL_MISTAKES]
+)
 def test_each_classic_mistake_is_rejected_with_a_hint_naming_it(exercise_id, mistake):
     result = run(exercise_id, mistake.impl)
     assert result.status == FAILED, result.message
@@ -301,8 +322,9 @@ def test_each_classic_mistake_is_rejected_with_a_hint_naming_it(exercise_id, mis
 
 
 @pytest.mark.parametrize("seed", [1])
-@pytest.mark.parametrize("exercise_id, mistakes", [("08.1", FORWARD_MISTAKES),
-                                                    ("08.2", GENERATE_MISTAKES)])
+@pytest.mark.parametrize(
+    "exercise_id, mistakes", [("08.1", FORWARD_MISTAKES), ("08.2", GENERATE_MISTAKES)]
+)
 def test_mistakes_are_named_correctly_on_other_seeds(exercise_id, mistakes, seed):
     ex = get(exercise_id)
     cases = ex.make_cases(seed)
@@ -313,28 +335,47 @@ def test_mistakes_are_named_correctly_on_other_seeds(exercise_id, mistakes, seed
                 outputs.append(ex.call(mistake.impl, case))
             except Exception:
                 break
-        result = judge(ex, cases[:len(outputs)], outputs)
-        assert result.status == FAILED and result.mistake == mistake.name, (mistake.name,
-                                                                            result.message)
+        result = judge(ex, cases[: len(outputs)], outputs)
+        assert result.status == FAILED and result.mistake == mistake.name, (
+            mistake.name,
+            result.message,
+        )
 
 
 def test_required_mistakes_are_all_covered():
     names = " | ".join(m.name for _, m in ALL_MISTAKES)
-    for required in ("targets not shifted", "targets misaligned", "wrong dim",
-                     "missing position embeddings", "no final LayerNorm",
-                     "temperature applied after the softmax", "multiplied instead of divided",
-                     "k - 1", "0 instead of -inf", "first position", "forgot the biases",
-                     "forgot the LayerNorm", "forgot the position embeddings",
-                     "tied LM head counted twice"):
+    for required in (
+        "targets not shifted",
+        "targets misaligned",
+        "wrong dim",
+        "missing position embeddings",
+        "no final LayerNorm",
+        "temperature applied after the softmax",
+        "multiplied instead of divided",
+        "k - 1",
+        "0 instead of -inf",
+        "first position",
+        "forgot the biases",
+        "forgot the LayerNorm",
+        "forgot the position embeddings",
+        "tied LM head counted twice",
+    ):
         assert required in names, required
 
 
-@pytest.mark.parametrize("exercise_id, signature", [
-    ("08.1", lambda model, idx, targets=None: _stub("08.1")),
-    ("08.2", lambda model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None:
-        _stub("08.2")),
-    ("08.3", lambda config: _stub("08.3")),
-])
+@pytest.mark.parametrize(
+    "exercise_id, signature",
+    [
+        ("08.1", lambda model, idx, targets=None: _stub("08.1")),
+        (
+            "08.2",
+            lambda model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None: _stub(
+                "08.2"
+            ),
+        ),
+        ("08.3", lambda config: _stub("08.3")),
+    ],
+)
 def test_stub_is_not_attempted(exercise_id, signature):
     assert run(exercise_id, signature).status == NOT_ATTEMPTED
 
@@ -351,8 +392,18 @@ def _tiny_recipe(**overrides):
 
     base = nb08.config("ci")
     model = replace(base.model, block_size=8, n_layer=1, n_head=2, n_embd=8)
-    return replace(base, model=model, batch_size=4, steps=6, warmup=2, eval_every=3,
-                   eval_batches=1, final_eval_batches=2, eval_batch_size=4, **overrides)
+    return replace(
+        base,
+        model=model,
+        batch_size=4,
+        steps=6,
+        warmup=2,
+        eval_every=3,
+        eval_batches=1,
+        final_eval_batches=2,
+        eval_batch_size=4,
+        **overrides,
+    )
 
 
 def test_unigram_entropy_is_the_entropy_of_the_character_frequencies():
@@ -380,8 +431,7 @@ def test_a_time_budget_stops_training_and_still_ends_the_schedule():
     from course_utils.recipes import nb08
 
     data = CharDataset("abcdefgh" * 50)
-    _, h = nb08.train_char_gpt(_tiny_recipe(), data, steps=10**6, time_budget_s=0.0,
-                               progress=False)
+    _, h = nb08.train_char_gpt(_tiny_recipe(), data, steps=10**6, time_budget_s=0.0, progress=False)
     assert h.stopped_by == "time budget" and h.steps_done == 0
     cfg = _tiny_recipe()
     assert nb08.lr_at(1.0, 100, cfg) == pytest.approx(cfg.min_lr)

@@ -31,8 +31,11 @@ def patch_tensor_unfold(images, p):
 
 def patch_loops(images, p):
     B, C, H, W = images.shape
-    rows = [images[:, :, r:r + p, c:c + p].reshape(B, -1)
-            for r in range(0, H, p) for c in range(0, W, p)]
+    rows = [
+        images[:, :, r : r + p, c : c + p].reshape(B, -1)
+        for r in range(0, H, p)
+        for c in range(0, W, p)
+    ]
     return torch.stack(rows, dim=1)
 
 
@@ -43,22 +46,31 @@ def test_patchify_check_accepts_correct_answers(candidate):
 
 def patch_column_order(images, p):
     B, C, H, W = images.shape
-    cols = [images[:, :, r:r + p, c:c + p].reshape(B, -1)
-            for c in range(0, W, p) for r in range(0, H, p)]
+    cols = [
+        images[:, :, r : r + p, c : c + p].reshape(B, -1)
+        for c in range(0, W, p)
+        for r in range(0, H, p)
+    ]
     return torch.stack(cols, dim=1)
 
 
 def patch_channels_last(images, p):
     B, C, H, W = images.shape
-    rows = [images[:, :, r:r + p, c:c + p].permute(0, 2, 3, 1).reshape(B, -1)
-            for r in range(0, H, p) for c in range(0, W, p)]
+    rows = [
+        images[:, :, r : r + p, c : c + p].permute(0, 2, 3, 1).reshape(B, -1)
+        for r in range(0, H, p)
+        for c in range(0, W, p)
+    ]
     return torch.stack(rows, dim=1)
 
 
 def patch_transposed(images, p):
     B, C, H, W = images.shape
-    rows = [images[:, :, r:r + p, c:c + p].transpose(-1, -2).reshape(B, -1)
-            for r in range(0, H, p) for c in range(0, W, p)]
+    rows = [
+        images[:, :, r : r + p, c : c + p].transpose(-1, -2).reshape(B, -1)
+        for r in range(0, H, p)
+        for c in range(0, W, p)
+    ]
     return torch.stack(rows, dim=1)
 
 
@@ -66,10 +78,12 @@ WRONG = {
     "patches in column order (top to bottom, then left to right)": patch_column_order,
     "each patch flattened as (p, p, C) instead of (C, p, p)": patch_channels_last,
     "each patch transposed (flattened as (C, p_w, p_h))": patch_transposed,
-    "plain reshape without permuting (pixels of different patches mixed)":
-        lambda images, p: images.reshape(images.shape[0], -1, images.shape[1] * p * p),
-    "returned (B, C*p*p, N) (F.unfold without transpose)":
-        lambda images, p: F.unfold(images, p, stride=p),
+    "plain reshape without permuting (pixels of different patches mixed)": lambda images, p: (
+        images.reshape(images.shape[0], -1, images.shape[1] * p * p)
+    ),
+    "returned (B, C*p*p, N) (F.unfold without transpose)": lambda images, p: F.unfold(
+        images, p, stride=p
+    ),
 }
 
 

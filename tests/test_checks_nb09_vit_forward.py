@@ -142,15 +142,19 @@ def patches_not_projected(model, images):
     return model.head(x[:, 0] if model.config.pool == "cls" else x.mean(1))
 
 
-@pytest.mark.parametrize("answer, mistake", [
-    (no_class_token, "class token not prepended"),
-    (class_token_last, "class token taken from the last position"),
-    (without_positions, "position embeddings missing"),
-    (without_final_norm, "no final LayerNorm"),
-    (always_mean, "mean pooling on a class-token model"),
-    (always_first_token, "class-token pooling on a mean-pooling model"),
-    (patches_not_projected, "patchify without projection"),
-], ids=lambda x: getattr(x, "__name__", None) or x)
+@pytest.mark.parametrize(
+    "answer, mistake",
+    [
+        (no_class_token, "class token not prepended"),
+        (class_token_last, "class token taken from the last position"),
+        (without_positions, "position embeddings missing"),
+        (without_final_norm, "no final LayerNorm"),
+        (always_mean, "mean pooling on a class-token model"),
+        (always_first_token, "class-token pooling on a mean-pooling model"),
+        (patches_not_projected, "patchify without projection"),
+    ],
+    ids=lambda x: getattr(x, "__name__", None) or x,
+)
 def test_student_written_mistakes_are_named(answer, mistake):
     assert_rejected("09.2", answer, mistake, seeds=(2,))
 
@@ -171,8 +175,9 @@ def test_untouched_stub_is_not_attempted():
 def test_reference_matches_the_course_vit_forward():
     for pool in ("cls", "mean"):
         torch.manual_seed(0)
-        model = ViT(ViTConfig(image_size=8, patch_size=2, d_model=16, n_layers=2, n_heads=2,
-                              pool=pool)).eval()
+        model = ViT(
+            ViTConfig(image_size=8, patch_size=2, d_model=16, n_layers=2, n_heads=2, pool=pool)
+        ).eval()
         with torch.no_grad():
             nn.init.normal_(model.head.weight)  # the course ViT starts with a zero head
             images = torch.rand(3, 1, 8, 8)

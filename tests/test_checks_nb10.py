@@ -42,8 +42,9 @@ class LayerExplicitMasks(Given):
 
     def forward(self, x, memory, memory_key_padding_mask=None):
         T = x.shape[1]
-        cross_mask = (None if memory_key_padding_mask is None
-                      else memory_key_padding_mask[:, None, None, :])
+        cross_mask = (
+            None if memory_key_padding_mask is None else memory_key_padding_mask[:, None, None, :]
+        )
 
         def ln(norm, t):
             return F.layer_norm(t, t.shape[-1:], norm.weight, norm.bias, norm.eps)
@@ -62,16 +63,16 @@ class LayerSpelledOut(Given):
     def forward(self, x, memory, memory_key_padding_mask=None):
         if self.norm_first:
             x = x + self.self_attn(self.norm1(x), is_causal=True)
-            x = x + self.cross_attn(self.norm2(x), memory,
-                                    key_padding_mask=memory_key_padding_mask)
+            x = x + self.cross_attn(self.norm2(x), memory, key_padding_mask=memory_key_padding_mask)
             return x + self.mlp(self.norm3(x))
         x = self.norm1(x + self.self_attn(x, is_causal=True))
         x = self.norm2(x + self.cross_attn(x, memory, key_padding_mask=memory_key_padding_mask))
         return self.norm3(x + self.mlp(x))
 
 
-@pytest.mark.parametrize("candidate", [LayerExplicitMasks, LayerSpelledOut,
-                                       layers.TransformerDecoderBlock])
+@pytest.mark.parametrize(
+    "candidate", [LayerExplicitMasks, LayerSpelledOut, layers.TransformerDecoderBlock]
+)
 def test_decoder_layer_check_accepts_correct_answers(candidate):
     assert_passes("10.1", candidate, SEEDS)
 
@@ -84,8 +85,10 @@ def layer_with(self_attn=None, cross_attn=None, residual=(True, True, True)):
             mask = memory_key_padding_mask
             subs = [
                 (self.norm1, self_attn or (lambda m, h: m.self_attn(h, is_causal=True))),
-                (self.norm2, cross_attn or (lambda m, h: m.cross_attn(
-                    h, memory, key_padding_mask=mask))),
+                (
+                    self.norm2,
+                    cross_attn or (lambda m, h: m.cross_attn(h, memory, key_padding_mask=mask)),
+                ),
                 (self.norm3, lambda m, h: m.mlp(h)),
             ]
             for (norm, sub), res in zip(subs, residual, strict=True):
@@ -100,9 +103,11 @@ def layer_with(self_attn=None, cross_attn=None, residual=(True, True, True)):
 
 LAYER_MISTAKES = {
     "no causal mask in the masked self-attention": layer_with(
-        self_attn=lambda m, h: m.self_attn(h)),
+        self_attn=lambda m, h: m.self_attn(h)
+    ),
     "cross attention takes its keys and values from x instead of memory": layer_with(
-        cross_attn=lambda m, h: m.cross_attn(h, h)),
+        cross_attn=lambda m, h: m.cross_attn(h, h)
+    ),
     "missing residual around the self-attention": layer_with(residual=(False, True, True)),
     "missing residual around the cross attention": layer_with(residual=(True, False, True)),
     "missing residual around the MLP": layer_with(residual=(True, True, False)),
@@ -111,8 +116,11 @@ LAYER_MISTAKES = {
 
 class MaskIgnored(Given):
     def forward(self, x, memory, memory_key_padding_mask=None):
-        x = x + self.self_attn(self.norm1(x), is_causal=True) if self.norm_first else \
-            self.norm1(x + self.self_attn(x, is_causal=True))
+        x = (
+            x + self.self_attn(self.norm1(x), is_causal=True)
+            if self.norm_first
+            else self.norm1(x + self.self_attn(x, is_causal=True))
+        )
         if self.norm_first:
             x = x + self.cross_attn(self.norm2(x), memory)
             return x + self.mlp(self.norm3(x))
@@ -155,8 +163,12 @@ def test_decoder_layer_check_names_a_torch_style_inverted_mask():
 
 
 def test_decoder_layer_check_names_norms_in_the_wrong_place():
-    assert_rejected("10.1", AlwaysPostNorm,
-                    "LayerNorm in the wrong place (pre-norm and post-norm swapped)", SEEDS)
+    assert_rejected(
+        "10.1",
+        AlwaysPostNorm,
+        "LayerNorm in the wrong place (pre-norm and post-norm swapped)",
+        SEEDS,
+    )
 
 
 def test_decoder_layer_registered_mistakes_are_named():
@@ -253,8 +265,9 @@ def test_greedy_cases_have_rows_ending_at_different_steps():
     for seed in SEEDS:
         case = ex.make_cases(seed)[0]
         model = _build_model(case.inputs)
-        tokens = model.greedy_decode(case.inputs["src"], case.inputs["src_lengths"],
-                                     case.inputs["max_len_decode"])[0]
+        tokens = model.greedy_decode(
+            case.inputs["src"], case.inputs["src_lengths"], case.inputs["max_len_decode"]
+        )[0]
         ends = {row.index(2) if 2 in row else -1 for row in tokens.tolist()}
         assert len(ends) >= 2, f"seed {seed}: every row ends at the same step: {tokens}"
 

@@ -23,8 +23,19 @@ from course_utils.checks._common import AllocationTracker
 ID = "11.1"
 
 
-def tiled_loop(q, k, v, block_size, causal=False, rescale=(True, True), use_max=True,
-               scale=True, last_block=True, local_causal=False, ignore_causal=False):
+def tiled_loop(
+    q,
+    k,
+    v,
+    block_size,
+    causal=False,
+    rescale=(True, True),
+    use_max=True,
+    scale=True,
+    last_block=True,
+    local_causal=False,
+    ignore_causal=False,
+):
     """Online softmax, written as a student might (with switches to break it)."""
     T, S = q.shape[-2], k.shape[-2]
     sm = 1 / math.sqrt(q.shape[-1]) if scale else 1.0
@@ -57,13 +68,19 @@ def tiled_loop(q, k, v, block_size, causal=False, rescale=(True, True), use_max=
 def tiled_query_blocks(q, k, v, block_size, causal=False):
     """Tiles queries as well as keys (FlashAttention's two loops)."""
     T = q.shape[-2]
-    outs = [tiled_loop(q[..., i:i + block_size, :], k, v, block_size, causal=False)
-            for i in range(0, T, block_size)] if not causal else None
+    outs = (
+        [
+            tiled_loop(q[..., i : i + block_size, :], k, v, block_size, causal=False)
+            for i in range(0, T, block_size)
+        ]
+        if not causal
+        else None
+    )
     if causal:  # the causal offset of a query block is its start
         outs = []
         for i in range(0, T, block_size):
-            qb = q[..., i:i + block_size, :]
-            kb, vb = k[..., :i + qb.shape[-2], :], v[..., :i + qb.shape[-2], :]
+            qb = q[..., i : i + block_size, :]
+            kb, vb = k[..., : i + qb.shape[-2], :], v[..., : i + qb.shape[-2], :]
             pad = torch.zeros(*qb.shape[:-2], i, qb.shape[-1], dtype=q.dtype)
             out = tiled_loop(torch.cat([pad, qb], dim=-2), kb, vb, block_size, causal=True)
             outs.append(out[..., i:, :])
@@ -75,12 +92,14 @@ def tiled_lse_merge(q, k, v, block_size, causal=False):
     T, S = q.shape[-2], k.shape[-2]
     out, lse = None, None
     for j0 in range(0, S, block_size):
-        s = q @ k[..., j0:j0 + block_size, :].mT / math.sqrt(q.shape[-1])
+        s = q @ k[..., j0 : j0 + block_size, :].mT / math.sqrt(q.shape[-1])
         if causal:
             keep = torch.arange(j0, j0 + s.shape[-1]) <= torch.arange(T)[:, None]
             s = s.masked_fill(~keep, -math.inf)
         block_lse = torch.logsumexp(s, dim=-1, keepdim=True)  # -inf on empty rows
-        block_out = torch.exp(s - block_lse.nan_to_num(neginf=0.0)) @ v[..., j0:j0 + block_size, :]
+        block_out = (
+            torch.exp(s - block_lse.nan_to_num(neginf=0.0)) @ v[..., j0 : j0 + block_size, :]
+        )
         if out is None:
             out, lse = block_out, block_lse
             continue
@@ -91,9 +110,11 @@ def tiled_lse_merge(q, k, v, block_size, causal=False):
     return out
 
 
-@pytest.mark.parametrize("candidate", [tiled_loop, tiled_query_blocks, tiled_lse_merge,
-                                       attention.tiled_attention],
-                         ids=["loop", "query blocks too", "lse merge", "reference"])
+@pytest.mark.parametrize(
+    "candidate",
+    [tiled_loop, tiled_query_blocks, tiled_lse_merge, attention.tiled_attention],
+    ids=["loop", "query blocks too", "lse merge", "reference"],
+)
 def test_tiled_check_accepts_correct_tilings(candidate):
     assert_passes(ID, candidate)
 
@@ -113,46 +134,70 @@ def full_float_causal_mask(q, k, v, block_size, causal=False):
     out = None
     m = l = None
     for j0 in range(0, S, block_size):
-        s = q @ k[..., j0:j0 + block_size, :].mT / math.sqrt(q.shape[-1]) + bias[:, j0:j0 + block_size]
+        s = (
+            q @ k[..., j0 : j0 + block_size, :].mT / math.sqrt(q.shape[-1])
+            + bias[:, j0 : j0 + block_size]
+        )
         bm = s.amax(-1, keepdim=True)
         if out is None:
-            m, l, out = bm, torch.zeros_like(bm), torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+            m, l, out = (
+                bm,
+                torch.zeros_like(bm),
+                torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype),
+            )
         new = torch.maximum(m, bm)
         p = torch.exp(s - new)
         l = l * torch.exp(m - new) + p.sum(-1, keepdim=True)
-        out = out * torch.exp(m - new) + p @ v[..., j0:j0 + block_size, :]
+        out = out * torch.exp(m - new) + p @ v[..., j0 : j0 + block_size, :]
         m = new
     return out / l
 
 
 WRONG = {
     "materialises the full (T, S) score matrix": naive_einsum,
-    "calls F.scaled_dot_product_attention instead of tiling":
-        lambda q, k, v, block_size, causal=False: F.scaled_dot_product_attention(
-            q, k, v, is_causal=causal),
-    "online softmax without rescaling":
-        lambda q, k, v, bs, causal=False: tiled_loop(q, k, v, bs, causal, rescale=(False, False)),
-    "running sum rescaled but not the output accumulator":
-        lambda q, k, v, bs, causal=False: tiled_loop(q, k, v, bs, causal, rescale=(True, False)),
-    "output accumulator rescaled but not the running sum":
-        lambda q, k, v, bs, causal=False: tiled_loop(q, k, v, bs, causal, rescale=(False, True)),
-    "no running max (exp overflows on large scores)":
-        lambda q, k, v, bs, causal=False: tiled_loop(q, k, v, bs, causal, use_max=False),
-    "each block normalised on its own (block outputs averaged)":
-        lambda q, k, v, bs, causal=False: torch.stack([
-            tiled_loop(q, k[..., j:j + bs, :], v[..., j:j + bs, :], bs, False)
-            if not causal else attention.scaled_dot_product_attention(
-                q, k[..., j:j + bs, :], v[..., j:j + bs, :],
-                torch.arange(j, j + k[..., j:j + bs, :].shape[-2]) <= torch.arange(q.shape[-2])[:, None])[0]
-            for j in range(0, k.shape[-2], bs)]).mean(0),
-    "last partial block dropped":
-        lambda q, k, v, bs, causal=False: tiled_loop(q, k, v, bs, causal, last_block=False),
-    "missing 1/sqrt(d_k) scaling":
-        lambda q, k, v, bs, causal=False: tiled_loop(q, k, v, bs, causal, scale=False),
-    "causal mask built from block-local indices":
-        lambda q, k, v, bs, causal=False: tiled_loop(q, k, v, bs, causal, local_causal=True),
-    "causal flag ignored":
-        lambda q, k, v, bs, causal=False: tiled_loop(q, k, v, bs, causal, ignore_causal=True),
+    "calls F.scaled_dot_product_attention instead of tiling": lambda q, k, v, block_size, causal=False: (
+        F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    ),
+    "online softmax without rescaling": lambda q, k, v, bs, causal=False: tiled_loop(
+        q, k, v, bs, causal, rescale=(False, False)
+    ),
+    "running sum rescaled but not the output accumulator": lambda q, k, v, bs, causal=False: (
+        tiled_loop(q, k, v, bs, causal, rescale=(True, False))
+    ),
+    "output accumulator rescaled but not the running sum": lambda q, k, v, bs, causal=False: (
+        tiled_loop(q, k, v, bs, causal, rescale=(False, True))
+    ),
+    "no running max (exp overflows on large scores)": lambda q, k, v, bs, causal=False: tiled_loop(
+        q, k, v, bs, causal, use_max=False
+    ),
+    "each block normalised on its own (block outputs averaged)": lambda q, k, v, bs, causal=False: (
+        torch.stack(
+            [
+                tiled_loop(q, k[..., j : j + bs, :], v[..., j : j + bs, :], bs, False)
+                if not causal
+                else attention.scaled_dot_product_attention(
+                    q,
+                    k[..., j : j + bs, :],
+                    v[..., j : j + bs, :],
+                    torch.arange(j, j + k[..., j : j + bs, :].shape[-2])
+                    <= torch.arange(q.shape[-2])[:, None],
+                )[0]
+                for j in range(0, k.shape[-2], bs)
+            ]
+        ).mean(0)
+    ),
+    "last partial block dropped": lambda q, k, v, bs, causal=False: tiled_loop(
+        q, k, v, bs, causal, last_block=False
+    ),
+    "missing 1/sqrt(d_k) scaling": lambda q, k, v, bs, causal=False: tiled_loop(
+        q, k, v, bs, causal, scale=False
+    ),
+    "causal mask built from block-local indices": lambda q, k, v, bs, causal=False: tiled_loop(
+        q, k, v, bs, causal, local_causal=True
+    ),
+    "causal flag ignored": lambda q, k, v, bs, causal=False: tiled_loop(
+        q, k, v, bs, causal, ignore_causal=True
+    ),
 }
 
 

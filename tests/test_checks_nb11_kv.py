@@ -43,9 +43,11 @@ def decode_bottom_right_mask(x_t, W_q, W_k, W_v, cache_k, cache_v):
     return attention.scaled_dot_product_attention(x_t @ W_q, K, V, mask)[0], K, V
 
 
-@pytest.mark.parametrize("answer", [kv_cache_decode_step, decode_einsum,
-                                    decode_torch_sdpa_no_mask, decode_bottom_right_mask],
-                         ids=["reference", "einsum", "F.sdpa without mask", "bottom-right mask"])
+@pytest.mark.parametrize(
+    "answer",
+    [kv_cache_decode_step, decode_einsum, decode_torch_sdpa_no_mask, decode_bottom_right_mask],
+    ids=["reference", "einsum", "F.sdpa without mask", "bottom-right mask"],
+)
 def test_correct_answers_written_differently_pass(answer):
     assert_passes(ID, answer)
 
@@ -59,6 +61,7 @@ def _steps(cat_dim):
         K = torch.cat([cache_k, x_t @ W_k], dim=cat_dim)
         V = torch.cat([cache_v, x_t @ W_v], dim=cat_dim)
         return F.scaled_dot_product_attention(x_t @ W_q, K, V), K, V
+
     return wrong
 
 
@@ -106,7 +109,9 @@ def test_decoding_token_by_token_equals_full_causal_attention():
     cache_k, cache_v = x.new_zeros(B, 0, Dk), x.new_zeros(B, 0, Dv)
     outs = []
     for t in range(T):
-        out, cache_k, cache_v = kv_cache_decode_step(x[:, t:t + 1], W_q, W_k, W_v, cache_k, cache_v)
+        out, cache_k, cache_v = kv_cache_decode_step(
+            x[:, t : t + 1], W_q, W_k, W_v, cache_k, cache_v
+        )
         outs.append(out)
     torch.testing.assert_close(torch.cat(outs, dim=1), full)
     assert cache_k.shape == (B, T, Dk) and cache_v.shape == (B, T, Dv)

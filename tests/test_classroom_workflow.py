@@ -28,15 +28,16 @@ def _steps(job: dict) -> list[dict]:
 
 
 def _runs_student_code(job: dict) -> bool:
-    return any("run" in s or str(s.get("uses", "")).startswith("actions/checkout")
-               for s in _steps(job))
+    return any(
+        "run" in s or str(s.get("uses", "")).startswith("actions/checkout") for s in _steps(job)
+    )
 
 
 def _grade_command(workflow: dict) -> list[str]:
     runs = [s["run"] for job in workflow["jobs"].values() for s in _steps(job) if "run" in s]
     text = "\n".join(runs).replace("\\\n", " ")
     line = next(ln for ln in text.splitlines() if "course grade" in ln)
-    words = shlex.split(line[line.index("course grade"):])
+    words = shlex.split(line[line.index("course grade") :])
     return words
 
 
@@ -66,8 +67,12 @@ def test_reporting_job_runs_no_student_code_and_only_the_classroom_reporter(work
 
 
 def test_checkout_does_not_persist_credentials(workflow):
-    checkouts = [s for job in workflow["jobs"].values() for s in _steps(job)
-                 if str(s.get("uses", "")).startswith("actions/checkout")]
+    checkouts = [
+        s
+        for job in workflow["jobs"].values()
+        for s in _steps(job)
+        if str(s.get("uses", "")).startswith("actions/checkout")
+    ]
     assert checkouts
     for step in checkouts:
         assert step["with"]["persist-credentials"] is False
@@ -111,17 +116,44 @@ def test_reporter_gets_base64_results_for_its_runner(workflow):
 
 
 def test_classroom_result_has_the_reporters_format():
-    report = {"notebook": "00_start_here.ipynb", "student": "00_start_here", "error_kind": None,
-              "exercises": [
-                  {"id": "00.1", "title": "Softmax", "points": 2, "max_points": 2,
-                   "status": "passed", "message": "ok", "runtime_s": 0.1},
-                  {"id": "00.2", "title": "Mask", "points": 0, "max_points": 3,
-                   "status": "failed", "message": "wrong axis", "runtime_s": 0.2}]}
+    report = {
+        "notebook": "00_start_here.ipynb",
+        "student": "00_start_here",
+        "error_kind": None,
+        "exercises": [
+            {
+                "id": "00.1",
+                "title": "Softmax",
+                "points": 2,
+                "max_points": 2,
+                "status": "passed",
+                "message": "ok",
+                "runtime_s": 0.1,
+            },
+            {
+                "id": "00.2",
+                "title": "Mask",
+                "points": 0,
+                "max_points": 3,
+                "status": "failed",
+                "message": "wrong axis",
+                "runtime_s": 0.2,
+            },
+        ],
+    }
     result = classroom_result([report])
     assert result["version"] == 1 and result["status"] == "fail" and result["max_score"] == 5
     for test in result["tests"]:
-        assert set(test) >= {"name", "status", "score", "line_no", "message", "test_code",
-                             "filename", "execution_time"}
+        assert set(test) >= {
+            "name",
+            "status",
+            "score",
+            "line_no",
+            "message",
+            "test_code",
+            "filename",
+            "execution_time",
+        }
     assert [t["status"] for t in result["tests"]] == ["pass", "fail"]
     assert sum(t["score"] for t in result["tests"]) == 2
     encoded = base64.b64encode(json.dumps(result).encode()).decode()

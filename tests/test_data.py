@@ -151,8 +151,8 @@ def test_make_translation_data_shapes_and_teacher_forcing_layout():
         sl, tl = int(tr.src_lengths[i]), int(tr.tgt_lengths[i])
         assert (tr.src[i, sl:] == PAD).all() and (tr.src[i, :sl] > EOS).all()
         assert tr.tgt_out[i, tl - 1] == EOS and (tr.tgt_out[i, tl:] == PAD).all()
-        assert torch.equal(tr.tgt_in[i, 1:tl], tr.tgt_out[i, :tl - 1])  # shifted by one
-        assert (tr.alignment[i, tl - 1:] == -1).all() and (tr.alignment[i, :tl - 1] < sl).all()
+        assert torch.equal(tr.tgt_in[i, 1:tl], tr.tgt_out[i, : tl - 1])  # shifted by one
+        assert (tr.alignment[i, tl - 1 :] == -1).all() and (tr.alignment[i, : tl - 1] < sl).all()
         ex = data.train_examples[i]
         assert data.src_vocab.decode(tr.src[i]) == ex.src
         assert data.tgt_vocab.decode(tr.tgt_out[i]) == ex.tgt
@@ -191,7 +191,9 @@ def test_reverse_and_sort_targets_and_alignments():
         assert e.tgt == e.src[::-1]
     sdata = make_sort_data(50, 10, 2, 6, seed=0)
     for e in sdata.train_examples:
-        assert [sdata.src_vocab.stoi[w] for w in e.tgt] == sorted(sdata.src_vocab.stoi[w] for w in e.src)
+        assert [sdata.src_vocab.stoi[w] for w in e.tgt] == sorted(
+            sdata.src_vocab.stoi[w] for w in e.src
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,8 +270,9 @@ def test_cache_dir_follows_course_data_dir(tmp_path, monkeypatch):
 def test_download_verifies_checksum_and_writes_the_file(tmp_path):
     url, payload = _source(tmp_path)
     dest = tmp_path / "out" / "file.bin"
-    got = cache.download(url, dest, sha256=hashlib.sha256(payload).hexdigest(),
-                         md5=hashlib.md5(payload).hexdigest())
+    got = cache.download(
+        url, dest, sha256=hashlib.sha256(payload).hexdigest(), md5=hashlib.md5(payload).hexdigest()
+    )
     assert got == dest and dest.read_bytes() == payload
 
 
@@ -378,7 +381,8 @@ def test_text_fallback_corpus_is_offline_and_says_so():
 
 
 def test_fallback_note_warns_that_a_relative_data_dir_depends_on_the_working_folder(
-        monkeypatch, tmp_path):
+    monkeypatch, tmp_path
+):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COURSE_DATA_DIR", "../shared/data")  # the classic mistake in a kernel
     corpus = text.load_text_corpus(allow_fallback=True)
@@ -433,6 +437,7 @@ def _fake_cifar(path: Path, n_per_batch: int = 4) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     arrays = {}
     with tarfile.open(path, "w:gz") as tar:
+
         def add(name: str, obj: dict) -> None:
             raw = pickle.dumps(obj, protocol=2)
             info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")

@@ -44,9 +44,11 @@ def fx():
         mp.syspath_prepend(str(FIXTURES))
         module = importlib.import_module("grading_fixture_checks")
         table = pl.exercise_table(("grading_fixture_checks",))
-        yield SimpleNamespace(module=module, table=table,
-                              assignment=pl.resolve_assignment("99_fixture.ipynb", None,
-                                                               dirs=[REFS], table=table))
+        yield SimpleNamespace(
+            module=module,
+            table=table,
+            assignment=pl.resolve_assignment("99_fixture.ipynb", None, dirs=[REFS], table=table),
+        )
 
 
 def _nb(name: str) -> dict:
@@ -54,8 +56,10 @@ def _nb(name: str) -> dict:
 
 
 def _step_sources(nb: dict, plan: pl.Plan) -> list[str]:
-    return [f"CHECK {s.exercise_id}" if s.kind == "check" else nb["cells"][s.index]["id"]
-            for s in plan.steps]
+    return [
+        f"CHECK {s.exercise_id}" if s.kind == "check" else nb["cells"][s.index]["id"]
+        for s in plan.steps
+    ]
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -68,7 +72,9 @@ def test_fixture_notebooks_are_what_the_generator_writes():
     finally:
         sys.path.remove(str(FIXTURES))
     for path, text in make.write_all(FIXTURES).items():
-        assert path.read_text(encoding="utf-8") == text, f"{path.name} is stale: run make_fixtures.py"
+        assert path.read_text(encoding="utf-8") == text, (
+            f"{path.name} is stale: run make_fixtures.py"
+        )
 
 
 # ----------------------------------------------------------------------------- reading notebooks
@@ -95,7 +101,9 @@ def test_json_that_is_not_a_notebook_is_rejected(tmp_path):
 
 
 def test_assignment_found_by_name_then_by_exercise_ids(fx):
-    by_name = pl.resolve_assignment("99_fixture.ipynb", _nb("solution"), dirs=[REFS], table=fx.table)
+    by_name = pl.resolve_assignment(
+        "99_fixture.ipynb", _nb("solution"), dirs=[REFS], table=fx.table
+    )
     assert by_name.name == "99_fixture" and [g.id for g in by_name.exercises] == ["99.1", "99.2"]
     by_ids = pl.resolve_assignment("alice.ipynb", _nb("solution"), dirs=[REFS], table=fx.table)
     assert by_ids.name == "99_fixture"
@@ -110,8 +118,9 @@ def test_assignment_found_by_defined_functions_when_metadata_is_gone(fx):
 
 def test_notebook_of_another_assignment_is_named_when_one_is_required(fx):
     with pytest.raises(pl.NoAssignment, match="not the '99_fixture' assignment: it is 98_other"):
-        pl.resolve_assignment("x.ipynb", _nb("other_assignment"), dirs=[REFS], table=fx.table,
-                              forced="99_fixture")
+        pl.resolve_assignment(
+            "x.ipynb", _nb("other_assignment"), dirs=[REFS], table=fx.table, forced="99_fixture"
+        )
 
 
 def test_notebook_of_no_known_assignment_is_rejected(fx, tmp_path):
@@ -138,8 +147,14 @@ def test_reference_exercise_without_a_registered_check_is_a_grader_problem(fx, t
 def test_plan_drops_check_cells_and_checks_right_after_each_exercise(fx):
     nb = _nb("solution")
     plan = pl.build_plan(nb, fx.assignment)
-    assert _step_sources(nb, plan) == ["setup", "ex-99-1", "CHECK 99.1", "ex-99-2", "CHECK 99.2",
-                                       "after"]
+    assert _step_sources(nb, plan) == [
+        "setup",
+        "ex-99-1",
+        "CHECK 99.1",
+        "ex-99-2",
+        "CHECK 99.2",
+        "after",
+    ]
     assert plan.notes == []
 
 
@@ -148,8 +163,15 @@ def test_plan_restores_edited_moved_and_deleted_check_cells(fx):
     plan = pl.build_plan(nb, fx.assignment)
     # the edited check (moved to the top) is not executed; the deleted one comes back; the
     # answer written in an extra cell below the exercise cell runs before the check
-    assert _step_sources(nb, plan) == ["setup", "ex-99-1", "my-answer", "CHECK 99.1", "ex-99-2",
-                                       "CHECK 99.2", "after"]
+    assert _step_sources(nb, plan) == [
+        "setup",
+        "ex-99-1",
+        "my-answer",
+        "CHECK 99.1",
+        "ex-99-2",
+        "CHECK 99.2",
+        "after",
+    ]
     assert any("99.1 was edited" in n for n in plan.notes)
     assert any("99.2 was deleted" in n for n in plan.notes)
 
@@ -157,8 +179,15 @@ def test_plan_restores_edited_moved_and_deleted_check_cells(fx):
 def test_plan_runs_cells_added_below_the_students_check_after_the_check(fx):
     nb = _nb("solution")
     at = next(i for i, c in enumerate(nb["cells"]) if c["id"] == "check-99-1")
-    nb["cells"].insert(at + 1, {"cell_type": "code", "id": "experiment", "metadata": {},
-                                "source": "def scale(x, factor):\n    return 0"})
+    nb["cells"].insert(
+        at + 1,
+        {
+            "cell_type": "code",
+            "id": "experiment",
+            "metadata": {},
+            "source": "def scale(x, factor):\n    return 0",
+        },
+    )
     order = _step_sources(nb, pl.build_plan(nb, fx.assignment))
     assert order[:4] == ["setup", "ex-99-1", "CHECK 99.1", "experiment"]
 
@@ -192,7 +221,9 @@ def test_points_come_from_the_registry_not_from_the_notebook(fx, tmp_path):
             cell["metadata"]["course"]["points"] = 1000
     path = tmp_path / "99_fixture.ipynb"
     path.write_text(json.dumps(nb))
-    assignment = pl.resolve_assignment(str(path), pl.read_notebook(path), dirs=[REFS], table=fx.table)
+    assignment = pl.resolve_assignment(
+        str(path), pl.read_notebook(path), dirs=[REFS], table=fx.table
+    )
     assert [g.exercise.points for g in assignment.exercises] == [1, 2]
 
 
@@ -200,8 +231,13 @@ def test_points_come_from_the_registry_not_from_the_notebook(fx, tmp_path):
 
 
 def _harvest_in_process(tmp_path, user_ns, exercise_id="99.1", function="scale", seed=7):
-    code = hv.harvest_code(exercise_id=exercise_id, function=function, seed=seed,
-                           out_dir=str(tmp_path), module="grading_fixture_checks")
+    code = hv.harvest_code(
+        exercise_id=exercise_id,
+        function=function,
+        seed=seed,
+        out_dir=str(tmp_path),
+        module="grading_fixture_checks",
+    )
     exec(code, user_ns)  # what the kernel does, here in this process
     ex = {e.id: e for e in sys.modules["grading_fixture_checks"].EXERCISES}[exercise_id]
     cases = ex.make_cases(seed)
@@ -228,8 +264,15 @@ def test_harvest_reports_missing_and_not_attempted(fx, tmp_path):
 
 
 def test_harvest_keeps_dtypes_and_never_unpickles(fx, tmp_path):
-    outputs = [{"f": torch.ones(2, dtype=torch.bfloat16), "i": torch.arange(3),
-                "b": torch.tensor([True, False]), "n": 3, "s": "text"}]
+    outputs = [
+        {
+            "f": torch.ones(2, dtype=torch.bfloat16),
+            "i": torch.arange(3),
+            "b": torch.tensor([True, False]),
+            "n": 3,
+            "s": "text",
+        }
+    ]
     arrays, entries = hv.trusted_namespace()["_encode"](outputs, torch)
     np.savez(tmp_path / "outputs.npz", **arrays)
     (tmp_path / "result.json").write_text(json.dumps({"status": "passed", "outputs": entries}))
@@ -239,8 +282,9 @@ def test_harvest_keeps_dtypes_and_never_unpickles(fx, tmp_path):
     assert got["b"].dtype == torch.bool and got["n"] == 3
     assert type(got["s"]).__name__ == "str" and not isinstance(got["s"], str)  # a stand-in
     np.savez(tmp_path / "outputs.npz", a0=np.array([object()], dtype=object))
-    (tmp_path / "result.json").write_text(json.dumps(
-        {"status": "passed", "outputs": [{"case": 0, "key": "y", "array": "a0"}]}))
+    (tmp_path / "result.json").write_text(
+        json.dumps({"status": "passed", "outputs": [{"case": 0, "key": "y", "array": "a0"}]})
+    )
     assert hv.load_harvest(str(tmp_path), 1).status == "malformed"
 
 
@@ -249,8 +293,11 @@ def test_harvest_result_is_validated(tmp_path):
     assert hv.load_harvest(str(tmp_path), 1).status == "malformed"
     (tmp_path / "result.json").write_text("[1, 2")
     assert hv.load_harvest(str(tmp_path), 1).status == "malformed"
-    (tmp_path / "result.json").write_text(json.dumps(
-        {"status": "passed", "outputs": [{"case": 5, "key": "y", "python": "int", "value": 1}]}))
+    (tmp_path / "result.json").write_text(
+        json.dumps(
+            {"status": "passed", "outputs": [{"case": 5, "key": "y", "python": "int", "value": 1}]}
+        )
+    )
     np.savez(tmp_path / "outputs.npz")
     assert hv.load_harvest(str(tmp_path), 1).status == "malformed"
     assert hv.load_harvest(str(tmp_path / "nothing"), 1).status == "malformed"
@@ -295,8 +342,13 @@ def test_reexport_flags_name_every_way_of_returning_the_reference(fx):
 
 
 def test_flag_policy_keeps_points_unless_told_otherwise():
-    entry = {"status": "passed", "points": 2, "max_points": 2, "message": "ok",
-             "flags": ["is_reference: softmax is the course's own course_utils.attention.softmax"]}
+    entry = {
+        "status": "passed",
+        "points": 2,
+        "max_points": 2,
+        "message": "ok",
+        "flags": ["is_reference: softmax is the course's own course_utils.attention.softmax"],
+    }
     kept = apply_flag_policy(dict(entry))
     assert kept["points"] == 2 and "Flagged for review" in kept["message"]
     zeroed = apply_flag_policy(dict(entry), zero_flagged=True)
@@ -315,38 +367,90 @@ def test_output_budget_keeps_a_prefix_and_counts_the_rest():
 
 
 def test_kernel_environment_passes_no_secrets():
-    env = kernel_env(profile=None, threads=2, hide_gpus=True, ipython_dir="/tmp/ipy",
-                     base={"PATH": "/bin", "GITHUB_TOKEN": "x", "AWS_SECRET_ACCESS_KEY": "y",
-                           "COURSE_DATA_DIR": "/data", "HOME": "/home/s"})
+    env = kernel_env(
+        profile=None,
+        threads=2,
+        hide_gpus=True,
+        ipython_dir="/tmp/ipy",
+        base={
+            "PATH": "/bin",
+            "GITHUB_TOKEN": "x",
+            "AWS_SECRET_ACCESS_KEY": "y",
+            "COURSE_DATA_DIR": "/data",
+            "HOME": "/home/s",
+        },
+    )
     assert "GITHUB_TOKEN" not in env and "AWS_SECRET_ACCESS_KEY" not in env
     assert env["COURSE_PROFILE"] == "ci" and env["COURSE_DATA_DIR"] == "/data"
     assert env["CUDA_VISIBLE_DEVICES"] == "" and env["OMP_NUM_THREADS"] == "2"
-    assert kernel_env(profile=None, threads=1, hide_gpus=False, ipython_dir="/x",
-                      base={"COURSE_PROFILE": "cpu"})["COURSE_PROFILE"] == "cpu"
+    assert (
+        kernel_env(
+            profile=None,
+            threads=1,
+            hide_gpus=False,
+            ipython_dir="/x",
+            base={"COURSE_PROFILE": "cpu"},
+        )["COURSE_PROFILE"]
+        == "cpu"
+    )
 
 
 # ----------------------------------------------------------------------------- reports
 
 
 def _report(**over) -> dict:
-    rep = {"notebook": "subs/alice.ipynb", "student": "alice", "assignment": "99_fixture",
-           "total": 1, "max": 3, "percent": 33.33, "flags": [], "notes": ["a note"],
-           "error": None, "error_kind": None, "kernel": {"status": "ok"},
-           "cells": {"executed": 3, "errors": [{"cell": 4, "ename": "ValueError", "evalue": "x"}]},
-           "runtime_s": 1.5, "seed": 1,
-           "exercises": [
-               {"id": "99.1", "title": "Scale", "points": 1, "max_points": 1, "status": "passed",
-                "message": "ok", "flags": [], "runtime_s": 0.1},
-               {"id": "99.2", "title": "Normalise", "points": 0, "max_points": 2,
-                "status": "timeout", "message": "slow\x00\x1b[31m loop", "flags": [],
-                "runtime_s": 5.0}]}
+    rep = {
+        "notebook": "subs/alice.ipynb",
+        "student": "alice",
+        "assignment": "99_fixture",
+        "total": 1,
+        "max": 3,
+        "percent": 33.33,
+        "flags": [],
+        "notes": ["a note"],
+        "error": None,
+        "error_kind": None,
+        "kernel": {"status": "ok"},
+        "cells": {"executed": 3, "errors": [{"cell": 4, "ename": "ValueError", "evalue": "x"}]},
+        "runtime_s": 1.5,
+        "seed": 1,
+        "exercises": [
+            {
+                "id": "99.1",
+                "title": "Scale",
+                "points": 1,
+                "max_points": 1,
+                "status": "passed",
+                "message": "ok",
+                "flags": [],
+                "runtime_s": 0.1,
+            },
+            {
+                "id": "99.2",
+                "title": "Normalise",
+                "points": 0,
+                "max_points": 2,
+                "status": "timeout",
+                "message": "slow\x00\x1b[31m loop",
+                "flags": [],
+                "runtime_s": 5.0,
+            },
+        ],
+    }
     rep.update(over)
     return rep
 
 
 def test_junit_names_tests_by_exercise_id_and_survives_control_characters(tmp_path):
-    bad = _report(student="bob", notebook="b.ipynb", exercises=[], error="not valid JSON",
-                  error_kind="bad_input", total=0, max=0)
+    bad = _report(
+        student="bob",
+        notebook="b.ipynb",
+        exercises=[],
+        error="not valid JSON",
+        error_kind="bad_input",
+        total=0,
+        max=0,
+    )
     rp.write_junit([_report(), bad], tmp_path / "r.xml")
     root = ET.parse(tmp_path / "r.xml").getroot()
     cases = root.findall(".//testcase")
@@ -375,16 +479,34 @@ def test_exit_codes_follow_the_documented_order():
     assert grade_cli.exit_code([ok], None) == 0
     assert grade_cli.exit_code([ok, low], 50) == 1
     assert grade_cli.exit_code([low, _report(error_kind="bad_input")], 50) == 2
-    assert grade_cli.exit_code([_report(error_kind="grader"), _report(error_kind="bad_input")], None) == 3
+    assert (
+        grade_cli.exit_code([_report(error_kind="grader"), _report(error_kind="bad_input")], None)
+        == 3
+    )
 
 
 def test_help_documents_the_options_and_exit_codes():
     parser = argparse.ArgumentParser(prog="course grade")
     grade_cli.add_arguments(parser)
     text = parser.format_help()
-    for option in ("--json", "--junit", "--feedback", "--csv", "--classroom", "-j", "--reference-dir",
-                   "--cell-timeout", "--timeout", "--memory-mb", "--max-output-kb", "--fail-under",
-                   "--seed", "--assignment", "--checks", "--zero-flagged"):
+    for option in (
+        "--json",
+        "--junit",
+        "--feedback",
+        "--csv",
+        "--classroom",
+        "-j",
+        "--reference-dir",
+        "--cell-timeout",
+        "--timeout",
+        "--memory-mb",
+        "--max-output-kb",
+        "--fail-under",
+        "--seed",
+        "--assignment",
+        "--checks",
+        "--zero-flagged",
+    ):
         assert option in text
     assert "exit codes" in text and "3  the grading machine failed" in text
     assert "2  usage error or bad input" in text and "1  a submission scored below" in text
@@ -402,8 +524,9 @@ def test_usage_errors_exit_2_before_grading(capsys):
 
 
 def test_bad_inputs_get_reports_without_starting_a_kernel(fx, tmp_path):
-    opts = GradeOptions(reference_dir=str(REFS), checks_modules=("grading_fixture_checks",),
-                        assignment="99_fixture")
+    opts = GradeOptions(
+        reference_dir=str(REFS), checks_modules=("grading_fixture_checks",), assignment="99_fixture"
+    )
     missing = grade_submission(tmp_path / "gone.ipynb", opts)
     assert missing["error_kind"] == "bad_input" and "no such file" in missing["error"]
     assert missing["max"] == 3 and missing["total"] == 0
@@ -446,12 +569,37 @@ def batch(tmp_path_factory):
     paths = sorted(str(p) for p in SUBS.glob("*.ipynb"))
 
     def run(out: Path) -> int:
-        return _course(["grade", *paths, "--checks", str(CHECKS), "--reference-dir", str(REFS),
-                        "--assignment", "99_fixture", "--cell-timeout", "5", "--memory-mb", "2048",
-                        "-j", "2", "-q", "--json", str(out / "grades.json"),
-                        "--junit", str(out / "grades.xml"), "--csv", str(out / "grades.csv"),
-                        "--feedback", str(out / "feedback"), "--classroom",
-                        str(out / "classroom.json"), "--executed", str(out / "executed")])
+        return _course(
+            [
+                "grade",
+                *paths,
+                "--checks",
+                str(CHECKS),
+                "--reference-dir",
+                str(REFS),
+                "--assignment",
+                "99_fixture",
+                "--cell-timeout",
+                "5",
+                "--memory-mb",
+                "2048",
+                "-j",
+                "2",
+                "-q",
+                "--json",
+                str(out / "grades.json"),
+                "--junit",
+                str(out / "grades.xml"),
+                "--csv",
+                str(out / "grades.csv"),
+                "--feedback",
+                str(out / "feedback"),
+                "--classroom",
+                str(out / "classroom.json"),
+                "--executed",
+                str(out / "executed"),
+            ]
+        )
 
     code, out = _once(tmp_path_factory, "batch", run)
     reports = json.loads((out / "grades.json").read_text())
@@ -640,8 +788,13 @@ def test_executed_notebook_shows_the_restored_checks(batch):
 
 @pytest.mark.slow
 def test_total_time_limit_stops_grading_and_keeps_earlier_points(fx):
-    opts = GradeOptions(reference_dir=str(REFS), checks_modules=("grading_fixture_checks",),
-                        cell_timeout=60, timeout=6, memory_mb=2048)
+    opts = GradeOptions(
+        reference_dir=str(REFS),
+        checks_modules=("grading_fixture_checks",),
+        cell_timeout=60,
+        timeout=6,
+        memory_mb=2048,
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]))
         rep = grade_submission(SUBS / "infinite_loop.ipynb", opts)

@@ -51,43 +51,84 @@ def _ci_env() -> dict[str, str]:
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=_ids)
 def test_solution_notebook_passes_nbval_under_ci_profile(solution: Path):
-    cmd = [sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env",
-           "--nbval-sanitize-with", str(SANITIZE), "--nbval-cell-timeout", str(CELL_TIMEOUT_S),
-           "-p", "no:cacheprovider", "-q", "--tb=short", "--color=no",
-           str(solution.relative_to(REPO))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--nbval",
+        "--nbval-current-env",
+        "--nbval-sanitize-with",
+        str(SANITIZE),
+        "--nbval-cell-timeout",
+        str(CELL_TIMEOUT_S),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--tb=short",
+        "--color=no",
+        str(solution.relative_to(REPO)),
+    ]
     try:
-        proc = subprocess.run(cmd, cwd=REPO, env=_ci_env(), capture_output=True, text=True,
-                              timeout=NOTEBOOK_TIMEOUT_S)
+        proc = subprocess.run(
+            cmd, cwd=REPO, env=_ci_env(), capture_output=True, text=True, timeout=NOTEBOOK_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        pytest.fail(f"nbval on {solution.name} ran past {NOTEBOOK_TIMEOUT_S} s "
-                    f"(COURSE_NOTEBOOK_TIMEOUT)\n{out[-6000:]}")
+        pytest.fail(
+            f"nbval on {solution.name} ran past {NOTEBOOK_TIMEOUT_S} s "
+            f"(COURSE_NOTEBOOK_TIMEOUT)\n{out[-6000:]}"
+        )
     report = _ANSI.sub("", proc.stdout + proc.stderr)
     assert proc.returncode == 0, (
         f"`COURSE_PROFILE=ci {' '.join(cmd[2:])}` failed on {solution.name}. Tag cells whose "
         f"output varies with `nbval-ignore-output`, or re-execute the solution.\n"
-        f"{report[-12000:]}")
+        f"{report[-12000:]}"
+    )
 
 
 def _grade(paths: list[Path], out: Path) -> list[dict]:
     """Grade ``paths`` with the official grader (ci profile), one report per notebook."""
-    cmd = [sys.executable, "-m", "course_utils.cli", "grade", *map(str, paths), "-q",
-           "--json", str(out), "--reference-dir", str(REPO / "solutions"),
-           "--cell-timeout", str(CELL_TIMEOUT_S), "--timeout", str(NOTEBOOK_TIMEOUT_S)]
-    proc = subprocess.run(cmd, cwd=REPO, env=_ci_env(), capture_output=True, text=True,
-                          timeout=2 * NOTEBOOK_TIMEOUT_S + 60)
-    assert out.exists(), f"course grade wrote no report (exit {proc.returncode}):\n" \
-                         f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "course_utils.cli",
+        "grade",
+        *map(str, paths),
+        "-q",
+        "--json",
+        str(out),
+        "--reference-dir",
+        str(REPO / "solutions"),
+        "--cell-timeout",
+        str(CELL_TIMEOUT_S),
+        "--timeout",
+        str(NOTEBOOK_TIMEOUT_S),
+    ]
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        env=_ci_env(),
+        capture_output=True,
+        text=True,
+        timeout=2 * NOTEBOOK_TIMEOUT_S + 60,
+    )
+    assert out.exists(), (
+        f"course grade wrote no report (exit {proc.returncode}):\n"
+        f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    )
     reports = json.loads(out.read_text())
     return reports if isinstance(reports, list) else [reports]
 
 
 def _describe(report: dict) -> str:
-    lines = [f"{e['id']}: {e['status']} {e['points']}/{e['max_points']} {e['message'][:300]}"
-             for e in report.get("exercises", [])]
+    lines = [
+        f"{e['id']}: {e['status']} {e['points']}/{e['max_points']} {e['message'][:300]}"
+        for e in report.get("exercises", [])
+    ]
     errors = report.get("cells", {}).get("errors", [])
-    lines += [f"cell #{e.get('cell')}: {e.get('ename')}: {str(e.get('evalue'))[:300]}"
-              for e in errors]
+    lines += [
+        f"cell #{e.get('cell')}: {e.get('ename')}: {str(e.get('evalue'))[:300]}" for e in errors
+    ]
     if report.get("error"):
         lines.append(f"error: {report['error']}")
     return "\n".join(lines)
@@ -95,13 +136,15 @@ def _describe(report: dict) -> str:
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=_ids)
 def test_grader_gives_the_solution_full_marks_and_the_student_version_zero(
-        solution: Path, tmp_path: Path):
+    solution: Path, tmp_path: Path
+):
     student = REPO / "notebooks" / solution.name
     assert student.exists(), f"{student} is missing: run `course release`"
     sol, stu = _grade([solution, student], tmp_path / "grades.json")
 
     assert sol["max"] > 0 and sol["total"] == sol["max"], (
-        f"{solution.name} should get full marks:\n{_describe(sol)}")
+        f"{solution.name} should get full marks:\n{_describe(sol)}"
+    )
     assert all(e["status"] == "passed" and not e.get("flags") for e in sol["exercises"])
 
     # the untouched student version runs top to bottom: no non-check cell raises, and every
@@ -109,4 +152,5 @@ def test_grader_gives_the_solution_full_marks_and_the_student_version_zero(
     assert stu["total"] == 0, f"{student.name} scores on stubs (vacuous check):\n{_describe(stu)}"
     assert all(e["status"] == "not_attempted" for e in stu["exercises"]), _describe(stu)
     assert stu["cells"]["errors"] == [], (
-        f"{student.name}: cells fail on the untouched stubs:\n{_describe(stu)}")
+        f"{student.name}: cells fail on the untouched stubs:\n{_describe(stu)}"
+    )

@@ -45,7 +45,9 @@ def _parse(specs: list[str], where: str) -> dict[str, SpecifierSet]:
         try:
             req = Requirement(spec)
         except Exception as exc:  # a conda-only spelling such as "numpy 1.24.*"
-            raise AssertionError(f"{where}: cannot read {spec!r} as 'name>=version' ({exc})") from None
+            raise AssertionError(
+                f"{where}: cannot read {spec!r} as 'name>=version' ({exc})"
+            ) from None
         name = _norm(req.name)
         assert name not in out, f"{where}: {req.name} is listed twice"
         out[name] = req.specifier
@@ -64,8 +66,9 @@ def _environment_packages() -> tuple[dict[str, SpecifierSet], list[str]]:
 
 def _pyproject_packages() -> dict[str, SpecifierSet]:
     project = _pyproject()["project"]
-    return _parse(project["dependencies"] + project["optional-dependencies"]["dev"],
-                  "pyproject.toml")
+    return _parse(
+        project["dependencies"] + project["optional-dependencies"]["dev"], "pyproject.toml"
+    )
 
 
 def test_environment_yml_has_the_same_packages_and_bounds_as_pyproject():
@@ -80,10 +83,15 @@ def test_environment_yml_has_the_same_packages_and_bounds_as_pyproject():
 
 
 def test_environment_yml_python_bound_matches_requires_python():
-    pythons = [d for d in _environment()["dependencies"]
-               if isinstance(d, str) and Requirement(d).name == "python"]
+    pythons = [
+        d
+        for d in _environment()["dependencies"]
+        if isinstance(d, str) and Requirement(d).name == "python"
+    ]
     assert len(pythons) == 1, "environment.yml should pin python once"
-    assert Requirement(pythons[0]).specifier == SpecifierSet(_pyproject()["project"]["requires-python"])
+    assert Requirement(pythons[0]).specifier == SpecifierSet(
+        _pyproject()["project"]["requires-python"]
+    )
 
 
 def test_environment_yml_uses_conda_forge_and_installs_the_course_package():
@@ -99,22 +107,25 @@ def test_console_script_course_is_declared_and_installed():
     eps = metadata.entry_points(group="console_scripts")
     course = [ep for ep in eps if ep.name == "course"]
     assert course and course[0].value == "course_utils.cli:main", (
-        "the `course` command is not installed; run pip install -e \".[dev]\""
+        'the `course` command is not installed; run pip install -e ".[dev]"'
     )
 
 
 def _course_executable() -> str:
     local = Path(sys.executable).parent / ("course.exe" if os.name == "nt" else "course")
     found = str(local) if local.exists() else shutil.which("course")
-    assert found, "the `course` command is not on PATH; run pip install -e \".[dev]\""
+    assert found, 'the `course` command is not on PATH; run pip install -e ".[dev]"'
     return found
 
 
 @pytest.mark.slow  # two fresh interpreters importing torch, jupyterlab, matplotlib...
 @pytest.mark.parametrize("how", ["console script", "python -m"])
 def test_course_doctor_runs_and_reports_profile_and_data(how, tmp_path):
-    cmd = ([_course_executable(), "doctor"] if how == "console script"
-           else [sys.executable, "-m", "course_utils.cli", "doctor"])
+    cmd = (
+        [_course_executable(), "doctor"]
+        if how == "console script"
+        else [sys.executable, "-m", "course_utils.cli", "doctor"]
+    )
     env = dict(os.environ, COURSE_PROFILE="ci", COURSE_DATA_DIR=str(tmp_path))
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr

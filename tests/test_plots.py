@@ -31,8 +31,14 @@ def _assert_labelled(ax) -> None:
 
 def test_show_heatmap_has_title_axis_labels_and_token_ticks():
     weights = torch.softmax(torch.randn(3, 4), dim=-1)
-    ax = plots.show_heatmap(weights, ["the", "red", "car", "<eos>"], ["la", "voiture", "rouge"],
-                            title="cross-attention", xlabel="source", ylabel="target")
+    ax = plots.show_heatmap(
+        weights,
+        ["the", "red", "car", "<eos>"],
+        ["la", "voiture", "rouge"],
+        title="cross-attention",
+        xlabel="source",
+        ylabel="target",
+    )
     assert ax.get_title() == "cross-attention"
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("source", "target")
     assert [t.get_text() for t in ax.get_xticklabels()] == ["the", "red", "car", "<eos>"]
@@ -48,8 +54,12 @@ def test_show_heatmap_rejects_mismatched_labels_and_shapes():
 
 
 def test_show_heatmaps_lays_out_a_grid_with_titles_and_outer_labels():
-    fig = plots.show_heatmaps(torch.rand(2, 3, 4, 5), titles=[f"head {i}" for i in range(6)],
-                              suptitle="layers x heads", x_labels=list("abcde"))
+    fig = plots.show_heatmaps(
+        torch.rand(2, 3, 4, 5),
+        titles=[f"head {i}" for i in range(6)],
+        suptitle="layers x heads",
+        x_labels=list("abcde"),
+    )
     assert isinstance(fig, Figure) and fig._suptitle.get_text() == "layers x heads"
     panels = [ax for ax in fig.axes if ax.get_images()]
     assert len(panels) == 6
@@ -60,17 +70,25 @@ def test_show_heatmaps_lays_out_a_grid_with_titles_and_outer_labels():
 
 
 def test_plot_curves_from_a_dict_of_series():
-    fig = plots.plot_curves({"train": [3.0, 2.0, 1.5], "val": ([0, 2], [3.1, 1.8])},
-                            title="loss curves", smooth=2)
+    fig = plots.plot_curves(
+        {"train": [3.0, 2.0, 1.5], "val": ([0, 2], [3.1, 1.8])}, title="loss curves", smooth=2
+    )
     (ax,) = fig.axes
     _assert_labelled(ax)
     assert {line.get_label() for line in ax.get_lines()} >= {"train", "val"}
 
 
 def test_plot_curves_from_a_history_splits_losses_and_metrics():
-    h = History(step=[0, 1, 2], train_loss=[2.0, 1.0, 0.5], lr=[1e-3] * 3,
-                grad_norm=[1.0] * 3, time=[0.1, 0.2, 0.3], eval_step=[2], eval_time=[0.3],
-                eval={"val_loss": [0.6], "accuracy": [0.9]})
+    h = History(
+        step=[0, 1, 2],
+        train_loss=[2.0, 1.0, 0.5],
+        lr=[1e-3] * 3,
+        grad_norm=[1.0] * 3,
+        time=[0.1, 0.2, 0.3],
+        eval_step=[2],
+        eval_time=[0.3],
+        eval={"val_loss": [0.6], "accuracy": [0.9]},
+    )
     fig = h.plot(title="run")
     assert len(fig.axes) == 2
     for ax in fig.axes:
@@ -79,7 +97,9 @@ def test_plot_curves_from_a_history_splits_losses_and_metrics():
 
 
 def test_plot_accuracy_vs_length_numeric_and_bucketed():
-    ax = plots.plot_accuracy_vs_length({"GRU": {5: 0.9, 10: 0.6}, "GRU + attention": {5: 0.95, 10: 0.94}})
+    ax = plots.plot_accuracy_vs_length(
+        {"GRU": {5: 0.9, 10: 0.6}, "GRU + attention": {5: 0.95, 10: 0.94}}
+    )
     _assert_labelled(ax)
     assert len(ax.get_lines()) == 2
     ax2 = plots.plot_accuracy_vs_length({"model": {"1-5": 1.0, "6-10": 0.5}}, percent=True)
@@ -88,7 +108,9 @@ def test_plot_accuracy_vs_length_numeric_and_bucketed():
 
 
 def test_show_images_grid_with_titles():
-    fig = plots.show_images(torch.rand(5, 1, 8, 8), titles=list("01234"), suptitle="digits", ncols=3)
+    fig = plots.show_images(
+        torch.rand(5, 1, 8, 8), titles=list("01234"), suptitle="digits", ncols=3
+    )
     assert fig._suptitle.get_text() == "digits"
     assert [ax.get_title() for ax in fig.axes if ax.get_images()] == list("01234")
 

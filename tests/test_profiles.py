@@ -67,8 +67,12 @@ def test_best_device_prefers_cuda_then_mps_then_cpu(monkeypatch):
 def test_seed_everything_makes_python_numpy_and_torch_repeatable():
     def draw():
         g = profiles.seed_everything(123)
-        return (random.random(), float(np.random.rand()), float(torch.rand(())),
-                float(torch.rand((), generator=g)))
+        return (
+            random.random(),
+            float(np.random.rand()),
+            float(torch.rand(())),
+            float(torch.rand((), generator=g)),
+        )
 
     first, second = draw(), draw()
     assert first == second
@@ -79,7 +83,9 @@ def test_seed_everything_makes_python_numpy_and_torch_repeatable():
 def test_seed_everything_returns_a_generator_seeded_like_torch():
     g = profiles.seed_everything(7)
     assert isinstance(g, torch.Generator) and g.initial_seed() == 7
-    assert torch.equal(torch.rand(3, generator=g), torch.rand(3, generator=torch.Generator().manual_seed(7)))
+    assert torch.equal(
+        torch.rand(3, generator=g), torch.rand(3, generator=torch.Generator().manual_seed(7))
+    )
 
 
 def test_using_profile_sets_the_variable_for_the_block_and_restores_it(monkeypatch):

@@ -15,7 +15,12 @@ def test_task_and_rnn_sizes_are_notebook_01s(monkeypatch, profile):
     r, cfg = nb01.recipe(), nb10.config()
     t = cfg.task
     assert (t.n_train, t.n_test, t.min_len, t.max_len, t.seed) == (
-        r.n_train, r.n_test, r.min_len, r.max_len, r.seed)
+        r.n_train,
+        r.n_test,
+        r.min_len,
+        r.max_len,
+        r.seed,
+    )
     assert (cfg.rnn.emb_dim, cfg.rnn.hidden_dim) == (r.emb_dim, r.hidden_dim)
     assert set(cfg.lr) == set(nb10.MODEL_NAMES)
 

@@ -52,6 +52,7 @@ def test_sdpa_helpers_name_backends_and_the_kernel_that_runs():
     used = nb11.sdpa_kernel_used(q, q, q)
     assert used.startswith(("FLASH", "MATH", "EFFICIENT", "CUDNN"))
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
     with sdpa_kernel(SDPBackend.MATH):
         assert nb11.sdpa_kernel_used(q, q, q).startswith("MATH")
     assert F.scaled_dot_product_attention(q, q, q).shape == q.shape

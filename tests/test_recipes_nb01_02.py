@@ -24,9 +24,17 @@ def data():
 @pytest.fixture()
 def tiny(monkeypatch):
     monkeypatch.setenv("COURSE_PROFILE", "ci")
-    return dataclasses.replace(nb01.recipe(), emb_dim=8, hidden_dim=12, steps=30, batch_size=16,
-                               lr=1e-2, warmup=3, hidden_sizes=(6, 12),
-                               buckets=((3, 5), (6, 9)))
+    return dataclasses.replace(
+        nb01.recipe(),
+        emb_dim=8,
+        hidden_dim=12,
+        steps=30,
+        batch_size=16,
+        lr=1e-2,
+        warmup=3,
+        hidden_sizes=(6, 12),
+        buckets=((3, 5), (6, 9)),
+    )
 
 
 # ----------------------------------------------------------------------------- recipes
@@ -76,12 +84,14 @@ def test_build_model_is_seeded_whatever_ran_before(data, tiny):
 @pytest.mark.parametrize("attention", [False, True])
 def test_teacher_forced_logits_equal_the_model_forward_and_its_gradients(data, attention):
     torch.manual_seed(0)
-    model = Seq2SeqRNN(len(data.src_vocab), len(data.tgt_vocab), 6, 10, attention=attention,
-                       attn_dim=7).double()
+    model = Seq2SeqRNN(
+        len(data.src_vocab), len(data.tgt_vocab), 6, 10, attention=attention, attn_dim=7
+    ).double()
     batch = data.train[:12]
     expected, expected_w = model(batch.src, batch.src_lengths, batch.tgt_in)
-    got, got_w = nb01.teacher_forced_logits(model, batch.src, batch.src_lengths, batch.tgt_in,
-                                           return_attention=True)
+    got, got_w = nb01.teacher_forced_logits(
+        model, batch.src, batch.src_lengths, batch.tgt_in, return_attention=True
+    )
     torch.testing.assert_close(got, expected)
     if attention:
         torch.testing.assert_close(got_w, expected_w)
@@ -113,8 +123,10 @@ def test_length_batches_visit_each_sentence_at_most_once_per_epoch(data):
 
 def test_length_batches_group_similar_lengths(data):
     gen = torch.Generator().manual_seed(0)
-    spans = [int(b.tgt_lengths.max() - b.tgt_lengths.min())
-             for b in nb01.length_batches(data.train, 16, gen, pool=8)]
+    spans = [
+        int(b.tgt_lengths.max() - b.tgt_lengths.min())
+        for b in nb01.length_batches(data.train, 16, gen, pool=8)
+    ]
     full = int(data.train.tgt_lengths.max() - data.train.tgt_lengths.min())
     assert sum(spans) / len(spans) < full / 2
 
@@ -162,8 +174,10 @@ def test_train_seq2seq_accepts_a_notebook_forward(data, tiny):
 
 def _oracle(split):
     def decode(model, src, src_lengths, max_len):
-        rows = [next(i for i in range(len(split)) if torch.equal(split.src[i, :s.shape[0]], s))
-                for s in src]
+        rows = [
+            next(i for i in range(len(split)) if torch.equal(split.src[i, : s.shape[0]], s))
+            for s in src
+        ]
         return split.tgt_out[rows], None
 
     return decode
@@ -192,10 +206,14 @@ def test_evaluate_by_length_scores_an_empty_output_zero(data, tiny):
 
 
 def test_gap_is_shortest_minus_longest_bucket_in_points():
-    report = nb01.LengthReport(exact={"3-5": 0.9, "6-8": 0.5, "9-11": 0.2},
-                               token={"3-5": 1.0, "6-8": 0.9, "9-11": 0.8},
-                               counts={"3-5": 1, "6-8": 1, "9-11": 1}, overall_exact=0.5,
-                               overall_token=0.9, predictions=torch.zeros(3, 1))
+    report = nb01.LengthReport(
+        exact={"3-5": 0.9, "6-8": 0.5, "9-11": 0.2},
+        token={"3-5": 1.0, "6-8": 0.9, "9-11": 0.8},
+        counts={"3-5": 1, "6-8": 1, "9-11": 1},
+        overall_exact=0.5,
+        overall_token=0.9,
+        predictions=torch.zeros(3, 1),
+    )
     assert report.gap() == pytest.approx(70.0)
     assert report.gap("token") == pytest.approx(20.0)
 
@@ -203,16 +221,18 @@ def test_gap_is_shortest_minus_longest_bucket_in_points():
 def test_evaluate_by_length_defaults_to_the_models_greedy_decode(data, tiny):
     model = nb01.build_model(data, tiny, attention=True)
     report = nb01.evaluate_by_length(model, data.test, tiny.buckets)
-    tokens, _ = model.greedy_decode(data.test.src, data.test.src_lengths,
-                                    data.test.tgt_out.shape[1] + 5)
-    assert torch.equal(report.predictions[:, :tokens.shape[1]], tokens)
+    tokens, _ = model.greedy_decode(
+        data.test.src, data.test.src_lengths, data.test.tgt_out.shape[1] + 5
+    )
+    assert torch.equal(report.predictions[:, : tokens.shape[1]], tokens)
 
 
 def test_hidden_size_sweep_reuses_a_trained_model(data, tiny):
     main = nb01.build_model(data, tiny, attention=False)
     history = nb01.train_seq2seq(main, data, dataclasses.replace(tiny, steps=2), progress=False)
-    sweep = nb01.hidden_size_sweep(data, dataclasses.replace(tiny, steps=2),
-                                   trained={12: (main, history)}, progress=False)
+    sweep = nb01.hidden_size_sweep(
+        data, dataclasses.replace(tiny, steps=2), trained={12: (main, history)}, progress=False
+    )
     assert list(sweep) == [6, 12]
     assert sweep[12].history is history
     assert sweep[6].parameters < sweep[12].parameters == nb01.count_parameters(main)
@@ -271,7 +291,9 @@ def test_showcase_starts_with_the_lecture_sentence_then_reordered_one_to_many_se
 
 def test_reordered_and_one_to_many_read_the_gold_alignment(data):
     task = data.task
-    assert nb02.reordered(task.example("my red car")) and not nb02.one_to_many(task.example("my red car"))
+    assert nb02.reordered(task.example("my red car")) and not nb02.one_to_many(
+        task.example("my red car")
+    )
     assert nb02.one_to_many(task.example("john saw paris"))
     assert not nb02.reordered(task.example("john saw paris"))
 

@@ -22,8 +22,7 @@ from course_utils.recipes import nb09
 def tiny_digits() -> ImageSplit:
     """300 training and 100 test digits: enough to see learning, seconds to train."""
     d = load_digits_split(seed=0)
-    return ImageSplit(d.x_train[:300], d.y_train[:300], d.x_test[:100], d.y_test[:100],
-                      d.classes)
+    return ImageSplit(d.x_train[:300], d.y_train[:300], d.x_test[:100], d.y_test[:100], d.classes)
 
 
 def test_configs_follow_the_profile(monkeypatch):
@@ -63,8 +62,10 @@ def test_train_vit_is_deterministic_for_a_seed(tiny_digits):
     cfg = nb09.config("ci", dataset="digits")
     tc = replace(cfg.train, epochs=1)
     vit = replace(cfg.vit, n_layers=1, d_model=16, d_ff=32)
-    a, b = (nb09.train_vit(cfg, tiny_digits, vit=vit, train_cfg=tc, seed=3, progress=False)
-            for _ in range(2))
+    a, b = (
+        nb09.train_vit(cfg, tiny_digits, vit=vit, train_cfg=tc, seed=3, progress=False)
+        for _ in range(2)
+    )
     for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
         assert torch.equal(pa, pb)
 
@@ -76,25 +77,33 @@ def test_weight_average_is_the_model_at_decay_0_and_the_start_at_decay_1(tiny_di
     vit = replace(cfg.vit, n_layers=1, d_model=16, d_ff=32)
 
     def run(ema):
-        return nb09.train_vit(cfg, tiny_digits, vit=vit, train_cfg=replace(tc, ema=ema),
-                              seed=5, progress=False)
+        return nb09.train_vit(
+            cfg, tiny_digits, vit=vit, train_cfg=replace(tc, ema=ema), seed=5, progress=False
+        )
 
     plain, follow, frozen = run(None), run(0.0), run(1.0)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(5)
         start = nb09.init_vit_(ViT(vit))
-    for p, f, z, s0 in zip(plain.model.parameters(), follow.model.parameters(),
-                           frozen.model.parameters(), start.parameters(), strict=True):
+    for p, f, z, s0 in zip(
+        plain.model.parameters(),
+        follow.model.parameters(),
+        frozen.model.parameters(),
+        start.parameters(),
+        strict=True,
+    ):
         assert torch.equal(p, f)  # decay 0: the average is the last weights
         assert torch.equal(z, s0)  # decay 1: the average never moves from the start
     assert frozen.accuracy == nb09.accuracy(frozen.model, tiny_digits.x_test, tiny_digits.y_test)
     assert plain.steps == follow.steps == 3
 
+
 @pytest.mark.slow
 def test_small_cnn_baseline_learns(tiny_digits):
     cnn = nb09.config("ci").cnn
-    cnn = replace(cnn, width=8, train=replace(cnn.train, epochs=8,
-                                              augment=nb09.Augment(kind="none")))
+    cnn = replace(
+        cnn, width=8, train=replace(cnn.train, epochs=8, augment=nb09.Augment(kind="none"))
+    )
     run = nb09.train_small_cnn(tiny_digits, cnn, progress=False)
     assert run.model(tiny_digits.x_test[:2]).shape == (2, 10)
     assert run.accuracy > 0.5
@@ -199,8 +208,10 @@ def _fake_cifar(path, n_per_batch: int = 8) -> None:
     rng = np.random.default_rng(0)
     with tarfile.open(path, "w:gz") as tar:
         for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-            obj = {b"data": rng.integers(0, 256, (n_per_batch, 3072), dtype=np.uint8),
-                   b"labels": rng.integers(0, 10, n_per_batch).tolist()}
+            obj = {
+                b"data": rng.integers(0, 256, (n_per_batch, 3072), dtype=np.uint8),
+                b"labels": rng.integers(0, 10, n_per_batch).tolist(),
+            }
             raw = pickle.dumps(obj, protocol=2)
             info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
             info.size = len(raw)

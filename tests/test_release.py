@@ -39,7 +39,7 @@ SOFTMAX_SOLUTION = '''def softmax(x):
     return shifted.exp() / shifted.exp().sum(dim=-1, keepdim=True)
     ### END SOLUTION'''
 
-LAYER_SOLUTION = '''class ToyLayer:
+LAYER_SOLUTION = """class ToyLayer:
     def __init__(self, d):
         ### BEGIN SOLUTION
         self.d = d
@@ -50,7 +50,7 @@ LAYER_SOLUTION = '''class ToyLayer:
             ### BEGIN SOLUTION
             return 0
             ### END SOLUTION
-        return x'''
+        return x"""
 
 
 def _exercise(cid, ex_id, source, points, cell=new_code_cell):
@@ -82,16 +82,36 @@ def toy_notebook() -> nbformat.NotebookNode:
     demo.metadata["tags"] = ["nbval-ignore-output"]
     demo.execution_count = 3
     demo.outputs = [
-        new_output("execute_result", data={"text/plain": "tensor([0.2689, 0.7311])"},
-                   execution_count=3),
+        new_output(
+            "execute_result", data={"text/plain": "tensor([0.2689, 0.7311])"}, execution_count=3
+        ),
         new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"}),
     ]
     ex2 = _exercise("ex-42-2", "42.2", LAYER_SOLUTION, 3)
-    answer = _exercise("ex-42-3", "42.3", "Why?\n\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION\n",
-                       1, cell=new_markdown_cell)
-    nb = new_notebook(cells=[intro, imports, ex1, _check("check-42-1", "42.1", "softmax", 2),
-                             demo, ex2, _check("check-42-2", "42.2", "ToyLayer", 3), answer])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    answer = _exercise(
+        "ex-42-3",
+        "42.3",
+        "Why?\n\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION\n",
+        1,
+        cell=new_markdown_cell,
+    )
+    nb = new_notebook(
+        cells=[
+            intro,
+            imports,
+            ex1,
+            _check("check-42-1", "42.1", "softmax", 2),
+            demo,
+            ex2,
+            _check("check-42-2", "42.2", "ToyLayer", 3),
+            answer,
+        ]
+    )
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
     return nb
 
@@ -130,8 +150,10 @@ def run_cli(*argv) -> int:
 
 def test_code_region_becomes_stub_at_marker_indentation_naming_exercise_and_function():
     src = cell(released(), "ex-42-1")["source"]
-    assert src == ('def softmax(x):\n    """x: (..., D) -> (..., D)."""\n'
-                   '    raise NotImplementedError("Exercise 42.1: implement softmax")')
+    assert src == (
+        'def softmax(x):\n    """x: (..., D) -> (..., D)."""\n'
+        '    raise NotImplementedError("Exercise 42.1: implement softmax")'
+    )
 
 
 def test_every_region_of_a_cell_is_stubbed_at_its_own_indentation():
@@ -144,9 +166,17 @@ def test_every_region_of_a_cell_is_stubbed_at_its_own_indentation():
 
 def test_unregistered_exercise_is_named_after_outermost_enclosing_def_or_class():
     nb = toy_notebook()
-    nb.cells.insert(5, _exercise("ex-42-9", "42.9", "class Extra:\n    def go(self):\n"
-                                 "        ### BEGIN SOLUTION\n        pass\n"
-                                 "        ### END SOLUTION", 0))
+    nb.cells.insert(
+        5,
+        _exercise(
+            "ex-42-9",
+            "42.9",
+            "class Extra:\n    def go(self):\n"
+            "        ### BEGIN SOLUTION\n        pass\n"
+            "        ### END SOLUTION",
+            0,
+        ),
+    )
     src = cell(released(nb), "ex-42-9")["source"]
     assert src.endswith('        raise NotImplementedError("Exercise 42.9: implement Extra")')
 
@@ -158,16 +188,25 @@ def test_markdown_region_becomes_answer_placeholder():
 
 def test_student_version_holds_no_solution_text_and_no_markers():
     text = release.render(released())
-    for secret in ("x.amax(dim=-1", "self.d = d", "Because.", "BEGIN SOLUTION", "END SOLUTION",
-                   "PASSED", "0.7311", "iVBORw0KGgo"):
+    for secret in (
+        "x.amax(dim=-1",
+        "self.d = d",
+        "Because.",
+        "BEGIN SOLUTION",
+        "END SOLUTION",
+        "PASSED",
+        "0.7311",
+        "iVBORw0KGgo",
+    ):
         assert secret not in text
 
 
 def test_outputs_and_execution_counts_are_cleared_in_every_cell():
     nb = released()
     code_cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
-    assert code_cells and all(c["outputs"] == [] and c["execution_count"] is None
-                              for c in code_cells)
+    assert code_cells and all(
+        c["outputs"] == [] and c["execution_count"] is None for c in code_cells
+    )
 
 
 def test_cell_ids_tags_and_course_metadata_are_kept_and_volatile_metadata_dropped():
@@ -275,30 +314,35 @@ def test_empty_solutions_folder_is_a_clear_error(tmp_path, monkeypatch, capsys):
 def _set_source(cid, source):
     def mutate(nb):
         next(c for c in nb.cells if c.id == cid).source = source
+
     return mutate
 
 
 def _set_meta(cid, key, value):
     def mutate(nb):
         next(c for c in nb.cells if c.id == cid).metadata["course"][key] = value
+
     return mutate
 
 
 def _drop_cell(cid):
     def mutate(nb):
         nb.cells = [c for c in nb.cells if c.id != cid]
+
     return mutate
 
 
 def _set_id(old, new):
     def mutate(nb):
         next(c for c in nb.cells if c.id == old).id = new
+
     return mutate
 
 
 def _add_cell(index, new_cell):
     def mutate(nb):
         nb.cells.insert(index, new_cell)
+
     return mutate
 
 
@@ -311,58 +355,114 @@ def _move_check_first(nb):
 def _untag(cid):
     def mutate(nb):
         next(c for c in nb.cells if c.id == cid).metadata["tags"] = []
+
     return mutate
 
 
 INVALID = {
-    "begin_without_end": (_set_source("ex-42-1", "def softmax(x):\n    ### BEGIN SOLUTION\n"
-                                      "    return x"), "ex-42-1",
-                          "'### BEGIN SOLUTION' has no '### END SOLUTION'"),
-    "end_without_begin": (_set_source("ex-42-1", "def softmax(x):\n    return x\n"
-                                      "    ### END SOLUTION"), "ex-42-1",
-                          "'### END SOLUTION' without a '### BEGIN SOLUTION'"),
-    "nested_regions": (_set_source("ex-42-1", "def softmax(x):\n    ### BEGIN SOLUTION\n"
-                                   "    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION"),
-                       "ex-42-1", "cannot nest"),
-    "malformed_marker": (_set_source("ex-42-1", "def softmax(x):\n    # BEGIN SOLUTION\n"
-                                     "    return x\n    ### END SOLUTION"), "ex-42-1",
-                         "malformed solution marker"),
-    "exercise_without_markers": (_set_source("ex-42-1", "def softmax(x):\n    return x"),
-                                 "ex-42-1", "has no '### BEGIN SOLUTION'"),
-    "region_at_top_level": (_set_source("ex-42-1", "### BEGIN SOLUTION\nsoftmax = None\n"
-                                        "### END SOLUTION"), "ex-42-1",
-                            "not inside a function body"),
-    "region_in_class_body": (_set_source("ex-42-2", "class ToyLayer:\n    ### BEGIN SOLUTION\n"
-                                         "    d = 3\n    ### END SOLUTION"), "ex-42-2",
-                             "not inside a function body"),
-    "stub_not_valid_python": (_set_source("ex-42-1", "def softmax(x):\n    y = 1\n"
-                                          "        ### BEGIN SOLUTION\n    return x\n"
-                                          "        ### END SOLUTION"),
-                              "ex-42-1", "not valid Python: indent the"),
-    "markers_outside_exercise_cell": (_set_source("demo", "def f():\n    ### BEGIN SOLUTION\n"
-                                                  "    pass\n    ### END SOLUTION"), "demo",
-                                      "not tagged 'exercise'"),
-    "check_not_registered": (_add_cell(4, _check("check-42-7", "42.7", "softmax", 2)),
-                             "check-42-7", "42.7, which is not registered"),
+    "begin_without_end": (
+        _set_source("ex-42-1", "def softmax(x):\n    ### BEGIN SOLUTION\n    return x"),
+        "ex-42-1",
+        "'### BEGIN SOLUTION' has no '### END SOLUTION'",
+    ),
+    "end_without_begin": (
+        _set_source("ex-42-1", "def softmax(x):\n    return x\n    ### END SOLUTION"),
+        "ex-42-1",
+        "'### END SOLUTION' without a '### BEGIN SOLUTION'",
+    ),
+    "nested_regions": (
+        _set_source(
+            "ex-42-1",
+            "def softmax(x):\n    ### BEGIN SOLUTION\n"
+            "    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION",
+        ),
+        "ex-42-1",
+        "cannot nest",
+    ),
+    "malformed_marker": (
+        _set_source(
+            "ex-42-1", "def softmax(x):\n    # BEGIN SOLUTION\n    return x\n    ### END SOLUTION"
+        ),
+        "ex-42-1",
+        "malformed solution marker",
+    ),
+    "exercise_without_markers": (
+        _set_source("ex-42-1", "def softmax(x):\n    return x"),
+        "ex-42-1",
+        "has no '### BEGIN SOLUTION'",
+    ),
+    "region_at_top_level": (
+        _set_source("ex-42-1", "### BEGIN SOLUTION\nsoftmax = None\n### END SOLUTION"),
+        "ex-42-1",
+        "not inside a function body",
+    ),
+    "region_in_class_body": (
+        _set_source(
+            "ex-42-2", "class ToyLayer:\n    ### BEGIN SOLUTION\n    d = 3\n    ### END SOLUTION"
+        ),
+        "ex-42-2",
+        "not inside a function body",
+    ),
+    "stub_not_valid_python": (
+        _set_source(
+            "ex-42-1",
+            "def softmax(x):\n    y = 1\n"
+            "        ### BEGIN SOLUTION\n    return x\n"
+            "        ### END SOLUTION",
+        ),
+        "ex-42-1",
+        "not valid Python: indent the",
+    ),
+    "markers_outside_exercise_cell": (
+        _set_source("demo", "def f():\n    ### BEGIN SOLUTION\n    pass\n    ### END SOLUTION"),
+        "demo",
+        "not tagged 'exercise'",
+    ),
+    "check_not_registered": (
+        _add_cell(4, _check("check-42-7", "42.7", "softmax", 2)),
+        "check-42-7",
+        "42.7, which is not registered",
+    ),
     "duplicate_cell_ids": (_set_id("demo", "ex-42-1"), "ex-42-1", "duplicate cell id 'ex-42-1'"),
     "missing_cell_id": (_set_id("demo", ""), None, "has no id"),
-    "check_without_exercise": (_drop_cell("ex-42-1"), "check-42-1",
-                               "check cell for exercise 42.1 has no exercise cell"),
+    "check_without_exercise": (
+        _drop_cell("ex-42-1"),
+        "check-42-1",
+        "check cell for exercise 42.1 has no exercise cell",
+    ),
     "check_before_exercise": (_move_check_first, "check-42-1", "has no exercise cell"),
-    "exercise_points_differ": (_set_meta("ex-42-1", "points", 5), "ex-42-1",
-                               "course.points is 5 but the registry"),
-    "check_points_differ": (_set_meta("check-42-2", "points", 1), "check-42-2",
-                            "course.points is 1 but the registry"),
-    "check_source_edited": (_set_source("check-42-1", 'check("42.1", naive_softmax)'),
-                            "check-42-1", "must be exactly 'check(\"42.1\", softmax)'"),
-    "registered_exercise_missing": (_drop_cell("check-42-2"), None,
-                                    "registered exercise 42.2 (Toy layer) has no check cell"),
-    "tag_without_metadata_role": (_set_meta("ex-42-1", "role", "check"), "ex-42-1",
-                                  "needs metadata \"course\": {\"role\": 'exercise'"),
+    "exercise_points_differ": (
+        _set_meta("ex-42-1", "points", 5),
+        "ex-42-1",
+        "course.points is 5 but the registry",
+    ),
+    "check_points_differ": (
+        _set_meta("check-42-2", "points", 1),
+        "check-42-2",
+        "course.points is 1 but the registry",
+    ),
+    "check_source_edited": (
+        _set_source("check-42-1", 'check("42.1", naive_softmax)'),
+        "check-42-1",
+        "must be exactly 'check(\"42.1\", softmax)'",
+    ),
+    "registered_exercise_missing": (
+        _drop_cell("check-42-2"),
+        None,
+        "registered exercise 42.2 (Toy layer) has no check cell",
+    ),
+    "tag_without_metadata_role": (
+        _set_meta("ex-42-1", "role", "check"),
+        "ex-42-1",
+        'needs metadata "course": {"role": \'exercise\'',
+    ),
     "metadata_without_tag": (_untag("ex-42-1"), "ex-42-1", "is not tagged 'exercise'"),
     "bad_exercise_id": (_set_meta("ex-42-3", "id", "42-3"), "ex-42-3", "got id '42-3'"),
-    "id_of_another_notebook": (_set_meta("ex-42-3", "id", "43.1"), "ex-42-3",
-                               "belongs to notebook 43"),
+    "id_of_another_notebook": (
+        _set_meta("ex-42-3", "id", "43.1"),
+        "ex-42-3",
+        "belongs to notebook 43",
+    ),
 }
 
 
@@ -431,8 +531,12 @@ def test_no_compared_solution_cell_relies_on_a_trailing_semicolon():
         nb = nbformat.read(path, as_version=4)
         for cell in nb.cells:
             tags = cell.metadata.get("tags", [])
-            if (cell.cell_type == "code" and cell.source.rstrip().endswith(";")
-                    and "nbval-ignore-output" not in tags and "nbval-skip" not in tags):
+            if (
+                cell.cell_type == "code"
+                and cell.source.rstrip().endswith(";")
+                and "nbval-ignore-output" not in tags
+                and "nbval-skip" not in tags
+            ):
                 offenders.append(f"{path.name}: cell {cell.get('id')}")
     assert not offenders, offenders
 
@@ -440,12 +544,17 @@ def test_no_compared_solution_cell_relies_on_a_trailing_semicolon():
 @pytest.mark.slow
 def test_execute_solution_stores_outputs_in_the_profile_asked_for(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_PROFILE", "cpu")
-    nb = new_notebook(cells=[
-        new_markdown_cell("# a solution", id="title"),
-        new_code_cell("import os, pathlib\nprint(os.environ['COURSE_PROFILE'])\n"
-                      "print(pathlib.Path.cwd().name)", id="where"),
-        new_code_cell("21 * 2", id="answer"),
-    ])
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell("# a solution", id="title"),
+            new_code_cell(
+                "import os, pathlib\nprint(os.environ['COURSE_PROFILE'])\n"
+                "print(pathlib.Path.cwd().name)",
+                id="where",
+            ),
+            new_code_cell("21 * 2", id="answer"),
+        ]
+    )
     path = tmp_path / "sol" / "00_x.ipynb"
     path.parent.mkdir()
     nbformat.write(nb, path)

@@ -73,8 +73,17 @@ def test_train_records_history_evaluations_and_the_schedule():
         evals.append(1)
         return {"val_loss": _mse(m, (x, y)).item(), "score": 1.0}
 
-    h = train(model, batches((x, y), 8), loss_fn=_mse, steps=10, lr=0.1, warmup=2,
-              eval_fn=evaluate, eval_every=5, progress=False)
+    h = train(
+        model,
+        batches((x, y), 8),
+        loss_fn=_mse,
+        steps=10,
+        lr=0.1,
+        warmup=2,
+        eval_fn=evaluate,
+        eval_every=5,
+        progress=False,
+    )
     assert isinstance(h, History)
     assert h.step == list(range(10)) and len(h.train_loss) == len(h.lr) == len(h.time) == 10
     assert h.lr == pytest.approx([lr_schedule(s, lr=0.1, steps=10, warmup=2) for s in range(10)])
@@ -87,8 +96,17 @@ def test_train_records_history_evaluations_and_the_schedule():
 def test_train_log_every_averages_the_loss_over_the_window():
     model = nn.Linear(3, 1)
     x, y = _regression()
-    h = train(model, [(x, y)], loss_fn=_mse, steps=8, lr=0.0, log_every=3, progress=False,
-              grad_clip=None, optimizer=torch.optim.SGD(model.parameters(), lr=0.0))
+    h = train(
+        model,
+        [(x, y)],
+        loss_fn=_mse,
+        steps=8,
+        lr=0.0,
+        log_every=3,
+        progress=False,
+        grad_clip=None,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.0),
+    )
     assert h.step == [2, 5, 7]
     assert h.train_loss[0] == pytest.approx(_mse(model, (x, y)).item(), rel=1e-5)
     assert all(math.isnan(v) for v in h.grad_norm)  # not clipping: no norm computed
@@ -133,8 +151,14 @@ def test_train_is_deterministic_given_the_seed():
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(3, 16), nn.Dropout(0.5), nn.Linear(16, 1))
         x, y = _regression()
-        return train(model, batches((x, y), 8, torch.Generator().manual_seed(1)), loss_fn=_mse,
-                     steps=12, seed=3, progress=False).train_loss
+        return train(
+            model,
+            batches((x, y), 8, torch.Generator().manual_seed(1)),
+            loss_fn=_mse,
+            steps=12,
+            seed=3,
+            progress=False,
+        ).train_loss
 
     assert run() == run()
 
@@ -190,8 +214,9 @@ def test_training_a_tiny_model_on_the_reverse_task_makes_loss_fall_and_accuracy_
         def __init__(self):
             super().__init__()
             self.emb = nn.Embedding(vocab, 16)
-            self.mlp = nn.Sequential(nn.Linear(length * 16, 128), nn.ReLU(),
-                                     nn.Linear(128, length * vocab))
+            self.mlp = nn.Sequential(
+                nn.Linear(length * 16, 128), nn.ReLU(), nn.Linear(128, length * vocab)
+            )
 
         def forward(self, src):
             return self.mlp(self.emb(src).flatten(1)).view(-1, length, vocab)
@@ -206,8 +231,17 @@ def test_training_a_tiny_model_on_the_reverse_task_makes_loss_fall_and_accuracy_
     torch.manual_seed(0)
     model = Reverser()
     before = accuracy(model)["exact"]
-    h = train(model, batches(data.train, 64, torch.Generator().manual_seed(0)), loss_fn=loss_fn,
-              steps=150, lr=1e-2, warmup=20, eval_fn=accuracy, eval_every=50, progress=False)
+    h = train(
+        model,
+        batches(data.train, 64, torch.Generator().manual_seed(0)),
+        loss_fn=loss_fn,
+        steps=150,
+        lr=1e-2,
+        warmup=20,
+        eval_fn=accuracy,
+        eval_every=50,
+        progress=False,
+    )
     assert before < 0.05
     assert h.train_loss[-1] < 0.1 * h.train_loss[0]
     assert h.eval["exact"][-1] > 0.9
@@ -243,8 +277,9 @@ def test_data_parallel_training_on_two_gloo_processes_equals_full_batch_training
     assert all(r["world_size"] == 2 for r in result.ranks)
     assert result.max_abs_diff < 1e-10  # float64: equal up to summation order
     for key in result.single["state"]:
-        assert torch.allclose(result.ranks[0]["state"][key], result.ranks[1]["state"][key],
-                              rtol=0, atol=0)
+        assert torch.allclose(
+            result.ranks[0]["state"][key], result.ranks[1]["state"][key], rtol=0, atol=0
+        )
     assert result.ranks[0]["loss"] == pytest.approx(result.single["loss"], rel=1e-9)
     assert result.ranks[0]["loss"][-1] < result.ranks[0]["loss"][0]
 
@@ -252,11 +287,24 @@ def test_data_parallel_training_on_two_gloo_processes_equals_full_batch_training
 @pytest.mark.slow
 def test_demo_under_torchrun_matches_the_single_process_run(tmp_path):
     steps = 6
-    single = distributed.demo_worker(distributed.DistInfo(0, 1, 0, torch.device("cpu"), None), steps)
+    single = distributed.demo_worker(
+        distributed.DistInfo(0, 1, 0, torch.device("cpu"), None), steps
+    )
     checksum = sum(float(v.double().sum()) for v in single["state"].values())
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "course_utils.distributed", "--steps", str(steps), "--backend", "gloo"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "course_utils.distributed",
+        "--steps",
+        str(steps),
+        "--backend",
+        "gloo",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "rank 0 of 2 (gloo)" in done.stdout

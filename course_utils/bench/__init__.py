@@ -28,24 +28,48 @@ BENCHMARKS = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``course bench``."""
-    parser.add_argument("names", nargs="*", metavar="NAME",
-                        help=f"benchmarks to run (default: all): {', '.join(BENCHMARKS)}")
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny sizes: a smoke test of every benchmark (no targets judged)")
+    parser.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"benchmarks to run (default: all): {', '.join(BENCHMARKS)}",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny sizes: a smoke test of every benchmark (no targets judged)",
+    )
     parser.add_argument("--json", metavar="F", help="write all results as JSON to F")
-    parser.add_argument("--markdown", metavar="F",
-                        help="write the tables as Markdown to F (the README's Performance "
-                             "section is this file)")
-    parser.add_argument("--out", metavar="DIR", default=None,
-                        help="folder for plots (default: benchmarks/results when it exists, else .)")
-    parser.add_argument("--data", metavar="PATH", default=None,
-                        help="tiny-shakespeare text for the gpt benchmark "
-                             "(e.g. ../shared/data/tinyshakespeare.txt)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads (default: all cores); pinned for every benchmark")
+    parser.add_argument(
+        "--markdown",
+        metavar="F",
+        help="write the tables as Markdown to F (the README's Performance section is this file)",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        default=None,
+        help="folder for plots (default: benchmarks/results when it exists, else .)",
+    )
+    parser.add_argument(
+        "--data",
+        metavar="PATH",
+        default=None,
+        help="tiny-shakespeare text for the gpt benchmark "
+        "(e.g. ../shared/data/tinyshakespeare.txt)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: all cores); pinned for every benchmark",
+    )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: the profile's)")
-    parser.add_argument("--solutions", default="solutions",
-                        help="folder of solution notebooks for the notebooks benchmark")
+    parser.add_argument(
+        "--solutions",
+        default="solutions",
+        help="folder of solution notebooks for the notebooks benchmark",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -57,8 +81,10 @@ def main(args: argparse.Namespace) -> int:
     names = args.names or list(BENCHMARKS)
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
-        print(f"unknown benchmark(s): {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}",
-              file=sys.stderr)
+        print(
+            f"unknown benchmark(s): {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}",
+            file=sys.stderr,
+        )
         return 2
     threads = args.threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
@@ -89,9 +115,13 @@ def markdown_report(report: dict) -> str:
     from course_utils.bench.common import markdown_table
 
     m = report["machine"]
-    lines = [f"Machine: {m['cpu']}, {m['cores']} cores ({m['threads']} torch threads), "
-             f"torch {m['torch']}, Python {m['python']}, device {m['device']}, {m['dtype']}"
-             + (f", {m['gpu']}" if m.get("gpu") else "") + ".", ""]
+    lines = [
+        f"Machine: {m['cpu']}, {m['cores']} cores ({m['threads']} torch threads), "
+        f"torch {m['torch']}, Python {m['python']}, device {m['device']}, {m['dtype']}"
+        + (f", {m['gpu']}" if m.get("gpu") else "")
+        + ".",
+        "",
+    ]
     for name, result in report["benchmarks"].items():
         rows = result.get("rows", [])
         lines.append(f"**{name}** ({result.get('wall_s', 0):.0f} s)")

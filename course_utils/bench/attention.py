@@ -59,6 +59,7 @@ def run(opts: argparse.Namespace) -> dict:
             q, k, v = _inputs(n, device, heads=heads, dim=dim, grad=True)
             row = {"n": n, "causal": causal}
             for name, fn in IMPLS.items():
+
                 def fwd(fn=fn, q=q, k=k, v=v, causal=causal):
                     with torch.no_grad():
                         out = fn(q, k, v, causal)
@@ -76,24 +77,40 @@ def run(opts: argparse.Namespace) -> dict:
                 row[f"{name}/sdpa_fwd"] = row[f"{name}_fwd_ms"] / row["sdpa_fwd_ms"]
                 row[f"{name}/sdpa_fb"] = row[f"{name}_fb_ms"] / row["sdpa_fb_ms"]
             rows.append(row)
-    cols = ["n", "causal", "sdpa_fwd_ms", "manual/sdpa_fwd", "fast/sdpa_fwd", "tiled/sdpa_fwd",
-            "sdpa_fb_ms", "manual/sdpa_fb", "tiled/sdpa_fb",
-            "manual_mem_mb", "sdpa_mem_mb", "tiled_mem_mb"]
+    cols = [
+        "n",
+        "causal",
+        "sdpa_fwd_ms",
+        "manual/sdpa_fwd",
+        "fast/sdpa_fwd",
+        "tiled/sdpa_fwd",
+        "sdpa_fb_ms",
+        "manual/sdpa_fb",
+        "tiled/sdpa_fb",
+        "manual_mem_mb",
+        "sdpa_mem_mb",
+        "tiled_mem_mb",
+    ]
     print(table(rows, cols))
     summary = _summary(rows)
-    print("log-log slopes (time, forward, non-causal): "
-          + ", ".join(f"{k}={v:.2f}" for k, v in summary["time_slopes"].items()))
-    print("log-log slopes (peak memory): "
-          + ", ".join(f"{k}={v:.2f}" for k, v in summary["memory_slopes"].items()))
+    print(
+        "log-log slopes (time, forward, non-causal): "
+        + ", ".join(f"{k}={v:.2f}" for k, v in summary["time_slopes"].items())
+    )
+    print(
+        "log-log slopes (peak memory): "
+        + ", ".join(f"{k}={v:.2f}" for k, v in summary["memory_slopes"].items())
+    )
     summary["plot"] = _plot(rows, Path(opts.out) / "attention.png")
     if device.type == "cuda":
         summary["sdpa_backends"] = backend_times(device, sizes, heads, dim, min_time)
     elif not opts.quick:  # notebook 11's cpu bar (DESIGN.md)
         ratio = summary["at_largest_n"]["tiled_mem/sdpa_mem"]
-        summary["target"] = (f"tiled attention's extra memory <= 2x SDPA's at n = "
-                             f"{summary['largest_n']} (measured {ratio:.2f}x) and slope ~1")
-        summary["meets_target"] = bool(ratio <= 2.0
-                                       and summary["memory_slopes"]["tiled"] < 1.3)
+        summary["target"] = (
+            f"tiled attention's extra memory <= 2x SDPA's at n = "
+            f"{summary['largest_n']} (measured {ratio:.2f}x) and slope ~1"
+        )
+        summary["meets_target"] = bool(ratio <= 2.0 and summary["memory_slopes"]["tiled"] < 1.3)
     return {"rows": rows, "summary": summary, "columns": cols}
 
 
@@ -107,13 +124,19 @@ def backend_times(device, sizes, heads, dim, min_time) -> list[dict]:
     for n in sizes:
         q, k, v = (t.half() for t in _inputs(n, device, heads=heads, dim=dim, grad=False))
         row = {"n": n}
-        for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
-                        SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH):
+        for backend in (
+            SDPBackend.FLASH_ATTENTION,
+            SDPBackend.EFFICIENT_ATTENTION,
+            SDPBackend.CUDNN_ATTENTION,
+            SDPBackend.MATH,
+        ):
             try:
                 with sdpa_kernel(backend):
+
                     def fwd(q=q, k=k, v=v):
                         F.scaled_dot_product_attention(q, k, v, is_causal=True)
                         sync(device)
+
                     row[f"{backend.name.lower()}_ms"] = 1e3 * median_time(fwd, min_time)
             except RuntimeError:
                 row[f"{backend.name.lower()}_ms"] = "unavailable"
@@ -142,8 +165,10 @@ def _summary(rows) -> dict:
         "time_slopes": {m: _slope(ns, [r[f"{m}_fwd_ms"] for r in big]) for m in IMPLS},
         "memory_slopes": {m: _slope(ns, [r[f"{m}_mem_mb"] for r in big]) for m in IMPLS},
         "at_largest_n": {
-            "manual/sdpa_fwd": last["manual/sdpa_fwd"], "tiled/sdpa_fwd": last["tiled/sdpa_fwd"],
-            "manual_mem_mb": last["manual_mem_mb"], "sdpa_mem_mb": last["sdpa_mem_mb"],
+            "manual/sdpa_fwd": last["manual/sdpa_fwd"],
+            "tiled/sdpa_fwd": last["tiled/sdpa_fwd"],
+            "manual_mem_mb": last["manual_mem_mb"],
+            "sdpa_mem_mb": last["sdpa_mem_mb"],
             "tiled_mem_mb": last["tiled_mem_mb"],
             "tiled_mem/sdpa_mem": last["tiled_mem_mb"] / max(last["sdpa_mem_mb"], 1e-9),
         },

@@ -29,9 +29,15 @@ def machine_info(device: str | None = None) -> dict[str, Any]:
     from course_utils.profiles import current
 
     dev = device or str(current().device)
-    info = {"cpu": cpu_model(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version(), "device": dev,
-            "dtype": "float32"}
+    info = {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": dev,
+        "dtype": "float32",
+    }
     if dev.startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
@@ -43,16 +49,18 @@ def median_time(fn: Callable[[], Any], min_run_time: float = 0.3) -> float:
     return timer.blocked_autorange(min_run_time=min_run_time).median
 
 
-def paired_times(ref: Callable[[], Any], ours: Callable[[], Any], *, rounds: int = 5,
-                 min_run_time: float = 0.1) -> tuple[float, float, float]:
+def paired_times(
+    ref: Callable[[], Any], ours: Callable[[], Any], *, rounds: int = 5, min_run_time: float = 0.1
+) -> tuple[float, float, float]:
     """(median seconds of ``ref``, of ``ours``, median of the per-round ratios ours/ref).
 
     The two are timed in alternation, ``rounds`` times each, so a slow spell of a shared
     machine hits both sides of a ratio instead of one; a single long ``blocked_autorange``
     of a call that takes most of a second would rest on one sample.
     """
-    pairs = [(median_time(ref, min_run_time), median_time(ours, min_run_time))
-             for _ in range(rounds)]
+    pairs = [
+        (median_time(ref, min_run_time), median_time(ours, min_run_time)) for _ in range(rounds)
+    ]
     t_ref = statistics.median(a for a, _ in pairs)
     t_ours = statistics.median(b for _, b in pairs)
     return t_ref, t_ours, statistics.median(b / a for a, b in pairs)
@@ -74,8 +82,10 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     """A plain-text table of ``rows`` (dicts), numbers formatted compactly."""
     cells = [[_fmt(r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths)),
-             "  ".join("-" * w for w in widths)]
+    lines = [
+        "  ".join(c.rjust(w) for c, w in zip(columns, widths)),
+        "  ".join("-" * w for w in widths),
+    ]
     lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
     return "\n".join(lines)
 

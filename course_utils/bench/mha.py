@@ -47,17 +47,31 @@ def run(opts: argparse.Namespace) -> dict:
             err = (torch_step() - ours_step()).abs().max().item()
             if err > 1e-4:
                 raise AssertionError(f"course MHA differs from nn.MultiheadAttention by {err:.2e}")
-            t_ref, t_ours, ratio = paired_times(torch_step, ours_step,
-                                                rounds=2 if opts.quick else 7,
-                                                min_run_time=0.02 if opts.quick else 0.1)
-            rows.append({"B": B, "T": T, "D": D, "H": H, "causal": causal,
-                         "torch_ms": 1e3 * t_ref, "course_ms": 1e3 * t_ours,
-                         "course/torch": ratio})
+            t_ref, t_ours, ratio = paired_times(
+                torch_step,
+                ours_step,
+                rounds=2 if opts.quick else 7,
+                min_run_time=0.02 if opts.quick else 0.1,
+            )
+            rows.append(
+                {
+                    "B": B,
+                    "T": T,
+                    "D": D,
+                    "H": H,
+                    "causal": causal,
+                    "torch_ms": 1e3 * t_ref,
+                    "course_ms": 1e3 * t_ours,
+                    "course/torch": ratio,
+                }
+            )
     print(table(rows, ["B", "T", "D", "H", "causal", "torch_ms", "course_ms", "course/torch"]))
     worst = max(r["course/torch"] for r in rows)
     geo = torch.tensor([r["course/torch"] for r in rows]).log().mean().exp().item()
     verdict = "meets" if worst <= TARGET else "misses"
-    print(f"course/torch: geometric mean {geo:.3f}, worst {worst:.3f} ({verdict} the <= {TARGET} target)")
+    print(
+        f"course/torch: geometric mean {geo:.3f}, worst {worst:.3f} ({verdict} the <= {TARGET} target)"
+    )
     summary = {"geomean_ratio": geo, "worst_ratio": worst, "target_ratio": TARGET}
     if not opts.quick:
         summary["target"] = f"course/torch <= {TARGET} on every shape (worst {worst:.3f})"

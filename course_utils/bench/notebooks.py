@@ -26,8 +26,12 @@ def time_notebook(path: Path, timeout: int = 600) -> tuple[float, str]:
     t0 = time.perf_counter()
     try:
         with using_profile("ci"):
-            NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                           resources={"metadata": {"path": str(path.parent)}}).execute()
+            NotebookClient(
+                nb,
+                timeout=timeout,
+                kernel_name="python3",
+                resources={"metadata": {"path": str(path.parent)}},
+            ).execute()
         status = "ok"
     except Exception as exc:  # a failing notebook is a row in the table, not a crash
         status = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:80]}"
@@ -44,13 +48,31 @@ def run(opts: argparse.Namespace) -> dict:
     rows = []
     for path in paths:
         seconds, status = time_notebook(path)
-        rows.append({"notebook": path.stem, "ci_s": seconds,
-                     "budget": "ok" if seconds <= PER_NOTEBOOK_S else "OVER", "status": status})
+        rows.append(
+            {
+                "notebook": path.stem,
+                "ci_s": seconds,
+                "budget": "ok" if seconds <= PER_NOTEBOOK_S else "OVER",
+                "status": status,
+            }
+        )
         print(f"  {path.stem}: {seconds:.1f} s ({status})", flush=True)
     total = sum(r["ci_s"] for r in rows)
-    rows.append({"notebook": "TOTAL", "ci_s": total,
-                 "budget": "ok" if total <= TOTAL_S else "OVER", "status": ""})
+    rows.append(
+        {
+            "notebook": "TOTAL",
+            "ci_s": total,
+            "budget": "ok" if total <= TOTAL_S else "OVER",
+            "status": "",
+        }
+    )
     print(table(rows, ["notebook", "ci_s", "budget", "status"]))
-    return {"rows": rows, "summary": {"total_s": total, "per_notebook_budget_s": PER_NOTEBOOK_S,
-                                      "total_budget_s": TOTAL_S,
-                                      "all_ok": all(r["status"] in ("ok", "") for r in rows)}}
+    return {
+        "rows": rows,
+        "summary": {
+            "total_s": total,
+            "per_notebook_budget_s": PER_NOTEBOOK_S,
+            "total_budget_s": TOTAL_S,
+            "all_ok": all(r["status"] in ("ok", "") for r in rows),
+        },
+    }

@@ -25,16 +25,31 @@ def run(opts: argparse.Namespace) -> dict:
     cfg = nb09.config(profile, dataset=None if gpu and not opts.quick else "digits")
     data = nb09.load_images(cfg)
     device = opts.device or "cpu"
-    runs = [("ViT (course)", nb09.train_vit(cfg, data, device=device, progress=False)),
-            ("small CNN", nb09.train_small_cnn(data, cfg.cnn, device=device, progress=False)),
-            ("SVC (sklearn)", nb09.fit_svc(data, **cfg.svc))]
-    rows = [{"model": name, "dataset": cfg.dataset, "test_acc": run.accuracy,
-             "seconds": run.wall_s, "cpu_s": run.cpu_s, "params": run.n_params}
-            for name, run in runs]
+    runs = [
+        ("ViT (course)", nb09.train_vit(cfg, data, device=device, progress=False)),
+        ("small CNN", nb09.train_small_cnn(data, cfg.cnn, device=device, progress=False)),
+        ("SVC (sklearn)", nb09.fit_svc(data, **cfg.svc)),
+    ]
+    rows = [
+        {
+            "model": name,
+            "dataset": cfg.dataset,
+            "test_acc": run.accuracy,
+            "seconds": run.wall_s,
+            "cpu_s": run.cpu_s,
+            "params": run.n_params,
+        }
+        for name, run in runs
+    ]
     print(table(rows, ["model", "dataset", "test_acc", "seconds", "cpu_s", "params"]))
     vit = rows[0]
-    summary = {"dataset": cfg.dataset, "vit_acc": vit["test_acc"], "vit_s": vit["seconds"],
-               "svc_acc": rows[2]["test_acc"], "cnn_acc": rows[1]["test_acc"]}
+    summary = {
+        "dataset": cfg.dataset,
+        "vit_acc": vit["test_acc"],
+        "vit_s": vit["seconds"],
+        "svc_acc": rows[2]["test_acc"],
+        "cnn_acc": rows[1]["test_acc"],
+    }
     if opts.quick:
         return {"rows": rows, "summary": summary}
     if cfg.dataset == "cifar10":
@@ -42,8 +57,7 @@ def run(opts: argparse.Namespace) -> dict:
         summary["meets_target"] = bool(vit["test_acc"] >= GPU_CIFAR_ACC)
     elif not gpu:
         summary["target"] = f"digits ViT >= {TARGET_ACC:.0%} in <= {TARGET_S:.0f} s"
-        summary["meets_target"] = bool(vit["test_acc"] >= TARGET_ACC
-                                       and vit["seconds"] <= TARGET_S)
+        summary["meets_target"] = bool(vit["test_acc"] >= TARGET_ACC and vit["seconds"] <= TARGET_S)
     if "target" in summary:
         print(f"target {summary['target']}: {'met' if summary['meets_target'] else 'MISSED'}")
     return {"rows": rows, "summary": summary}

@@ -83,13 +83,30 @@ def fallback(exercise_id: str, candidate):
     if result.passed:
         print(f"[{ex.id}] using your {ex.function}")
         return candidate
-    print(f"[{ex.id}] {ex.function} is {result.status.replace('_', ' ')}: "
-          f"using the verified course_utils implementation instead")
+    print(
+        f"[{ex.id}] {ex.function} is {result.status.replace('_', ' ')}: "
+        f"using the verified course_utils implementation instead"
+    )
     return ex.reference
 
 
 __all__ = [
-    "EXERCISES", "REGISTRY", "get", "run", "check", "fallback", "collect_outputs", "judge",
-    "Case", "CheckResult", "Exercise", "Mistake",
-    "PASSED", "FAILED", "NOT_ATTEMPTED", "ERROR", "TIMEOUT", "STATUSES",
+    "EXERCISES",
+    "REGISTRY",
+    "get",
+    "run",
+    "check",
+    "fallback",
+    "collect_outputs",
+    "judge",
+    "Case",
+    "CheckResult",
+    "Exercise",
+    "Mistake",
+    "PASSED",
+    "FAILED",
+    "NOT_ATTEMPTED",
+    "ERROR",
+    "TIMEOUT",
+    "STATUSES",
 ]

@@ -49,8 +49,9 @@ def lengths_mask(gen: torch.Generator, B: int, S: int, *, min_len: int = 1) -> T
     return torch.arange(S)[None, :] < lengths[:, None]
 
 
-def random_mask(gen: torch.Generator, *shape: int, p_keep: float = 0.6,
-                full_rows: bool = False) -> Tensor:
+def random_mask(
+    gen: torch.Generator, *shape: int, p_keep: float = 0.6, full_rows: bool = False
+) -> Tensor:
     """A random bool mask (..., T, S), True = may attend. Every row keeps at least one key
     unless ``full_rows``, which then masks the first row of every (T, S) slice completely."""
     mask = torch.rand(*shape, generator=gen) < p_keep
@@ -74,8 +75,9 @@ def as_tensor(value: Any, what: str) -> Tensor:
 def as_pair(value: Any, fn: str, names: tuple[str, str]) -> tuple[Tensor, Tensor]:
     """Unpack a ``(a, b)`` return value, checking it is a pair of tensors."""
     if not isinstance(value, (tuple, list)) or len(value) != 2:
-        got = type(value).__name__ + (f" of length {len(value)}"
-                                      if isinstance(value, (tuple, list)) else "")
+        got = type(value).__name__ + (
+            f" of length {len(value)}" if isinstance(value, (tuple, list)) else ""
+        )
         raise TypeError(f"{fn} should return a pair ({names[0]}, {names[1]}), got a {got}")
     return as_tensor(value[0], names[0]), as_tensor(value[1], names[1])
 
@@ -90,8 +92,13 @@ def _same_nan_rows(got: Outputs, expected: Outputs) -> tuple[Outputs, Outputs]:
     got, expected = dict(got), dict(expected)
     for key, exp in expected.items():
         g = got.get(key)
-        if (not isinstance(g, torch.Tensor) or not exp.is_floating_point() or exp.ndim == 0
-                or not g.is_floating_point() or g.shape != exp.shape):
+        if (
+            not isinstance(g, torch.Tensor)
+            or not exp.is_floating_point()
+            or exp.ndim == 0
+            or not g.is_floating_point()
+            or g.shape != exp.shape
+        ):
             continue
         e_rows = torch.isnan(exp).any(dim=-1, keepdim=True)
         if not e_rows.any():
@@ -103,26 +110,35 @@ def _same_nan_rows(got: Outputs, expected: Outputs) -> tuple[Outputs, Outputs]:
     return got, expected
 
 
-def close(rtol: float = 1e-5, atol: float = 1e-6, *, rtol32: float = 1e-4,
-          atol32: float = 1e-5) -> Compare:
+def close(
+    rtol: float = 1e-5, atol: float = 1e-6, *, rtol32: float = 1e-4, atol32: float = 1e-5
+) -> Compare:
     """``allclose_compare`` with these tolerances (``rtol32``/``atol32`` when an expected
     output is float32 or lower), plus a word on dtype when the candidate's is less precise.
     Rows that are NaN on both sides count as equal (see ``_same_nan_rows``)."""
 
     def compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
         got, expected = _same_nan_rows(got, expected)
-        low = any(e.is_floating_point() and torch.finfo(e.dtype).bits <= 32
-                  for e in expected.values())
-        problem = allclose_compare(case, got, expected, rtol=rtol32 if low else rtol,
-                                   atol=atol32 if low else atol)
+        low = any(
+            e.is_floating_point() and torch.finfo(e.dtype).bits <= 32 for e in expected.values()
+        )
+        problem = allclose_compare(
+            case, got, expected, rtol=rtol32 if low else rtol, atol=atol32 if low else atol
+        )
         if problem is None:
             return None
         for key, exp in expected.items():
             g = got.get(key)
-            if (isinstance(g, torch.Tensor) and g.is_floating_point() and exp.is_floating_point()
-                    and torch.finfo(g.dtype).bits < torch.finfo(exp.dtype).bits):
-                problem += (f" (your '{key}' is {g.dtype}, expected {exp.dtype}: compute in "
-                            f"the inputs' dtype instead of creating tensors with a fixed one)")
+            if (
+                isinstance(g, torch.Tensor)
+                and g.is_floating_point()
+                and exp.is_floating_point()
+                and torch.finfo(g.dtype).bits < torch.finfo(exp.dtype).bits
+            ):
+                problem += (
+                    f" (your '{key}' is {g.dtype}, expected {exp.dtype}: compute in "
+                    f"the inputs' dtype instead of creating tensors with a fixed one)"
+                )
                 break
         return problem
 
@@ -140,12 +156,17 @@ def raised(exc: BaseException) -> Outputs:
     return {"raised": torch.tensor(list(text), dtype=torch.uint8)}
 
 
-def compare_or_raised(case: Case, got: Outputs, expected: Outputs,
-                      values: Compare = allclose_compare) -> str | None:
+def compare_or_raised(
+    case: Case, got: Outputs, expected: Outputs, values: Compare = allclose_compare
+) -> str | None:
     """``values`` (default :func:`allclose_compare`) that also understands :func:`raised`
     outputs: the same error on both sides is a match (a mistake that fails the same way)."""
     if "raised" in got or "raised" in expected:
-        if "raised" in got and "raised" in expected and torch.equal(got["raised"], expected["raised"]):
+        if (
+            "raised" in got
+            and "raised" in expected
+            and torch.equal(got["raised"], expected["raised"])
+        ):
             return None
         if "raised" in got:
             text = bytes(got["raised"].tolist()).decode(errors="replace")
@@ -162,8 +183,9 @@ def weights_of(module: nn.Module) -> dict[str, Tensor]:
     return {WEIGHT_PREFIX + name: p.detach().clone() for name, p in module.named_parameters()}
 
 
-def random_weights(gen: torch.Generator, shapes: dict[str, tuple[int, ...]],
-                   scale: dict[str, float] | None = None) -> dict[str, Tensor]:
+def random_weights(
+    gen: torch.Generator, shapes: dict[str, tuple[int, ...]], scale: dict[str, float] | None = None
+) -> dict[str, Tensor]:
     """Seeded float64 weights ``{"w:<name>": tensor}``: N(0, 1/fan_in) for matrices,
     N(0, 0.1) for vectors, N(1, 0.1) for LayerNorm scales (names ending in ``norm*.weight``)."""
     out = {}
@@ -181,8 +203,9 @@ def random_weights(gen: torch.Generator, shapes: dict[str, tuple[int, ...]],
     return out
 
 
-def build_module(cls: Any, args: tuple, kwargs: dict[str, Any], inputs: dict[str, Any],
-                 class_name: str) -> nn.Module:
+def build_module(
+    cls: Any, args: tuple, kwargs: dict[str, Any], inputs: dict[str, Any], class_name: str
+) -> nn.Module:
     """``cls(*args, **kwargs)`` in float64 eval mode with the case's weights copied in.
 
     Built under a forked RNG so a check never moves the notebook's random stream. A weight the
@@ -197,17 +220,19 @@ def build_module(cls: Any, args: tuple, kwargs: dict[str, Any], inputs: dict[str
         for key, value in inputs.items():
             if not key.startswith(WEIGHT_PREFIX):
                 continue
-            name = key[len(WEIGHT_PREFIX):]
+            name = key[len(WEIGHT_PREFIX) :]
             try:
                 param = module.get_parameter(name)
             except AttributeError:
                 raise ValueError(
                     f"your {class_name} has no parameter '{name}' of shape {tuple(value.shape)}: "
-                    f"keep the __init__ the notebook gives (same submodule names)") from None
+                    f"keep the __init__ the notebook gives (same submodule names)"
+                ) from None
             if param.shape != value.shape:
                 raise ValueError(
                     f"your {class_name}'s parameter '{name}' has shape {tuple(param.shape)}, "
-                    f"expected {tuple(value.shape)}: keep the __init__ the notebook gives")
+                    f"expected {tuple(value.shape)}: keep the __init__ the notebook gives"
+                )
             param.copy_(value)
     return module
 

@@ -25,7 +25,13 @@ import torch
 
 Outputs = dict[str, torch.Tensor]
 
-PASSED, FAILED, NOT_ATTEMPTED, ERROR, TIMEOUT = "passed", "failed", "not_attempted", "error", "timeout"
+PASSED, FAILED, NOT_ATTEMPTED, ERROR, TIMEOUT = (
+    "passed",
+    "failed",
+    "not_attempted",
+    "error",
+    "timeout",
+)
 STATUSES = (PASSED, FAILED, NOT_ATTEMPTED, ERROR, TIMEOUT)
 
 
@@ -46,8 +52,9 @@ class Mistake:
     impl: Callable[..., Any]
 
 
-def allclose_compare(case: Case, got: Outputs, expected: Outputs, *, rtol: float = 1e-5,
-                     atol: float = 1e-6) -> str | None:
+def allclose_compare(
+    case: Case, got: Outputs, expected: Outputs, *, rtol: float = 1e-5, atol: float = 1e-6
+) -> str | None:
     """Default comparison: same keys, shapes and dtypes, values within tolerance.
 
     Returns ``None`` when they agree, else a message saying what differs (first key only).
@@ -59,8 +66,10 @@ def allclose_compare(case: Case, got: Outputs, expected: Outputs, *, rtol: float
         if not isinstance(g, torch.Tensor):
             return f"case '{case.name}': '{key}' should be a torch.Tensor, got {type(g).__name__}"
         if tuple(g.shape) != tuple(exp.shape):
-            return (f"case '{case.name}': '{key}' has shape {tuple(g.shape)}, "
-                    f"expected {tuple(exp.shape)}")
+            return (
+                f"case '{case.name}': '{key}' has shape {tuple(g.shape)}, "
+                f"expected {tuple(exp.shape)}"
+            )
         if g.dtype != exp.dtype and not (g.is_floating_point() and exp.is_floating_point()):
             return f"case '{case.name}': '{key}' has dtype {g.dtype}, expected {exp.dtype}"
         if exp.dtype == torch.bool or not exp.is_floating_point():
@@ -122,18 +131,30 @@ class CheckResult:
 
     def verdict_line(self) -> str:
         """The one deterministic line a check cell prints."""
-        label = {PASSED: "PASSED", FAILED: "FAILED", NOT_ATTEMPTED: "not attempted",
-                 ERROR: "ERROR", TIMEOUT: "TIMEOUT"}[self.status]
+        label = {
+            PASSED: "PASSED",
+            FAILED: "FAILED",
+            NOT_ATTEMPTED: "not attempted",
+            ERROR: "ERROR",
+            TIMEOUT: "TIMEOUT",
+        }[self.status]
         pts = f"{self.points:g}/{self.max_points:g} points"
         return f"[{self.exercise_id}] {self.title}: {label} ({pts})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.exercise_id, "title": self.title, "points": self.points,
-                "max_points": self.max_points, "status": self.status, "message": self.message}
+        return {
+            "id": self.exercise_id,
+            "title": self.title,
+            "points": self.points,
+            "max_points": self.max_points,
+            "status": self.status,
+            "message": self.message,
+        }
 
 
-def collect_outputs(exercise: Exercise, candidate: Any, cases: Sequence[Case]
-                    ) -> tuple[str, list[Outputs], str]:
+def collect_outputs(
+    exercise: Exercise, candidate: Any, cases: Sequence[Case]
+) -> tuple[str, list[Outputs], str]:
     """Run ``candidate`` on every case (step 2). Returns ``(status, outputs, message)``.
 
     ``status`` is ``passed`` when every case ran (correctness is judged later),
@@ -147,13 +168,24 @@ def collect_outputs(exercise: Exercise, candidate: Any, cases: Sequence[Case]
             # reference, which runs on the same case afterwards (judge) in this process.
             out = exercise.call(candidate, Case(case.name, _clone(case.inputs)))
         except NotImplementedError:
-            return NOT_ATTEMPTED, outputs, "not attempted yet: the stub still raises NotImplementedError"
+            return (
+                NOT_ATTEMPTED,
+                outputs,
+                "not attempted yet: the stub still raises NotImplementedError",
+            )
         except Exception as exc:  # the student's code may raise anything
             tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
-            return ERROR, outputs, (f"case '{case.name}': your code raised "
-                                    f"{type(exc).__name__}: {exc}\n" + "".join(tb[-3:]).rstrip())
-        outputs.append({k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v)
-                        for k, v in out.items()})
+            return (
+                ERROR,
+                outputs,
+                (
+                    f"case '{case.name}': your code raised "
+                    f"{type(exc).__name__}: {exc}\n" + "".join(tb[-3:]).rstrip()
+                ),
+            )
+        outputs.append(
+            {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
+        )
     return PASSED, outputs, ""
 
 
@@ -180,10 +212,23 @@ def judge(exercise: Exercise, cases: Sequence[Case], outputs: Sequence[Outputs])
             message = f"{problem}. Likely mistake: {mistake.name}. Hint: {mistake.hint}"
         else:
             message = problem + (f". Hint: {exercise.hint}" if exercise.hint else "")
-        return CheckResult(exercise.id, exercise.title, FAILED, 0, exercise.points, message,
-                           mistake.name if mistake else None)
-    return CheckResult(exercise.id, exercise.title, PASSED, exercise.points, exercise.points,
-                       f"all {len(cases)} cases agree with the reference")
+        return CheckResult(
+            exercise.id,
+            exercise.title,
+            FAILED,
+            0,
+            exercise.points,
+            message,
+            mistake.name if mistake else None,
+        )
+    return CheckResult(
+        exercise.id,
+        exercise.title,
+        PASSED,
+        exercise.points,
+        exercise.points,
+        f"all {len(cases)} cases agree with the reference",
+    )
 
 
 def diagnose(exercise: Exercise, case: Case, got: Outputs) -> Mistake | None:

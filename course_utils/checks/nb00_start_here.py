@@ -80,34 +80,49 @@ def _log_softmax(x: Tensor) -> Tensor:
     return z - torch.exp(z).sum(dim=-1, keepdim=True).log()
 
 
-_KEEPDIM = ("keep the reduced dimension so it broadcasts along each row: "
-            "x.max(dim=-1, keepdim=True).values and e.sum(dim=-1, keepdim=True)")
+_KEEPDIM = (
+    "keep the reduced dimension so it broadcasts along each row: "
+    "x.max(dim=-1, keepdim=True).values and e.sum(dim=-1, keepdim=True)"
+)
 
 SOFTMAX_MISTAKES = [
-    Mistake("exp without subtracting the max (overflow)",
-            "exp(1e4) is inf even in float64, and inf / inf is NaN (exp(-1e4) underflows to "
-            "0 / 0 the same way): subtract each row's maximum first, "
-            "x - x.max(dim=-1, keepdim=True).values; the result is unchanged mathematically",
-            _naive),
-    Mistake("max subtracted over the whole tensor instead of per row",
-            "x - x.max() shifts every row by the same number, so a row far below the largest "
-            "one underflows to exp(...) = 0 and gives 0 / 0 = NaN: take the max of each row, "
-            "x.max(dim=-1, keepdim=True).values",
-            _global_max),
-    Mistake("softmax over the wrong dimension (dim=0)",
-            "each row (the last dimension) must sum to 1: reduce over dim=-1, not dim=0",
-            _over(0)),
-    Mistake("softmax over dim=1 instead of dim=-1",
-            "dim=1 is the last dimension only for 2-D inputs; with extra batch dimensions "
-            "(..., C) reduce over dim=-1",
-            _over(1)),
+    Mistake(
+        "exp without subtracting the max (overflow)",
+        "exp(1e4) is inf even in float64, and inf / inf is NaN (exp(-1e4) underflows to "
+        "0 / 0 the same way): subtract each row's maximum first, "
+        "x - x.max(dim=-1, keepdim=True).values; the result is unchanged mathematically",
+        _naive,
+    ),
+    Mistake(
+        "max subtracted over the whole tensor instead of per row",
+        "x - x.max() shifts every row by the same number, so a row far below the largest "
+        "one underflows to exp(...) = 0 and gives 0 / 0 = NaN: take the max of each row, "
+        "x.max(dim=-1, keepdim=True).values",
+        _global_max,
+    ),
+    Mistake(
+        "softmax over the wrong dimension (dim=0)",
+        "each row (the last dimension) must sum to 1: reduce over dim=-1, not dim=0",
+        _over(0),
+    ),
+    Mistake(
+        "softmax over dim=1 instead of dim=-1",
+        "dim=1 is the last dimension only for 2-D inputs; with extra batch dimensions "
+        "(..., C) reduce over dim=-1",
+        _over(1),
+    ),
     Mistake("max taken without keepdim=True", _KEEPDIM, _max_no_keepdim),
     Mistake("sum taken without keepdim=True", _KEEPDIM, _sum_no_keepdim),
-    Mistake("not normalised (no division by the sum)",
-            "divide exp(x - max) by its sum over the last dimension so each row sums to 1",
-            _not_normalised),
-    Mistake("returned log-softmax instead of softmax",
-            "return exp(x - max) / sum(exp(x - max)), not its logarithm", _log_softmax),
+    Mistake(
+        "not normalised (no division by the sum)",
+        "divide exp(x - max) by its sum over the last dimension so each row sums to 1",
+        _not_normalised,
+    ),
+    Mistake(
+        "returned log-softmax instead of softmax",
+        "return exp(x - max) / sum(exp(x - max)), not its logarithm",
+        _log_softmax,
+    ),
 ]
 
 SOFTMAX = Exercise(
@@ -122,7 +137,7 @@ SOFTMAX = Exercise(
     mistakes=SOFTMAX_MISTAKES,
     compare=close(),
     hint="softmax(x) = exp(x - m) / sum(exp(x - m)) with m = x.max(dim=-1, keepdim=True).values, "
-         "all along the last dimension; each row of the result sums to 1",
+    "all along the last dimension; each row of the result sums to 1",
 )
 
 EXERCISES = [SOFTMAX]  # append this notebook's later exercises here

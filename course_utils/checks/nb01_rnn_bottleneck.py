@@ -38,8 +38,15 @@ from course_utils.models import Seq2SeqRNN
 
 NOTEBOOK = "01_rnn_bottleneck.ipynb"
 
-__all__ = ["EXERCISES", "seq2seq_forward", "greedy_decode", "GuardedSeq2SeqRNN", "unguarded",
-           "model_case_inputs", "build_case_model"]
+__all__ = [
+    "EXERCISES",
+    "seq2seq_forward",
+    "greedy_decode",
+    "GuardedSeq2SeqRNN",
+    "unguarded",
+    "model_case_inputs",
+    "build_case_model",
+]
 
 
 # ----------------------------------------------------------------------------- shared helpers
@@ -81,17 +88,30 @@ def unguarded(model: torch.nn.Module) -> Iterator[None]:
             model.__dict__["blocked"] = blocked
 
 
-def model_case_inputs(gen: torch.Generator, *, attention: bool, src_vocab: int, tgt_vocab: int,
-                      emb_dim: int, hidden_dim: int, attn_dim: int | None = None,
-                      eos_bias: float = 0.0) -> dict:
+def model_case_inputs(
+    gen: torch.Generator,
+    *,
+    attention: bool,
+    src_vocab: int,
+    tgt_vocab: int,
+    emb_dim: int,
+    hidden_dim: int,
+    attn_dim: int | None = None,
+    eos_bias: float = 0.0,
+) -> dict:
     """Plain case inputs describing a seeded model: sizes (ints) and ``"w:<name>"`` weights.
 
     Weights are float64, N(0, 1/fan_in) for matrices; the attention vector ``v`` is scaled up
     so that the weights are far from uniform; ``eos_bias`` is added to the EOS logit's bias.
     """
-    sizes = {"src_vocab": src_vocab, "tgt_vocab": tgt_vocab, "emb_dim": emb_dim,
-             "hidden_dim": hidden_dim, "attention": attention,
-             "attn_dim": attn_dim if attn_dim is not None else hidden_dim}
+    sizes = {
+        "src_vocab": src_vocab,
+        "tgt_vocab": tgt_vocab,
+        "emb_dim": emb_dim,
+        "hidden_dim": hidden_dim,
+        "attention": attention,
+        "attn_dim": attn_dim if attn_dim is not None else hidden_dim,
+    }
     with torch.random.fork_rng(devices=[]):
         template = _make_model(sizes)
     shapes = {name: tuple(p.shape) for name, p in template.named_parameters()}
@@ -102,15 +122,22 @@ def model_case_inputs(gen: torch.Generator, *, attention: bool, src_vocab: int, 
 
 
 def _make_model(sizes: dict) -> GuardedSeq2SeqRNN:
-    return GuardedSeq2SeqRNN(int(sizes["src_vocab"]), int(sizes["tgt_vocab"]),
-                             int(sizes["emb_dim"]), int(sizes["hidden_dim"]),
-                             attention=bool(sizes["attention"]), attn_dim=int(sizes["attn_dim"]))
+    return GuardedSeq2SeqRNN(
+        int(sizes["src_vocab"]),
+        int(sizes["tgt_vocab"]),
+        int(sizes["emb_dim"]),
+        int(sizes["hidden_dim"]),
+        attention=bool(sizes["attention"]),
+        attn_dim=int(sizes["attn_dim"]),
+    )
 
 
 def build_case_model(inputs: dict, blocked: dict[str, str] | None = None) -> GuardedSeq2SeqRNN:
     """The case's float64 eval-mode model with its weights; ``blocked`` methods switched off."""
-    sizes = {k: inputs[k] for k in ("src_vocab", "tgt_vocab", "emb_dim", "hidden_dim",
-                                    "attention", "attn_dim")}
+    sizes = {
+        k: inputs[k]
+        for k in ("src_vocab", "tgt_vocab", "emb_dim", "hidden_dim", "attention", "attn_dim")
+    }
     model = build_module(lambda: _make_model(sizes), (), {}, inputs, "Seq2SeqRNN")
     if blocked:
         model.__dict__["blocked"] = dict(blocked)
@@ -132,13 +159,13 @@ def _source(gen: torch.Generator, B: int, S: int, vocab: int) -> tuple[Tensor, T
 
 _FORWARD_BLOCKED = {
     "forward": "exercise 01.1 asks you to write the forward pass yourself: do not call model(...) "
-               "or model.forward; use model.encode, model.tgt_embed, model.decoder_cell and "
-               "model.out",
+    "or model.forward; use model.encode, model.tgt_embed, model.decoder_cell and "
+    "model.out",
     "decode_step": "exercise 01.1 asks you to write the decoder step yourself: use "
-                   "model.tgt_embed, model.decoder_cell and model.out (model.decode_step "
-                   "packages the same step, and you may use it in exercise 01.2)",
+    "model.tgt_embed, model.decoder_cell and model.out (model.decode_step "
+    "packages the same step, and you may use it in exercise 01.2)",
     "greedy_decode": "exercise 01.1 is the teacher-forced forward pass: feed the true previous "
-                     "tokens tgt_in, do not decode greedily",
+    "tokens tgt_in, do not decode greedily",
 }
 
 
@@ -155,13 +182,21 @@ def seq2seq_forward(model: Seq2SeqRNN, src: Tensor, src_lengths: Tensor, tgt_in:
 def _forward_cases(seed: int) -> list[Case]:
     g = generator(seed)
     cases = []
-    shapes = [("padded batch", size(g, 3, 5), size(g, 5, 7), 8),
-              ("one sentence (B = 1)", 1, size(g, 3, 6), 5),
-              ("short target, long source", size(g, 2, 4), 9, 3)]
+    shapes = [
+        ("padded batch", size(g, 3, 5), size(g, 5, 7), 8),
+        ("one sentence (B = 1)", 1, size(g, 3, 6), 5),
+        ("short target, long source", size(g, 2, 4), 9, 3),
+    ]
     for name, B, S, T in shapes:
         E, H = 5, 7
-        inputs = model_case_inputs(g, attention=False, src_vocab=size(g, 9, 12),
-                                   tgt_vocab=size(g, 10, 13), emb_dim=E, hidden_dim=H)
+        inputs = model_case_inputs(
+            g,
+            attention=False,
+            src_vocab=size(g, 9, 12),
+            tgt_vocab=size(g, 10, 13),
+            emb_dim=E,
+            hidden_dim=H,
+        )
         src, lengths = _source(g, B, S, inputs["src_vocab"])
         tgt_len = torch.randint(1, T + 1, (B,), generator=g)
         tgt_len[0] = T
@@ -181,9 +216,22 @@ def _forward_call(candidate, case: Case) -> dict[str, Tensor]:
     return {"logits": as_tensor(out, "seq2seq_forward(...)")}
 
 
-def _decoder_loop(model, src, src_lengths, tgt_in, *, initial="c", context="c", order="emb_c",
-                  out_order="s_c", out_from="new", feed="teacher", stack_dim=1, probs=False,
-                  shift=0):
+def _decoder_loop(
+    model,
+    src,
+    src_lengths,
+    tgt_in,
+    *,
+    initial="c",
+    context="c",
+    order="emb_c",
+    out_order="s_c",
+    out_from="new",
+    feed="teacher",
+    stack_dim=1,
+    probs=False,
+    shift=0,
+):
     """A configurable teacher-forced loop, used to write the classic mistakes."""
     enc_states, c = Seq2SeqRNN.encode(model, src, src_lengths)
     if initial == "padded_last":
@@ -221,40 +269,66 @@ def _loop(**kw):
 
 
 FORWARD_MISTAKES = [
-    Mistake("predictions fed back instead of the true previous tokens (no teacher forcing)",
-            "under teacher forcing the decoder reads the true previous token tgt_in[:, t] at "
-            "step t, not its own argmax prediction", _loop(feed="greedy")),
-    Mistake("off by one: the decoder reads the token it should predict",
-            "tgt_in is already shifted (BOS, y_1, ..., y_{T-1}); at step t feed tgt_in[:, t] to "
-            "predict tgt_out[:, t] = y_t, not tgt_in[:, t + 1]", _loop(shift=1)),
-    Mistake("off by one: tgt_in shifted a second time (BOS fed twice)",
-            "tgt_in already starts with BOS: feed tgt_in[:, t] at step t, do not prepend another "
-            "BOS", _loop(shift=-1)),
-    Mistake("decoder started from a zero state instead of the context vector c",
-            "the context vector c (the encoder's final state, from model.encode) is the "
-            "decoder's initial state: s_0 = c", _loop(initial="zeros")),
-    Mistake("context c taken from enc_states[:, -1] (a padding position for short sentences)",
-            "enc_states is zero after each sentence's last real token; use the second output of "
-            "model.encode, the state after the last real token", _loop(initial="padded_last")),
-    Mistake("context c not fed to the decoder at every step",
-            "this decoder reads [embedding of y_{t-1}; c] at every step and its output layer "
-            "reads [s_t; c] (Cho et al. 2014): concatenate c, not zeros",
-            _loop(context="zeros")),
-    Mistake("decoder input concatenated as [c; embedding] instead of [embedding; c]",
-            "decoder_cell expects torch.cat([embedding, c], dim=-1): embedding first",
-            _loop(order="c_emb")),
-    Mistake("output layer fed [c; s_t] instead of [s_t; c]",
-            "the output layer expects torch.cat([s_t, c], dim=-1): the new state first",
-            _loop(out_order="c_s")),
-    Mistake("logits computed from the previous state s_{t-1} instead of the new state s_t",
-            "first update the state, s_t = decoder_cell(...), then compute out([s_t; c])",
-            _loop(out_from="old")),
-    Mistake("logits stacked time-first (T, B, V) instead of (B, T, V)",
-            "stack the per-step logits along dim=1: torch.stack(logits, dim=1)",
-            _loop(stack_dim=0)),
-    Mistake("returned softmax probabilities instead of logits",
-            "return the raw logits; the cross-entropy loss applies the softmax itself",
-            _loop(probs=True)),
+    Mistake(
+        "predictions fed back instead of the true previous tokens (no teacher forcing)",
+        "under teacher forcing the decoder reads the true previous token tgt_in[:, t] at "
+        "step t, not its own argmax prediction",
+        _loop(feed="greedy"),
+    ),
+    Mistake(
+        "off by one: the decoder reads the token it should predict",
+        "tgt_in is already shifted (BOS, y_1, ..., y_{T-1}); at step t feed tgt_in[:, t] to "
+        "predict tgt_out[:, t] = y_t, not tgt_in[:, t + 1]",
+        _loop(shift=1),
+    ),
+    Mistake(
+        "off by one: tgt_in shifted a second time (BOS fed twice)",
+        "tgt_in already starts with BOS: feed tgt_in[:, t] at step t, do not prepend another BOS",
+        _loop(shift=-1),
+    ),
+    Mistake(
+        "decoder started from a zero state instead of the context vector c",
+        "the context vector c (the encoder's final state, from model.encode) is the "
+        "decoder's initial state: s_0 = c",
+        _loop(initial="zeros"),
+    ),
+    Mistake(
+        "context c taken from enc_states[:, -1] (a padding position for short sentences)",
+        "enc_states is zero after each sentence's last real token; use the second output of "
+        "model.encode, the state after the last real token",
+        _loop(initial="padded_last"),
+    ),
+    Mistake(
+        "context c not fed to the decoder at every step",
+        "this decoder reads [embedding of y_{t-1}; c] at every step and its output layer "
+        "reads [s_t; c] (Cho et al. 2014): concatenate c, not zeros",
+        _loop(context="zeros"),
+    ),
+    Mistake(
+        "decoder input concatenated as [c; embedding] instead of [embedding; c]",
+        "decoder_cell expects torch.cat([embedding, c], dim=-1): embedding first",
+        _loop(order="c_emb"),
+    ),
+    Mistake(
+        "output layer fed [c; s_t] instead of [s_t; c]",
+        "the output layer expects torch.cat([s_t, c], dim=-1): the new state first",
+        _loop(out_order="c_s"),
+    ),
+    Mistake(
+        "logits computed from the previous state s_{t-1} instead of the new state s_t",
+        "first update the state, s_t = decoder_cell(...), then compute out([s_t; c])",
+        _loop(out_from="old"),
+    ),
+    Mistake(
+        "logits stacked time-first (T, B, V) instead of (B, T, V)",
+        "stack the per-step logits along dim=1: torch.stack(logits, dim=1)",
+        _loop(stack_dim=0),
+    ),
+    Mistake(
+        "returned softmax probabilities instead of logits",
+        "return the raw logits; the cross-entropy loss applies the softmax itself",
+        _loop(probs=True),
+    ),
 ]
 
 FORWARD = Exercise(
@@ -269,8 +343,8 @@ FORWARD = Exercise(
     mistakes=FORWARD_MISTAKES,
     compare=close(),
     hint="enc_states, c = model.encode(src, src_lengths); s = c; for each t: "
-         "x = cat([model.tgt_embed(tgt_in[:, t]), c]); s = model.decoder_cell(x, s); "
-         "logits_t = model.out(cat([s, c])); return torch.stack(logits, dim=1) of shape (B, T, V)",
+    "x = cat([model.tgt_embed(tgt_in[:, t]), c]); s = model.decoder_cell(x, s); "
+    "logits_t = model.out(cat([s, c])); return torch.stack(logits, dim=1) of shape (B, T, V)",
 )
 
 
@@ -278,9 +352,9 @@ FORWARD = Exercise(
 
 _GREEDY_BLOCKED = {
     "forward": "exercise 01.2 asks you to decode step by step: use model.encode and "
-               "model.decode_step, not model(...) (the teacher-forced forward needs the answer)",
+    "model.decode_step, not model(...) (the teacher-forced forward needs the answer)",
     "greedy_decode": "exercise 01.2 asks you to write greedy decoding yourself: do not call "
-                     "model.greedy_decode; use model.encode and model.decode_step",
+    "model.greedy_decode; use model.encode and model.decode_step",
 }
 
 
@@ -348,13 +422,15 @@ def _greedy_cases(seed: int) -> list[Case]:
     ]:
         V = size(g, 6, 8)
         B = V
-        inputs = model_case_inputs(g, attention=False, src_vocab=size(g, 8, 11), tgt_vocab=V,
-                                   emb_dim=4, hidden_dim=6)
+        inputs = model_case_inputs(
+            g, attention=False, src_vocab=size(g, 8, 11), tgt_vocab=V, emb_dim=4, hidden_dim=6
+        )
         inputs["w:out.weight"] *= 4.0  # livelier logits: sentences end at different steps
         inputs["w:decoder_cell.weight_hh"] *= 2.0
         pool_src, pool_len = _source(g, 48, S, inputs["src_vocab"])
-        margins = _eos_margins({**inputs, "src": pool_src, "src_lengths": pool_len,
-                                "max_len": max_len})
+        margins = _eos_margins(
+            {**inputs, "src": pool_src, "src_lengths": pool_len, "max_len": max_len}
+        )
         values = margins.flatten().sort().values
         best, best_score = 0.0, -1
         for b in ((values[1:] + values[:-1]) / 2).tolist():
@@ -375,13 +451,14 @@ def _greedy_cases(seed: int) -> list[Case]:
             for e in order:
                 if groups[e] and len(chosen) < B:
                     chosen.append(groups[e].pop(0))
-        chosen += [r for r in range(len(ends)) if r not in chosen][:B - len(chosen)]
+        chosen += [r for r in range(len(ends)) if r not in chosen][: B - len(chosen)]
         idx = torch.tensor(chosen)
         src, lengths = pool_src[idx], pool_len[idx]
         keep = int(lengths.max())
         inputs["w:out.bias"][EOS] += best
-        cases.append(Case(name, {**inputs, "src": src[:, :keep], "src_lengths": lengths,
-                                 "max_len": max_len}))
+        cases.append(
+            Case(name, {**inputs, "src": src[:, :keep], "src_lengths": lengths, "max_len": max_len})
+        )
     return cases
 
 
@@ -395,11 +472,14 @@ def _greedy_call(candidate, case: Case) -> dict[str, Tensor]:
         out = out[0]  # (tokens, attention) like model.greedy_decode
     tokens = as_tensor(out, "greedy_decode(...)")
     if tokens.dim() != 2 or tokens.shape[0] != i["src"].shape[0]:
-        raise ValueError(f"greedy_decode should return token ids of shape (B, T') with "
-                         f"B = {i['src'].shape[0]}, got {tuple(tokens.shape)}")
+        raise ValueError(
+            f"greedy_decode should return token ids of shape (B, T') with "
+            f"B = {i['src'].shape[0]}, got {tuple(tokens.shape)}"
+        )
     if tokens.is_floating_point():
-        raise TypeError(f"greedy_decode should return integer token ids (argmax), got "
-                        f"{tokens.dtype}")
+        raise TypeError(
+            f"greedy_decode should return integer token ids (argmax), got {tokens.dtype}"
+        )
     tokens = tokens.long()
     if tokens.shape[1] < max_len:  # stopping early once every row has ended is allowed
         pad = torch.full((tokens.shape[0], max_len - tokens.shape[1]), PAD, dtype=torch.long)
@@ -407,9 +487,20 @@ def _greedy_call(candidate, case: Case) -> dict[str, Tensor]:
     return {"tokens": tokens}
 
 
-def _greedy_loop(model, src, src_lengths, max_len, *, mask_after_eos=True, stop="all",
-                 keep_eos=True, feed="prediction", argmax_dim=-1, bos_in_output=False,
-                 carry_state=True):
+def _greedy_loop(
+    model,
+    src,
+    src_lengths,
+    max_len,
+    *,
+    mask_after_eos=True,
+    stop="all",
+    keep_eos=True,
+    feed="prediction",
+    argmax_dim=-1,
+    bos_in_output=False,
+    carry_state=True,
+):
     """A configurable greedy decoder, used to write the classic mistakes."""
     enc_states, c = Seq2SeqRNN.encode(model, src, src_lengths)
     mask = model.src_mask(src, src_lengths)
@@ -448,32 +539,53 @@ def _greedy(**kw):
     return impl
 
 
-_NO_MASK = ("once a sentence has produced EOS it is finished: keep a bool `finished` (B,) and "
-            "write PAD for its later steps, token.masked_fill(finished, PAD)")
+_NO_MASK = (
+    "once a sentence has produced EOS it is finished: keep a bool `finished` (B,) and "
+    "write PAD for its later steps, token.masked_fill(finished, PAD)"
+)
 
 GREEDY_MISTAKES = [
-    Mistake("tokens after EOS not replaced by PAD", _NO_MASK,
-            _greedy(mask_after_eos=False, stop="all")),
-    Mistake("tokens after EOS not replaced by PAD", _NO_MASK,
-            _greedy(mask_after_eos=False, stop="never")),
-    Mistake("stopped when the first sentence ended instead of when every sentence had",
-            "stop early only when *every* row has produced EOS (finished.all()), or run all "
-            "max_len steps", _greedy(stop="any")),
-    Mistake("EOS itself replaced by PAD",
-            "keep each sentence's EOS in the output (it tells where the sentence ends); only "
-            "the steps after it become PAD", _greedy(keep_eos=False)),
-    Mistake("the prediction is not fed back (BOS fed at every step)",
-            "greedy decoding feeds its own argmax prediction as the next input token",
-            _greedy(feed="bos")),
-    Mistake("argmax over the batch axis (dim=0) instead of the vocabulary",
-            "logits from model.decode_step have shape (B, V): the next token is "
-            "logits.argmax(dim=-1)", _greedy(argmax_dim=0)),
-    Mistake("BOS included as the first output token",
-            "return only the generated tokens: the output starts with the first predicted "
-            "word, not with BOS", _greedy(bos_in_output=True)),
-    Mistake("decoder state not carried to the next step",
-            "use the new state that model.decode_step returns as the state of the next step",
-            _greedy(carry_state=False)),
+    Mistake(
+        "tokens after EOS not replaced by PAD", _NO_MASK, _greedy(mask_after_eos=False, stop="all")
+    ),
+    Mistake(
+        "tokens after EOS not replaced by PAD",
+        _NO_MASK,
+        _greedy(mask_after_eos=False, stop="never"),
+    ),
+    Mistake(
+        "stopped when the first sentence ended instead of when every sentence had",
+        "stop early only when *every* row has produced EOS (finished.all()), or run all "
+        "max_len steps",
+        _greedy(stop="any"),
+    ),
+    Mistake(
+        "EOS itself replaced by PAD",
+        "keep each sentence's EOS in the output (it tells where the sentence ends); only "
+        "the steps after it become PAD",
+        _greedy(keep_eos=False),
+    ),
+    Mistake(
+        "the prediction is not fed back (BOS fed at every step)",
+        "greedy decoding feeds its own argmax prediction as the next input token",
+        _greedy(feed="bos"),
+    ),
+    Mistake(
+        "argmax over the batch axis (dim=0) instead of the vocabulary",
+        "logits from model.decode_step have shape (B, V): the next token is logits.argmax(dim=-1)",
+        _greedy(argmax_dim=0),
+    ),
+    Mistake(
+        "BOS included as the first output token",
+        "return only the generated tokens: the output starts with the first predicted "
+        "word, not with BOS",
+        _greedy(bos_in_output=True),
+    ),
+    Mistake(
+        "decoder state not carried to the next step",
+        "use the new state that model.decode_step returns as the state of the next step",
+        _greedy(carry_state=False),
+    ),
 ]
 
 GREEDY = Exercise(
@@ -488,9 +600,9 @@ GREEDY = Exercise(
     mistakes=GREEDY_MISTAKES,
     compare=close(),
     hint="enc_states, c = model.encode(...); mask = model.src_mask(src, src_lengths); start from "
-         "BOS with s = c; each step: logits, s, _ = model.decode_step(token, s, enc_states, mask, "
-         "c); token = logits.argmax(-1), PAD for finished rows; stop when all rows have produced "
-         "EOS or after max_len steps; return (B, T') without BOS",
+    "BOS with s = c; each step: logits, s, _ = model.decode_step(token, s, enc_states, mask, "
+    "c); token = logits.argmax(-1), PAD for finished rows; stop when all rows have produced "
+    "EOS or after max_len steps; return (B, T') without BOS",
 )
 
 EXERCISES = [FORWARD, GREEDY]

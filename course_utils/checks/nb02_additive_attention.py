@@ -28,8 +28,11 @@ NOTEBOOK = "02_additive_attention.ipynb"
 
 
 def _params(g: torch.Generator, Dq: int, Dk: int, A: int) -> dict[str, Tensor]:
-    return {"W_query": randn(g, A, Dq) / Dq**0.5, "W_key": randn(g, A, Dk) / Dk**0.5,
-            "v": randn(g, A)}
+    return {
+        "W_query": randn(g, A, Dq) / Dq**0.5,
+        "W_key": randn(g, A, Dk) / Dk**0.5,
+        "v": randn(g, A),
+    }
 
 
 # ----------------------------------------------------------------------------- 02.1 scores
@@ -42,14 +45,22 @@ def _scores_cases(seed: int) -> list[Case]:
     return [
         # B == S and Dq == Dk == A: transposes, swaps and broadcasting slips give wrong numbers
         # here instead of shape errors, so the judge can name them
-        Case("square sizes (B == S, Dq == Dk == A)",
-             {"query": randn(g, n, d), "keys": randn(g, n, n, d), **_params(g, d, d, d)}),
-        Case("all sizes different",
-             {"query": randn(g, B, Dq), "keys": randn(g, B, S, Dk), **_params(g, Dq, Dk, A)}),
-        Case("one query (B = 1)",
-             {"query": randn(g, 1, Dq), "keys": randn(g, 1, S, Dk), **_params(g, Dq, Dk, A)}),
-        Case("long source (S = 12)",
-             {"query": randn(g, B, Dq), "keys": randn(g, B, 12, Dk), **_params(g, Dq, Dk, A)}),
+        Case(
+            "square sizes (B == S, Dq == Dk == A)",
+            {"query": randn(g, n, d), "keys": randn(g, n, n, d), **_params(g, d, d, d)},
+        ),
+        Case(
+            "all sizes different",
+            {"query": randn(g, B, Dq), "keys": randn(g, B, S, Dk), **_params(g, Dq, Dk, A)},
+        ),
+        Case(
+            "one query (B = 1)",
+            {"query": randn(g, 1, Dq), "keys": randn(g, 1, S, Dk), **_params(g, Dq, Dk, A)},
+        ),
+        Case(
+            "long source (S = 12)",
+            {"query": randn(g, B, Dq), "keys": randn(g, B, 12, Dk), **_params(g, Dq, Dk, A)},
+        ),
     ]
 
 
@@ -88,28 +99,45 @@ def _v_ignored(query, keys, W_query, W_key, v):
 
 
 SCORES_MISTAKES = [
-    Mistake("tanh missing",
-            "the score is v . tanh(W_query s + W_key h): apply tanh to the sum of the two "
-            "projections before the dot product with v", _without_tanh),
-    Mistake("tanh applied after the dot product with v",
-            "tanh goes inside: v . tanh(W_query s + W_key h), not tanh(v . (...))",
-            _tanh_outside),
-    Mistake("weight matrices not transposed (query @ W_query instead of query @ W_query.T)",
-            "W_query has shape (A, Dq): project a row vector with query @ W_query.T "
-            "(likewise keys @ W_key.T)", _untransposed),
-    Mistake("W_query and W_key swapped",
-            "W_query projects the decoder state (query), W_key the encoder states (keys)",
-            _swapped),
-    Mistake("query projection not broadcast over the source positions",
-            "the projected query (B, A) must be added to every position of the projected keys "
-            "(B, S, A): unsqueeze it to (B, 1, A) first, otherwise it broadcasts along the "
-            "wrong axis", _no_unsqueeze),
-    Mistake("returned softmax weights instead of raw scores",
-            "additive_scores returns the unnormalised scores e (B, S); the softmax comes later",
-            _returned_weights),
-    Mistake("v ignored (tanh summed over the attention dimension)",
-            "reduce the attention dimension with the learned vector v: tanh(...) @ v",
-            _v_ignored),
+    Mistake(
+        "tanh missing",
+        "the score is v . tanh(W_query s + W_key h): apply tanh to the sum of the two "
+        "projections before the dot product with v",
+        _without_tanh,
+    ),
+    Mistake(
+        "tanh applied after the dot product with v",
+        "tanh goes inside: v . tanh(W_query s + W_key h), not tanh(v . (...))",
+        _tanh_outside,
+    ),
+    Mistake(
+        "weight matrices not transposed (query @ W_query instead of query @ W_query.T)",
+        "W_query has shape (A, Dq): project a row vector with query @ W_query.T "
+        "(likewise keys @ W_key.T)",
+        _untransposed,
+    ),
+    Mistake(
+        "W_query and W_key swapped",
+        "W_query projects the decoder state (query), W_key the encoder states (keys)",
+        _swapped,
+    ),
+    Mistake(
+        "query projection not broadcast over the source positions",
+        "the projected query (B, A) must be added to every position of the projected keys "
+        "(B, S, A): unsqueeze it to (B, 1, A) first, otherwise it broadcasts along the "
+        "wrong axis",
+        _no_unsqueeze,
+    ),
+    Mistake(
+        "returned softmax weights instead of raw scores",
+        "additive_scores returns the unnormalised scores e (B, S); the softmax comes later",
+        _returned_weights,
+    ),
+    Mistake(
+        "v ignored (tanh summed over the attention dimension)",
+        "reduce the attention dimension with the learned vector v: tanh(...) @ v",
+        _v_ignored,
+    ),
 ]
 
 SCORES = Exercise(
@@ -124,14 +152,21 @@ SCORES = Exercise(
     mistakes=SCORES_MISTAKES,
     compare=close(),
     hint="e[b, j] = v . tanh(W_query @ query[b] + W_key @ keys[b, j]): project the query to "
-         "(B, 1, A), the keys to (B, S, A), add, tanh, then @ v gives (B, S)",
+    "(B, 1, A), the keys to (B, S, A), add, tanh, then @ v gives (B, S)",
 )
 
 # ----------------------------------------------------------------------------- 02.2 weights + context
 
 
-def additive_attention(query: Tensor, keys: Tensor, values: Tensor, W_query: Tensor,
-                       W_key: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+def additive_attention(
+    query: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    W_query: Tensor,
+    W_key: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+) -> tuple[Tensor, Tensor]:
     """Bahdanau attention with a padding mask (the reference answer to 02.2).
 
     query (B, Dq), keys (B, S, Dk), values (B, S, Dv), W_query (A, Dq), W_key (A, Dk), v (A,),
@@ -150,8 +185,16 @@ def _attn_cases(seed: int) -> list[Case]:
     B, S = max(B, 3), max(S, 4)
 
     def case(name: str, B: int, S: int, mask: Tensor) -> Case:
-        return Case(name, {"query": randn(g, B, Dq), "keys": randn(g, B, S, Dk),
-                           "values": randn(g, B, S, Dv), **_params(g, Dq, Dk, A), "mask": mask})
+        return Case(
+            name,
+            {
+                "query": randn(g, B, Dq),
+                "keys": randn(g, B, S, Dk),
+                "values": randn(g, B, S, Dv),
+                **_params(g, Dq, Dk, A),
+                "mask": mask,
+            },
+        )
 
     ones = torch.ones(1, S, dtype=torch.bool)
     short = lengths_mask(g, B, S)
@@ -166,8 +209,7 @@ def _attn_cases(seed: int) -> list[Case]:
 
 def _attn_call(candidate, case: Case) -> dict[str, Tensor]:
     i = case.inputs
-    out = candidate(i["query"], i["keys"], i["values"], i["W_query"], i["W_key"], i["v"],
-                    i["mask"])
+    out = candidate(i["query"], i["keys"], i["values"], i["W_query"], i["W_key"], i["v"], i["mask"])
     context, weights = as_pair(out, "additive_attention", ("context", "weights"))
     return {"context": context, "weights": weights}
 
@@ -198,32 +240,55 @@ def _swapped_outputs(query, keys, values, W_query, W_key, v, mask):
     return weights, context
 
 
-_INVERTED = ("mask is True at real tokens (may attend) and False at padding: block the "
-             "positions where the mask is False, scores.masked_fill(~mask, float('-inf'))")
+_INVERTED = (
+    "mask is True at real tokens (may attend) and False at padding: block the "
+    "positions where the mask is False, scores.masked_fill(~mask, float('-inf'))"
+)
 
 ATTENTION_MISTAKES = [
-    Mistake("padding masked after the softmax",
-            "set the padded scores to -inf before the softmax; zeroing weights afterwards "
-            "leaves the real tokens' weights summing to less than 1",
-            _from_weights(lambda s, m: torch.softmax(s, dim=-1) * m)),
-    Mistake("padding scores filled with 0 instead of -inf",
-            "a score of 0 still gets weight exp(0) > 0 in the softmax: fill padded positions "
-            "with float('-inf')", _from_weights(_fill(0.0))),
-    Mistake("mask inverted (True treated as padding)", _INVERTED,
-            _from_weights(_fill(float("-inf"), invert=True))),
-    Mistake("mask inverted (True treated as padding)", _INVERTED,
-            _from_weights(lambda s, m: attention.masked_softmax(s, ~m))),
-    Mistake("mask ignored",
-            "padding positions must get zero weight: fill their scores with -inf before the "
-            "softmax", _from_weights(lambda s, m: torch.softmax(s, dim=-1))),
-    Mistake("softmax over the batch (dim=0) instead of the source positions",
-            "normalise over the source positions: softmax(scores, dim=-1) on (B, S)",
-            _from_weights(lambda s, m: torch.softmax(s.masked_fill(~m, float("-inf")), dim=0))),
-    Mistake("context built from the keys instead of the values",
-            "the context is the weighted sum of the values: weights (B, S) times values "
-            "(B, S, Dv) summed over S", _keys_as_values),
-    Mistake("returned (weights, context) instead of (context, weights)",
-            "return the context first, then the weights", _swapped_outputs),
+    Mistake(
+        "padding masked after the softmax",
+        "set the padded scores to -inf before the softmax; zeroing weights afterwards "
+        "leaves the real tokens' weights summing to less than 1",
+        _from_weights(lambda s, m: torch.softmax(s, dim=-1) * m),
+    ),
+    Mistake(
+        "padding scores filled with 0 instead of -inf",
+        "a score of 0 still gets weight exp(0) > 0 in the softmax: fill padded positions "
+        "with float('-inf')",
+        _from_weights(_fill(0.0)),
+    ),
+    Mistake(
+        "mask inverted (True treated as padding)",
+        _INVERTED,
+        _from_weights(_fill(float("-inf"), invert=True)),
+    ),
+    Mistake(
+        "mask inverted (True treated as padding)",
+        _INVERTED,
+        _from_weights(lambda s, m: attention.masked_softmax(s, ~m)),
+    ),
+    Mistake(
+        "mask ignored",
+        "padding positions must get zero weight: fill their scores with -inf before the softmax",
+        _from_weights(lambda s, m: torch.softmax(s, dim=-1)),
+    ),
+    Mistake(
+        "softmax over the batch (dim=0) instead of the source positions",
+        "normalise over the source positions: softmax(scores, dim=-1) on (B, S)",
+        _from_weights(lambda s, m: torch.softmax(s.masked_fill(~m, float("-inf")), dim=0)),
+    ),
+    Mistake(
+        "context built from the keys instead of the values",
+        "the context is the weighted sum of the values: weights (B, S) times values "
+        "(B, S, Dv) summed over S",
+        _keys_as_values,
+    ),
+    Mistake(
+        "returned (weights, context) instead of (context, weights)",
+        "return the context first, then the weights",
+        _swapped_outputs,
+    ),
 ]
 
 ATTENTION = Exercise(
@@ -238,7 +303,7 @@ ATTENTION = Exercise(
     mistakes=ATTENTION_MISTAKES,
     compare=close(),
     hint="scores (B, S) from additive_scores; fill padded positions (mask False) with -inf; "
-         "softmax over dim=-1 gives the weights; context[b] = sum_j weights[b, j] * values[b, j]",
+    "softmax over dim=-1 gives the weights; context[b] = sum_j weights[b, j] * values[b, j]",
 )
 
 EXERCISES = [SCORES, ATTENTION]  # append this notebook's later exercises (02.3) here

@@ -37,16 +37,16 @@ __all__ = ["EXERCISES", "attention_decoder_step"]
 
 _BLOCKED = {
     "decode_step": "exercise 02.3 asks you to write the attention decoder step yourself: do not "
-                   "call model.decode_step; use model.attention, model.tgt_embed, "
-                   "model.decoder_cell and model.out",
+    "call model.decode_step; use model.attention, model.tgt_embed, "
+    "model.decoder_cell and model.out",
     "forward": "exercise 02.3 is one decoder step: do not call model(...) or model.forward",
     "greedy_decode": "exercise 02.3 is one decoder step: do not call model.greedy_decode",
 }
 
 
-def attention_decoder_step(model: Seq2SeqRNN, prev_token: Tensor, state: Tensor,
-                           enc_states: Tensor, src_mask: Tensor
-                           ) -> tuple[Tensor, Tensor, Tensor]:
+def attention_decoder_step(
+    model: Seq2SeqRNN, prev_token: Tensor, state: Tensor, enc_states: Tensor, src_mask: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
     """One attention decoder step (the reference answer to 02.3): the model's ``decode_step``.
 
     prev_token (B,) ids, state s_{t-1} (B, H), enc_states (B, S, H), src_mask (B, S) bool
@@ -55,8 +55,9 @@ def attention_decoder_step(model: Seq2SeqRNN, prev_token: Tensor, state: Tensor,
     if model.attention is None:
         raise ValueError("attention_decoder_step needs a Seq2SeqRNN built with attention=True")
     with unguarded(model):
-        logits, new_state, weights = Seq2SeqRNN.decode_step(model, prev_token, state, enc_states,
-                                                            src_mask)
+        logits, new_state, weights = Seq2SeqRNN.decode_step(
+            model, prev_token, state, enc_states, src_mask
+        )
     return logits, new_state, weights
 
 
@@ -64,49 +65,85 @@ def _cases(seed: int) -> list[Case]:
     g = generator(seed)
     cases = []
     E, H, A = 5, 7, 6  # all different: a concatenation in the wrong order changes the numbers
-    for name, B, S in [("padded batch", size(g, 3, 5), size(g, 5, 8)),
-                       ("one sentence (B = 1)", 1, size(g, 3, 6)),
-                       ("long source", size(g, 2, 4), 11)]:
-        inputs = model_case_inputs(g, attention=True, src_vocab=size(g, 8, 11),
-                                   tgt_vocab=size(g, 9, 12), emb_dim=E, hidden_dim=H, attn_dim=A)
+    for name, B, S in [
+        ("padded batch", size(g, 3, 5), size(g, 5, 8)),
+        ("one sentence (B = 1)", 1, size(g, 3, 6)),
+        ("long source", size(g, 2, 4), 11),
+    ]:
+        inputs = model_case_inputs(
+            g,
+            attention=True,
+            src_vocab=size(g, 8, 11),
+            tgt_vocab=size(g, 9, 12),
+            emb_dim=E,
+            hidden_dim=H,
+            attn_dim=A,
+        )
         lengths = torch.randint(1, S + 1, (B,), generator=g)
         lengths[0] = S
         if B > 2:
             lengths[1] = 1  # a one-token source: all weight on it
         mask = torch.arange(S)[None, :] < lengths[:, None]
-        cases.append(Case(name, {
-            **inputs,
-            "prev_token": torch.randint(1, inputs["tgt_vocab"], (B,), generator=g),
-            "state": randn(g, B, H) * 0.5,
-            # padding positions hold junk, not zeros: attending to them shows in the output
-            "enc_states": randn(g, B, S, H) * 0.8,
-            "src_mask": mask,
-        }))
+        cases.append(
+            Case(
+                name,
+                {
+                    **inputs,
+                    "prev_token": torch.randint(1, inputs["tgt_vocab"], (B,), generator=g),
+                    "state": randn(g, B, H) * 0.5,
+                    # padding positions hold junk, not zeros: attending to them shows in the output
+                    "enc_states": randn(g, B, S, H) * 0.8,
+                    "src_mask": mask,
+                },
+            )
+        )
     return cases
 
 
 def _call(candidate, case: Case) -> dict[str, Tensor]:
     i = case.inputs
     model = build_case_model(i, _BLOCKED)
-    out = candidate(model, i["prev_token"].clone(), i["state"].clone(), i["enc_states"].clone(),
-                    i["src_mask"].clone())
+    out = candidate(
+        model,
+        i["prev_token"].clone(),
+        i["state"].clone(),
+        i["enc_states"].clone(),
+        i["src_mask"].clone(),
+    )
     if not isinstance(out, (tuple, list)) or len(out) != 3:
-        got = type(out).__name__ + (f" of length {len(out)}" if isinstance(out, (tuple, list))
-                                    else "")
-        raise TypeError("attention_decoder_step should return a triple (logits, new_state, "
-                        f"weights), got a {got}")
+        got = type(out).__name__ + (
+            f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""
+        )
+        raise TypeError(
+            "attention_decoder_step should return a triple (logits, new_state, "
+            f"weights), got a {got}"
+        )
     names = ("logits", "new_state", "weights")
     return {n: as_tensor(v, n) for n, v in zip(names, out)}
 
 
-def _step(*, query="old", mask="mask", cell_order="emb_c", out_order="s_c", out_state="new",
-          weights_out="weights", context="attention", weights_from=None):
+def _step(
+    *,
+    query="old",
+    mask="mask",
+    cell_order="emb_c",
+    out_order="s_c",
+    out_state="new",
+    weights_out="weights",
+    context="attention",
+    weights_from=None,
+):
     """A configurable (mostly wrong) decoder step, used to write the classic mistakes."""
 
     def impl(model, prev_token, state, enc_states, src_mask):
         a = model.attention
-        m = {"mask": src_mask, "none": None, "inverted": ~src_mask, "batch": src_mask,
-             "inverted_nan": ~src_mask}[mask]
+        m = {
+            "mask": src_mask,
+            "none": None,
+            "inverted": ~src_mask,
+            "batch": src_mask,
+            "inverted_nan": ~src_mask,
+        }[mask]
 
         def attend(s):
             scores = attn.additive_scores(s, enc_states, a.W_query.weight, a.W_key.weight, a.v)
@@ -135,39 +172,62 @@ def _step(*, query="old", mask="mask", cell_order="emb_c", out_order="s_c", out_
     return impl
 
 
-_NEW_STATE = ("Bahdanau attention scores the encoder states against the decoder state *before* "
-              "the update: e_tj = f_att(s_{t-1}, h_j); compute c_t from `state`, then "
-              "s_t = decoder_cell([embedding; c_t], state), and use that same c_t in the output")
+_NEW_STATE = (
+    "Bahdanau attention scores the encoder states against the decoder state *before* "
+    "the update: e_tj = f_att(s_{t-1}, h_j); compute c_t from `state`, then "
+    "s_t = decoder_cell([embedding; c_t], state), and use that same c_t in the output"
+)
 _INVERTED = "src_mask is True at real tokens: those may be attended; block where it is False"
-_NO_MASK = ("padding positions must get zero weight: pass mask=src_mask to the attention "
-            "(scores of padded positions set to -inf before the softmax)")
+_NO_MASK = (
+    "padding positions must get zero weight: pass mask=src_mask to the attention "
+    "(scores of padded positions set to -inf before the softmax)"
+)
 
 MISTAKES = [
-    Mistake("attention computed from the new state s_t instead of the previous state s_{t-1}",
-            _NEW_STATE, _step(query="new")),
-    Mistake("attention computed from the new state s_t instead of the previous state s_{t-1}",
-            _NEW_STATE, _step(weights_from="new")),
+    Mistake(
+        "attention computed from the new state s_t instead of the previous state s_{t-1}",
+        _NEW_STATE,
+        _step(query="new"),
+    ),
+    Mistake(
+        "attention computed from the new state s_t instead of the previous state s_{t-1}",
+        _NEW_STATE,
+        _step(weights_from="new"),
+    ),
     Mistake("attention over padding (src_mask not applied)", _NO_MASK, _step(mask="none")),
     Mistake("mask inverted (True treated as padding)", _INVERTED, _step(mask="inverted")),
     Mistake("mask inverted (True treated as padding)", _INVERTED, _step(mask="inverted_nan")),
-    Mistake("softmax over the batch (dim=0) instead of the source positions",
-            "normalise the scores (B, S) over the source positions, dim=-1",
-            _step(mask="batch")),
-    Mistake("context is the plain mean of the encoder states (attention weights not used)",
-            "c_t = sum_j a_tj h_j: weight each encoder state by its attention weight",
-            _step(context="mean")),
-    Mistake("decoder input concatenated as [c_t; embedding] instead of [embedding; c_t]",
-            "decoder_cell expects torch.cat([embedding, c_t], dim=-1): embedding first",
-            _step(cell_order="c_emb")),
-    Mistake("output layer fed [c_t; s_t] instead of [s_t; c_t]",
-            "the output layer expects torch.cat([s_t, c_t], dim=-1): the new state first",
-            _step(out_order="c_s")),
-    Mistake("logits computed from the previous state s_{t-1} instead of the new state s_t",
-            "first update the state with the GRU cell, then logits = out([s_t; c_t])",
-            _step(out_state="old")),
-    Mistake("returned the raw scores instead of the attention weights",
-            "return the softmax-normalised weights a_t (rows sum to 1 over the real tokens), "
-            "not the scores e_t", _step(weights_out="scores")),
+    Mistake(
+        "softmax over the batch (dim=0) instead of the source positions",
+        "normalise the scores (B, S) over the source positions, dim=-1",
+        _step(mask="batch"),
+    ),
+    Mistake(
+        "context is the plain mean of the encoder states (attention weights not used)",
+        "c_t = sum_j a_tj h_j: weight each encoder state by its attention weight",
+        _step(context="mean"),
+    ),
+    Mistake(
+        "decoder input concatenated as [c_t; embedding] instead of [embedding; c_t]",
+        "decoder_cell expects torch.cat([embedding, c_t], dim=-1): embedding first",
+        _step(cell_order="c_emb"),
+    ),
+    Mistake(
+        "output layer fed [c_t; s_t] instead of [s_t; c_t]",
+        "the output layer expects torch.cat([s_t, c_t], dim=-1): the new state first",
+        _step(out_order="c_s"),
+    ),
+    Mistake(
+        "logits computed from the previous state s_{t-1} instead of the new state s_t",
+        "first update the state with the GRU cell, then logits = out([s_t; c_t])",
+        _step(out_state="old"),
+    ),
+    Mistake(
+        "returned the raw scores instead of the attention weights",
+        "return the softmax-normalised weights a_t (rows sum to 1 over the real tokens), "
+        "not the scores e_t",
+        _step(weights_out="scores"),
+    ),
 ]
 
 DECODER_STEP = Exercise(
@@ -182,9 +242,9 @@ DECODER_STEP = Exercise(
     mistakes=MISTAKES,
     compare=close(),
     hint="context, weights = model.attention(state, enc_states, mask=src_mask) (scores from the "
-         "previous state); new_state = model.decoder_cell(torch.cat([model.tgt_embed(prev_token), "
-         "context], -1), state); logits = model.out(torch.cat([new_state, context], -1)); "
-         "return logits, new_state, weights",
+    "previous state); new_state = model.decoder_cell(torch.cat([model.tgt_embed(prev_token), "
+    "context], -1), state); logits = model.out(torch.cat([new_state, context], -1)); "
+    "return logits, new_state, weights",
 )
 
 EXERCISES = [DECODER_STEP]

@@ -99,37 +99,55 @@ def _softmax_over_queries(q, x, W_k, W_v):
 
 
 MISTAKES = [
-    Mistake("keys and values swapped",
-            "the keys are what a query is compared with, K = x @ W_k; the values are what "
-            "comes back, V = x @ W_v. You used W_v for the scores and W_k for the output.",
-            _swapped),
-    Mistake("missing 1/sqrt(d) scaling",
-            "divide the scores q @ K^T by sqrt(Dk) before the softmax (Dk = q.shape[-1]).",
-            _no_scaling),
-    Mistake("scaled by sqrt(Din) instead of sqrt(Dk)",
-            "the scale is 1/sqrt(Dk), the width of the queries and keys that are multiplied, "
-            "not the width Din of the data vectors x.",
-            _scale_by_din),
-    Mistake("scaled by 1/d instead of 1/sqrt(d)",
-            "the variance of q . k is Dk, so its standard deviation is sqrt(Dk): divide by "
-            "sqrt(Dk), not Dk.",
-            _scale_by_d),
-    Mistake("queries projected with W_k",
-            "q is already a query in key space (..., T, Dk): use it as it is. Only the data "
-            "vectors x are projected, to keys with W_k and to values with W_v.",
-            _queries_projected),
-    Mistake("values not projected (V = x)",
-            "the values are a second projection of the data, V = x @ W_v, not x itself.",
-            _values_not_projected),
-    Mistake("keys not projected (K = x)",
-            "the keys are a projection of the data, K = x @ W_k, not x itself.",
-            _keys_not_projected),
-    Mistake("projection matrices transposed",
-            "W_k has shape (Din, Dk) and multiplies from the right: K = x @ W_k (no .T).",
-            _transposed_weights),
-    Mistake("softmax over the queries instead of the keys",
-            "each query's weights over the S data vectors must sum to 1: softmax(..., dim=-1).",
-            _softmax_over_queries),
+    Mistake(
+        "keys and values swapped",
+        "the keys are what a query is compared with, K = x @ W_k; the values are what "
+        "comes back, V = x @ W_v. You used W_v for the scores and W_k for the output.",
+        _swapped,
+    ),
+    Mistake(
+        "missing 1/sqrt(d) scaling",
+        "divide the scores q @ K^T by sqrt(Dk) before the softmax (Dk = q.shape[-1]).",
+        _no_scaling,
+    ),
+    Mistake(
+        "scaled by sqrt(Din) instead of sqrt(Dk)",
+        "the scale is 1/sqrt(Dk), the width of the queries and keys that are multiplied, "
+        "not the width Din of the data vectors x.",
+        _scale_by_din,
+    ),
+    Mistake(
+        "scaled by 1/d instead of 1/sqrt(d)",
+        "the variance of q . k is Dk, so its standard deviation is sqrt(Dk): divide by "
+        "sqrt(Dk), not Dk.",
+        _scale_by_d,
+    ),
+    Mistake(
+        "queries projected with W_k",
+        "q is already a query in key space (..., T, Dk): use it as it is. Only the data "
+        "vectors x are projected, to keys with W_k and to values with W_v.",
+        _queries_projected,
+    ),
+    Mistake(
+        "values not projected (V = x)",
+        "the values are a second projection of the data, V = x @ W_v, not x itself.",
+        _values_not_projected,
+    ),
+    Mistake(
+        "keys not projected (K = x)",
+        "the keys are a projection of the data, K = x @ W_k, not x itself.",
+        _keys_not_projected,
+    ),
+    Mistake(
+        "projection matrices transposed",
+        "W_k has shape (Din, Dk) and multiplies from the right: K = x @ W_k (no .T).",
+        _transposed_weights,
+    ),
+    Mistake(
+        "softmax over the queries instead of the keys",
+        "each query's weights over the S data vectors must sum to 1: softmax(..., dim=-1).",
+        _softmax_over_queries,
+    ),
 ]
 
 
@@ -148,12 +166,17 @@ def make_cases(seed: int) -> list[Case]:
     ]
     cases = []
     for name, batch, T, S, Din, Dk, Dv in specs:
-        cases.append(Case(name, {
-            "q": randn(gen, *batch, T, Dk) * 1.5,
-            "x": randn(gen, *batch, S, Din),
-            "W_k": randn(gen, Din, Dk),
-            "W_v": randn(gen, Din, Dv),
-        }))
+        cases.append(
+            Case(
+                name,
+                {
+                    "q": randn(gen, *batch, T, Dk) * 1.5,
+                    "x": randn(gen, *batch, S, Din),
+                    "W_k": randn(gen, Din, Dk),
+                    "W_v": randn(gen, Din, Dv),
+                },
+            )
+        )
     return cases
 
 
@@ -169,14 +192,18 @@ def call(candidate, case: Case) -> Outputs:
     if isinstance(result, (tuple, list)) and len(result) == 2:
         out, weights = result
         return {"output": torch.as_tensor(out), "weights": torch.as_tensor(weights)}
-    return {"output": torch.as_tensor(result if not isinstance(result, (tuple, list)) else result[0])}
+    return {
+        "output": torch.as_tensor(result if not isinstance(result, (tuple, list)) else result[0])
+    }
 
 
 def compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
     """Output and weights within tolerance; a missing ``weights`` says what to return."""
     if "weights" in expected and "output" in got and "weights" not in got:
-        return (f"case '{case.name}': kv_attention should return a tuple (output, weights), "
-                "like scaled_dot_product_attention")
+        return (
+            f"case '{case.name}': kv_attention should return a tuple (output, weights), "
+            "like scaled_dot_product_attention"
+        )
     return compare_or_raised(case, got, expected)
 
 
@@ -193,6 +220,6 @@ EXERCISES = [
         mistakes=MISTAKES,
         compare=compare,
         hint="compute K = x @ W_k and V = x @ W_v, then softmax(q @ K^T / sqrt(Dk)) @ V "
-             "(reuse your scaled_dot_product_attention).",
+        "(reuse your scaled_dot_product_attention).",
     )
 ]

@@ -42,8 +42,9 @@ class SelfAttention(nn.Module):
         self.W_k = nn.Linear(d_in, d_k, bias=False)
         self.W_v = nn.Linear(d_in, d_v, bias=False)
 
-    def forward(self, x: Tensor, context: Tensor | None = None,
-                attn_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, context: Tensor | None = None, attn_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """x (B, T, d_in) queries' source; context (B, S, d_in) keys' and values' source
         (default: x, which makes it self attention); attn_mask bool (True = may attend) or
         float, broadcastable to (B, T, S).
@@ -85,38 +86,55 @@ def _inv_sqrt(t: Tensor) -> float:
 
 
 SELF_ATTENTION_MISTAKES = [
-    Mistake("keys and values swapped",
-            "K = W_k(context) is compared with the queries; V = W_v(context) is what the "
-            "weights average. You used W_v for the keys and W_k for the values.",
-            _mistake(lambda s, x, c: (s.W_q(x), s.W_v(c), s.W_k(c), _inv_sqrt(s.W_q(x)), -1, True))),
-    Mistake("missing 1/sqrt(d_k) scaling",
-            "divide the scores Q K^T by sqrt(d_k) before the softmax.",
-            _mistake(lambda s, x, c: (s.W_q(x), s.W_k(c), s.W_v(c), 1.0, -1, True))),
-    Mistake("scaled by sqrt(d_in) instead of sqrt(d_k)",
-            "the scale is 1/sqrt(d_k), the width of q and k, not the input width d_in.",
-            _mistake(lambda s, x, c: (s.W_q(x), s.W_k(c), s.W_v(c), _inv_sqrt(x), -1, True))),
-    Mistake("queries projected with W_k",
-            "each projection has its own job: Q = W_q(x), K = W_k(context). With W_k for "
-            "both, every token's query equals its key.",
-            _mistake(lambda s, x, c: (s.W_k(x), s.W_k(c), s.W_v(c), _inv_sqrt(s.W_k(x)), -1, True))),
-    Mistake("values not projected (V = x)",
-            "the values are a learned projection too: V = W_v(context).",
-            _mistake(lambda s, x, c: (s.W_q(x), s.W_k(c), c, _inv_sqrt(s.W_q(x)), -1, True))),
-    Mistake("keys and values taken from x instead of context",
-            "in cross attention the queries come from x but the keys and values come from "
-            "context: K = W_k(context), V = W_v(context).",
-            _mistake(lambda s, x, c: (s.W_q(x), s.W_k(x), s.W_v(x), _inv_sqrt(s.W_q(x)), -1, True))),
-    Mistake("queries taken from context instead of x",
-            "the queries come from x (one output per token of x): Q = W_q(x); only the keys "
-            "and values come from context.",
-            _mistake(lambda s, x, c: (s.W_q(c), s.W_k(c), s.W_v(c), _inv_sqrt(s.W_q(c)), -1, True))),
-    Mistake("softmax over the queries instead of the keys",
-            "each query's weights over the S keys must sum to 1: softmax(scores, dim=-1).",
-            _mistake(lambda s, x, c: (s.W_q(x), s.W_k(c), s.W_v(c), _inv_sqrt(s.W_q(x)), -2, True))),
-    Mistake("attn_mask ignored",
-            "pass attn_mask on to your scaled_dot_product_attention: masked keys must get "
-            "weight 0.",
-            _mistake(lambda s, x, c: (s.W_q(x), s.W_k(c), s.W_v(c), _inv_sqrt(s.W_q(x)), -1, False))),
+    Mistake(
+        "keys and values swapped",
+        "K = W_k(context) is compared with the queries; V = W_v(context) is what the "
+        "weights average. You used W_v for the keys and W_k for the values.",
+        _mistake(lambda s, x, c: (s.W_q(x), s.W_v(c), s.W_k(c), _inv_sqrt(s.W_q(x)), -1, True)),
+    ),
+    Mistake(
+        "missing 1/sqrt(d_k) scaling",
+        "divide the scores Q K^T by sqrt(d_k) before the softmax.",
+        _mistake(lambda s, x, c: (s.W_q(x), s.W_k(c), s.W_v(c), 1.0, -1, True)),
+    ),
+    Mistake(
+        "scaled by sqrt(d_in) instead of sqrt(d_k)",
+        "the scale is 1/sqrt(d_k), the width of q and k, not the input width d_in.",
+        _mistake(lambda s, x, c: (s.W_q(x), s.W_k(c), s.W_v(c), _inv_sqrt(x), -1, True)),
+    ),
+    Mistake(
+        "queries projected with W_k",
+        "each projection has its own job: Q = W_q(x), K = W_k(context). With W_k for "
+        "both, every token's query equals its key.",
+        _mistake(lambda s, x, c: (s.W_k(x), s.W_k(c), s.W_v(c), _inv_sqrt(s.W_k(x)), -1, True)),
+    ),
+    Mistake(
+        "values not projected (V = x)",
+        "the values are a learned projection too: V = W_v(context).",
+        _mistake(lambda s, x, c: (s.W_q(x), s.W_k(c), c, _inv_sqrt(s.W_q(x)), -1, True)),
+    ),
+    Mistake(
+        "keys and values taken from x instead of context",
+        "in cross attention the queries come from x but the keys and values come from "
+        "context: K = W_k(context), V = W_v(context).",
+        _mistake(lambda s, x, c: (s.W_q(x), s.W_k(x), s.W_v(x), _inv_sqrt(s.W_q(x)), -1, True)),
+    ),
+    Mistake(
+        "queries taken from context instead of x",
+        "the queries come from x (one output per token of x): Q = W_q(x); only the keys "
+        "and values come from context.",
+        _mistake(lambda s, x, c: (s.W_q(c), s.W_k(c), s.W_v(c), _inv_sqrt(s.W_q(c)), -1, True)),
+    ),
+    Mistake(
+        "softmax over the queries instead of the keys",
+        "each query's weights over the S keys must sum to 1: softmax(scores, dim=-1).",
+        _mistake(lambda s, x, c: (s.W_q(x), s.W_k(c), s.W_v(c), _inv_sqrt(s.W_q(x)), -2, True)),
+    ),
+    Mistake(
+        "attn_mask ignored",
+        "pass attn_mask on to your scaled_dot_product_attention: masked keys must get weight 0.",
+        _mistake(lambda s, x, c: (s.W_q(x), s.W_k(c), s.W_v(c), _inv_sqrt(s.W_q(x)), -1, False)),
+    ),
 ]
 
 
@@ -133,9 +151,14 @@ def make_self_attention_cases(seed: int) -> list[Case]:
     cases = []
     for name, B, T, S, d_in, d_k, d_v, mask in specs:
         inputs: dict = {
-            "d_in": d_in, "d_k": d_k, "d_v": d_v,
-            "W_q": randn(gen, d_k, d_in), "W_k": randn(gen, d_k, d_in), "W_v": randn(gen, d_v, d_in),
-            "x": randn(gen, B, T, d_in), "context": None if S is None else randn(gen, B, S, d_in),
+            "d_in": d_in,
+            "d_k": d_k,
+            "d_v": d_v,
+            "W_q": randn(gen, d_k, d_in),
+            "W_k": randn(gen, d_k, d_in),
+            "W_v": randn(gen, d_v, d_in),
+            "x": randn(gen, B, T, d_in),
+            "context": None if S is None else randn(gen, B, S, d_in),
             "attn_mask": None,
         }
         S_ = T if S is None else S
@@ -152,10 +175,13 @@ def call_self_attention(candidate, case: Case) -> Outputs:
     """Build ``candidate(d_in, d_k, d_v)``, load the case's weights, run it in float64."""
     i = case.inputs
     layer = candidate(i["d_in"], i["d_k"], i["d_v"])
-    missing = [n for n in ("W_q", "W_k", "W_v") if not isinstance(getattr(layer, n, None), nn.Linear)]
+    missing = [
+        n for n in ("W_q", "W_k", "W_v") if not isinstance(getattr(layer, n, None), nn.Linear)
+    ]
     if missing:
         raise AttributeError(
-            f"expected SelfAttention to have nn.Linear layers W_q, W_k, W_v; missing {missing}")
+            f"expected SelfAttention to have nn.Linear layers W_q, W_k, W_v; missing {missing}"
+        )
     layer = layer.double()
     with torch.no_grad():
         for name in ("W_q", "W_k", "W_v"):
@@ -163,7 +189,8 @@ def call_self_attention(candidate, case: Case) -> Outputs:
             if tuple(lin.weight.shape) != tuple(i[name].shape):
                 raise ValueError(
                     f"expected {name}.weight of shape (out, d_in) = {tuple(i[name].shape)}, "
-                    f"got {tuple(lin.weight.shape)}: build it as nn.Linear(d_in, out, bias=False)")
+                    f"got {tuple(lin.weight.shape)}: build it as nn.Linear(d_in, out, bias=False)"
+                )
             lin.weight.copy_(i[name])
             if lin.bias is not None:  # the lecture's projections have no bias
                 lin.bias.zero_()
@@ -180,22 +207,27 @@ def call_self_attention(candidate, case: Case) -> Outputs:
         return raised(exc)
     if isinstance(result, (tuple, list)) and len(result) == 2:
         return {"output": torch.as_tensor(result[0]), "weights": torch.as_tensor(result[1])}
-    return {"output": torch.as_tensor(result if not isinstance(result, (tuple, list)) else result[0])}
+    return {
+        "output": torch.as_tensor(result if not isinstance(result, (tuple, list)) else result[0])
+    }
 
 
 def compare_self_attention(case: Case, got: Outputs, expected: Outputs) -> str | None:
     """Output and weights within tolerance; a missing ``weights`` says what to return."""
     if "weights" in expected and "output" in got and "weights" not in got:
-        return (f"case '{case.name}': forward should return a tuple (output, weights), "
-                "like scaled_dot_product_attention")
+        return (
+            f"case '{case.name}': forward should return a tuple (output, weights), "
+            "like scaled_dot_product_attention"
+        )
     return compare_or_raised(case, got, expected)
 
 
 # ============================================================================= 04.2 equivariance
 
 
-def is_permutation_equivariant(fn: Callable[[Tensor], Tensor], x: Tensor, n_trials: int = 3,
-                               atol: float = 1e-5) -> bool:
+def is_permutation_equivariant(
+    fn: Callable[[Tensor], Tensor], x: Tensor, n_trials: int = 3, atol: float = 1e-5
+) -> bool:
     """Does shuffling the tokens shuffle the outputs the same way: fn(x[:, p]) == fn(x)[:, p]?
 
     fn: (B, T, D) -> (B, T, D'); x: (B, T, D). Tries ``n_trials`` random permutations of the
@@ -217,8 +249,10 @@ def is_permutation_equivariant(fn: Callable[[Tensor], Tensor], x: Tensor, n_tria
 def _params(D: int) -> dict[str, Tensor]:
     """Fixed float32 weights for the test functions, one set per width D."""
     gen = torch.Generator().manual_seed(1234 + D)
-    return {name: torch.randn(D, D, generator=gen) / math.sqrt(D)
-            for name in ("q", "k", "v", "w1", "w2")}
+    return {
+        name: torch.randn(D, D, generator=gen) / math.sqrt(D)
+        for name in ("q", "k", "v", "w1", "w2")
+    }
 
 
 def _attention(x: Tensor, *, causal: bool = False, positions: str | None = None) -> Tensor:
@@ -253,20 +287,28 @@ TEST_FUNCTIONS: list[tuple[str, Callable[[Tensor], Tensor], bool]] = [
     ("the identity", lambda x: x.clone(), True),
     ("subtracting the mean over tokens", lambda x: x - x.mean(dim=1, keepdim=True), True),
     ("adding the max over tokens", lambda x: x + x.amax(dim=1, keepdim=True), True),
-    ("the sum over tokens, added one at a time and repeated for each token",
-     _sequential_sum, True),
-    ("the mean over tokens, repeated for each token",
-     lambda x: x.mean(dim=1, keepdim=True).expand_as(x).clone(), True),
-    ("self-attention with sinusoidal positions added",
-     lambda x: _attention(x, positions="sinusoidal"), False),
+    ("the sum over tokens, added one at a time and repeated for each token", _sequential_sum, True),
+    (
+        "the mean over tokens, repeated for each token",
+        lambda x: x.mean(dim=1, keepdim=True).expand_as(x).clone(),
+        True,
+    ),
+    (
+        "self-attention with sinusoidal positions added",
+        lambda x: _attention(x, positions="sinusoidal"),
+        False,
+    ),
     ("self-attention with RoPE", lambda x: _attention(x, positions="rope"), False),
     ("causal self-attention", lambda x: _attention(x, causal=True), False),
     ("a cumulative sum over tokens", lambda x: x.cumsum(dim=1), False),
     ("shifting the tokens by one (roll)", lambda x: torch.roll(x, 1, dims=1), False),
     ("reversing the token order", lambda x: x.flip(1), False),
     ("sorting the tokens along each feature", lambda x: x.sort(dim=1).values, False),
-    ("scaling each token by its position",
-     lambda x: x * torch.arange(1, x.shape[1] + 1, dtype=x.dtype)[None, :, None], False),
+    (
+        "scaling each token by its position",
+        lambda x: x * torch.arange(1, x.shape[1] + 1, dtype=x.dtype)[None, :, None],
+        False,
+    ),
 ]
 
 
@@ -274,10 +316,14 @@ def make_equivariance_cases(seed: int) -> list[Case]:
     """Inputs x (B, T, D) in float32 and a seed for the candidate's own random permutations."""
     gen = generator(seed)
     return [
-        Case("x of shape (2, 6, 4)", {"x": randn(gen, 2, 6, 4, dtype=torch.float32) * 2,
-                                      "seed": seed}),
-        Case("x of shape (3, 7, 8)", {"x": randn(gen, 3, 7, 8, dtype=torch.float32) * 2,
-                                      "seed": seed + 1}),
+        Case(
+            "x of shape (2, 6, 4)",
+            {"x": randn(gen, 2, 6, 4, dtype=torch.float32) * 2, "seed": seed},
+        ),
+        Case(
+            "x of shape (3, 7, 8)",
+            {"x": randn(gen, 3, 7, 8, dtype=torch.float32) * 2, "seed": seed + 1},
+        ),
     ]
 
 
@@ -290,8 +336,10 @@ def call_equivariance(candidate, case: Case) -> Outputs:
         for _name, fn, _truth in TEST_FUNCTIONS:
             answer = candidate(fn, x.clone())
             if isinstance(answer, Tensor) and answer.numel() != 1:
-                raise TypeError("is_permutation_equivariant should return one True/False, "
-                                f"got a tensor of shape {tuple(answer.shape)}")
+                raise TypeError(
+                    "is_permutation_equivariant should return one True/False, "
+                    f"got a tensor of shape {tuple(answer.shape)}"
+                )
             verdicts.append(bool(answer))
     return {"verdicts": torch.tensor(verdicts, dtype=torch.bool)}
 
@@ -301,11 +349,16 @@ def compare_equivariance(case: Case, got: Outputs, expected: Outputs) -> str | N
     g, e = got.get("verdicts"), expected["verdicts"]
     if not isinstance(g, Tensor) or g.shape != e.shape:
         return f"case '{case.name}': expected one verdict per test function ({len(e)})"
-    wrong = [(name, bool(v)) for (name, _, _), v, t in zip(TEST_FUNCTIONS, g, e) if bool(v) != bool(t)]
+    wrong = [
+        (name, bool(v)) for (name, _, _), v, t in zip(TEST_FUNCTIONS, g, e) if bool(v) != bool(t)
+    ]
     if not wrong:
         return None
-    parts = [f"'{name}' is {'not ' if said else ''}equivariant but your test says "
-             f"{'it is' if said else 'it is not'}" for name, said in wrong[:3]]
+    parts = [
+        f"'{name}' is {'not ' if said else ''}equivariant but your test says "
+        f"{'it is' if said else 'it is not'}"
+        for name, said in wrong[:3]
+    ]
     more = f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else ""
     return f"case '{case.name}': " + "; ".join(parts) + more
 
@@ -350,35 +403,49 @@ def _feature_perm(fn, x):
 
 
 EQUIVARIANCE_MISTAKES = [
-    Mistake("a test that always says True",
-            "your test must be able to fail: permute the tokens (dim 1) with a random, "
-            "non-identity permutation p (not the batch dim), and compare fn(x[:, p]) with fn(x)[:, p].",
-            _always_true),
-    Mistake("outputs compared without un-permuting",
-            "fn(x[:, p]) should equal fn(x) shuffled the same way, fn(x)[:, p] -- comparing it "
-            "with fn(x) itself tests invariance, not equivariance.",
-            _no_unpermute),
-    Mistake("compared sorted outputs",
-            "sorting both outputs throws away which token each output row belongs to, so "
-            "shifting or reversing the tokens passes. Compare fn(x[:, p]) with fn(x)[:, p] row by row.",
-            _sorted_compare),
-    Mistake("un-permuted with the inverse permutation",
-            "x[:, p] puts token p[i] at position i, so its output row i should be fn(x)[:, p][:, i]: "
-            "index the output with the same p, not p.argsort().",
-            _inverse_unpermute),
-    Mistake("exact equality instead of a tolerance",
-            "floating-point sums depend on the order of their terms, so an equivariant function "
-            "can differ in the last bits after shuffling: compare with torch.allclose(..., atol=1e-5).",
-            _exact_equality),
-    Mistake("only a cyclic shift tried",
-            "a shift of the tokens commutes with every shift-like function (a roll, say), so "
-            "it cannot tell them apart from equivariant ones: use random permutations "
-            "(torch.randperm), a few of them.",
-            _cyclic_shift_only),
-    Mistake("permuted the features instead of the tokens",
-            "equivariance is about the order of the tokens, dim 1 of x (B, T, D), not the "
-            "features in the last dim.",
-            _feature_perm),
+    Mistake(
+        "a test that always says True",
+        "your test must be able to fail: permute the tokens (dim 1) with a random, "
+        "non-identity permutation p (not the batch dim), and compare fn(x[:, p]) with fn(x)[:, p].",
+        _always_true,
+    ),
+    Mistake(
+        "outputs compared without un-permuting",
+        "fn(x[:, p]) should equal fn(x) shuffled the same way, fn(x)[:, p] -- comparing it "
+        "with fn(x) itself tests invariance, not equivariance.",
+        _no_unpermute,
+    ),
+    Mistake(
+        "compared sorted outputs",
+        "sorting both outputs throws away which token each output row belongs to, so "
+        "shifting or reversing the tokens passes. Compare fn(x[:, p]) with fn(x)[:, p] row by row.",
+        _sorted_compare,
+    ),
+    Mistake(
+        "un-permuted with the inverse permutation",
+        "x[:, p] puts token p[i] at position i, so its output row i should be fn(x)[:, p][:, i]: "
+        "index the output with the same p, not p.argsort().",
+        _inverse_unpermute,
+    ),
+    Mistake(
+        "exact equality instead of a tolerance",
+        "floating-point sums depend on the order of their terms, so an equivariant function "
+        "can differ in the last bits after shuffling: compare with torch.allclose(..., atol=1e-5).",
+        _exact_equality,
+    ),
+    Mistake(
+        "only a cyclic shift tried",
+        "a shift of the tokens commutes with every shift-like function (a roll, say), so "
+        "it cannot tell them apart from equivariant ones: use random permutations "
+        "(torch.randperm), a few of them.",
+        _cyclic_shift_only,
+    ),
+    Mistake(
+        "permuted the features instead of the tokens",
+        "equivariance is about the order of the tokens, dim 1 of x (B, T, D), not the "
+        "features in the last dim.",
+        _feature_perm,
+    ),
 ]
 
 
@@ -395,7 +462,7 @@ EXERCISES = [
         mistakes=SELF_ATTENTION_MISTAKES,
         compare=compare_self_attention,
         hint="Q = W_q(x), K = W_k(context), V = W_v(context) with context defaulting to x; then "
-             "return scaled_dot_product_attention(Q, K, V, attn_mask).",
+        "return scaled_dot_product_attention(Q, K, V, attn_mask).",
     ),
     Exercise(
         id="04.2",
@@ -409,6 +476,6 @@ EXERCISES = [
         mistakes=EQUIVARIANCE_MISTAKES,
         compare=compare_equivariance,
         hint="draw a random permutation p of the T tokens, compare fn(x[:, p]) with fn(x)[:, p] "
-             "using torch.allclose, and try a few permutations.",
+        "using torch.allclose, and try a few permutations.",
     ),
 ]

@@ -63,24 +63,42 @@ def _pair_angle(pos, col, D, exponent=lambda i, D: 2 * i / D):
 _RIGHT = "pe[pos, 2i] = sin(pos / 10000^(2i/D)) and pe[pos, 2i+1] = cos(pos / 10000^(2i/D))"
 
 PE_MISTAKES = [
-    Mistake("sin and cos swapped", f"even columns take sin, odd columns cos: {_RIGHT}",
-            _pe(_pair_angle, swap=True)),
-    Mistake("sin and cos concatenated instead of interleaved",
-            f"interleave them, pe[:, 0::2] = sin(...) and pe[:, 1::2] = cos(...), instead of "
-            f"putting all sines first: {_RIGHT}", _pe(_pair_angle, interleave=False)),
-    Mistake("wrong frequency exponent (i/D instead of 2i/D)",
-            f"with i the pair index the exponent is 2i/D: {_RIGHT}",
-            _pe(lambda p, c, D: _pair_angle(p, c, D, exponent=lambda i, D: i / D))),
-    Mistake("each column its own frequency (exponent j/D with j the column index)",
-            f"the sin and the cos of a pair share one frequency, 10000^(2i/D): {_RIGHT}",
-            _pe(lambda p, c, D: p / 10000.0 ** (c / D))),
-    Mistake("frequency inverted (pos * 10000^(2i/D))",
-            f"divide the position by 10000^(2i/D) (the frequencies decrease along D): {_RIGHT}",
-            _pe(lambda p, c, D: p * 10000.0 ** (2 * torch.div(c, 2, rounding_mode="floor") / D))),
-    Mistake("positions start at 1 instead of 0",
-            "the first position is 0: pe[0] = (0, 1, 0, 1, ...)", _pe(_pair_angle, start=1)),
-    Mistake("returned (D, T) instead of (T, D)", "return one row per position: shape (T, D)",
-            lambda T, D: _pe(_pair_angle)(T, D).T),
+    Mistake(
+        "sin and cos swapped",
+        f"even columns take sin, odd columns cos: {_RIGHT}",
+        _pe(_pair_angle, swap=True),
+    ),
+    Mistake(
+        "sin and cos concatenated instead of interleaved",
+        f"interleave them, pe[:, 0::2] = sin(...) and pe[:, 1::2] = cos(...), instead of "
+        f"putting all sines first: {_RIGHT}",
+        _pe(_pair_angle, interleave=False),
+    ),
+    Mistake(
+        "wrong frequency exponent (i/D instead of 2i/D)",
+        f"with i the pair index the exponent is 2i/D: {_RIGHT}",
+        _pe(lambda p, c, D: _pair_angle(p, c, D, exponent=lambda i, D: i / D)),
+    ),
+    Mistake(
+        "each column its own frequency (exponent j/D with j the column index)",
+        f"the sin and the cos of a pair share one frequency, 10000^(2i/D): {_RIGHT}",
+        _pe(lambda p, c, D: p / 10000.0 ** (c / D)),
+    ),
+    Mistake(
+        "frequency inverted (pos * 10000^(2i/D))",
+        f"divide the position by 10000^(2i/D) (the frequencies decrease along D): {_RIGHT}",
+        _pe(lambda p, c, D: p * 10000.0 ** (2 * torch.div(c, 2, rounding_mode="floor") / D)),
+    ),
+    Mistake(
+        "positions start at 1 instead of 0",
+        "the first position is 0: pe[0] = (0, 1, 0, 1, ...)",
+        _pe(_pair_angle, start=1),
+    ),
+    Mistake(
+        "returned (D, T) instead of (T, D)",
+        "return one row per position: shape (T, D)",
+        lambda T, D: _pe(_pair_angle)(T, D).T,
+    ),
 ]
 
 PE = Exercise(
@@ -109,8 +127,10 @@ def _rope_cases(seed: int) -> list[Case]:
     return [
         Case("(T, D), default positions", {"x": randn(g, T, D)}),
         Case("heads (B, H, T, D), default positions", {"x": randn(g, B, H, T, D)}),
-        Case("positions offset (decoding after a prefix)",
-             {"x": randn(g, B, T, D), "positions": torch.arange(T) + offset}),
+        Case(
+            "positions offset (decoding after a prefix)",
+            {"x": randn(g, B, T, D), "positions": torch.arange(T) + offset},
+        ),
         Case("scattered positions", {"x": randn(g, B, H, T, D), "positions": scattered}),
         Case("one pair (D = 2)", {"x": randn(g, T, 2)}),
     ]
@@ -125,8 +145,16 @@ def _rope_call(candidate, case: Case) -> dict[str, Tensor]:
     return {"rotated": as_tensor(out, "apply_rope(x, positions)")}
 
 
-def _rope(*, exponent=lambda i, D: 2 * i / D, sign: float = 1.0, halves: bool = False,
-          concat: bool = False, swap: bool = False, use_positions: bool = True, start: int = 0):
+def _rope(
+    *,
+    exponent=lambda i, D: 2 * i / D,
+    sign: float = 1.0,
+    halves: bool = False,
+    concat: bool = False,
+    swap: bool = False,
+    use_positions: bool = True,
+    start: int = 0,
+):
     """A RoPE with one thing changed (for the mistakes)."""
 
     def impl(x: Tensor, positions: Tensor | None = None) -> Tensor:
@@ -148,31 +176,49 @@ def _rope(*, exponent=lambda i, D: 2 * i / D, sign: float = 1.0, halves: bool = 
     return impl
 
 
-_PAIRS = ("(x[..., 2i], x[..., 2i+1]) -> (x0 cos(a) - x1 sin(a), x0 sin(a) + x1 cos(a)) with "
-          "a = pos * 10000^(-2i/D)")
+_PAIRS = (
+    "(x[..., 2i], x[..., 2i+1]) -> (x0 cos(a) - x1 sin(a), x0 sin(a) + x1 cos(a)) with "
+    "a = pos * 10000^(-2i/D)"
+)
 
 ROPE_MISTAKES = [
-    Mistake("rotates halves instead of interleaved pairs",
-            f"the course's RoPE pairs neighbouring dimensions (x[..., 0::2], x[..., 1::2]), "
-            f"not the first and second half of D (the GPT-NeoX layout): {_PAIRS}",
-            _rope(halves=True)),
-    Mistake("rotation by the wrong sign (angle -a)",
-            f"rotate counter-clockwise: {_PAIRS}", _rope(sign=-1.0)),
-    Mistake("wrong frequency exponent (i/D instead of 2i/D)",
-            f"with i the pair index the angle is pos * 10000^(-2i/D): {_PAIRS}",
-            _rope(exponent=lambda i, D: i / D)),
-    Mistake("cos and sin swapped", f"the rotation matrix is [[cos, -sin], [sin, cos]]: {_PAIRS}",
-            _rope(swap=True)),
-    Mistake("rotated pairs concatenated instead of interleaved back",
-            "put each rotated pair back in place: out[..., 0::2] = x0', out[..., 1::2] = x1' "
-            "(torch.stack([x0', x1'], dim=-1).flatten(-2)), not torch.cat([x0', x1'], dim=-1)",
-            _rope(concat=True)),
-    Mistake("positions argument ignored",
-            "use the positions you are given (default arange(T) only when positions is None)",
-            _rope(use_positions=False)),
-    Mistake("positions start at 1 instead of 0",
-            "the default positions are torch.arange(T): the first token is not rotated",
-            _rope(start=1)),
+    Mistake(
+        "rotates halves instead of interleaved pairs",
+        f"the course's RoPE pairs neighbouring dimensions (x[..., 0::2], x[..., 1::2]), "
+        f"not the first and second half of D (the GPT-NeoX layout): {_PAIRS}",
+        _rope(halves=True),
+    ),
+    Mistake(
+        "rotation by the wrong sign (angle -a)",
+        f"rotate counter-clockwise: {_PAIRS}",
+        _rope(sign=-1.0),
+    ),
+    Mistake(
+        "wrong frequency exponent (i/D instead of 2i/D)",
+        f"with i the pair index the angle is pos * 10000^(-2i/D): {_PAIRS}",
+        _rope(exponent=lambda i, D: i / D),
+    ),
+    Mistake(
+        "cos and sin swapped",
+        f"the rotation matrix is [[cos, -sin], [sin, cos]]: {_PAIRS}",
+        _rope(swap=True),
+    ),
+    Mistake(
+        "rotated pairs concatenated instead of interleaved back",
+        "put each rotated pair back in place: out[..., 0::2] = x0', out[..., 1::2] = x1' "
+        "(torch.stack([x0', x1'], dim=-1).flatten(-2)), not torch.cat([x0', x1'], dim=-1)",
+        _rope(concat=True),
+    ),
+    Mistake(
+        "positions argument ignored",
+        "use the positions you are given (default arange(T) only when positions is None)",
+        _rope(use_positions=False),
+    ),
+    Mistake(
+        "positions start at 1 instead of 0",
+        "the default positions are torch.arange(T): the first token is not rotated",
+        _rope(start=1),
+    ),
 ]
 
 ROPE = Exercise(

@@ -74,19 +74,29 @@ def _split_transposed_rows(x: Tensor, H: int) -> Tensor:
 
 
 SPLIT_MISTAKES = [
-    Mistake("heads split without transpose (plain reshape to (B, H, T, Dh))",
-            "reshape to (B, T, H, Dh) first (each token's D features cut into H pieces), then "
-            "move the head axis forward with .transpose(1, 2); reshaping straight to "
-            "(B, H, T, Dh) mixes features of different tokens", _split_no_transpose),
-    Mistake("heads take strided columns (reshape to (B, T, Dh, H))",
-            "head h owns the contiguous columns h*Dh:(h+1)*Dh: reshape to (B, T, H, Dh), "
-            "not (B, T, Dh, H)", _split_strided),
-    Mistake("head axis not moved forward (returned (B, T, H, Dh))",
-            "after reshaping to (B, T, H, Dh), transpose(1, 2) gives (B, H, T, Dh)",
-            _split_no_move),
-    Mistake("returned (B, H, Dh, T)",
-            "transpose only the T and H axes: (B, T, H, Dh).transpose(1, 2) -> (B, H, T, Dh)",
-            _split_transposed_rows),
+    Mistake(
+        "heads split without transpose (plain reshape to (B, H, T, Dh))",
+        "reshape to (B, T, H, Dh) first (each token's D features cut into H pieces), then "
+        "move the head axis forward with .transpose(1, 2); reshaping straight to "
+        "(B, H, T, Dh) mixes features of different tokens",
+        _split_no_transpose,
+    ),
+    Mistake(
+        "heads take strided columns (reshape to (B, T, Dh, H))",
+        "head h owns the contiguous columns h*Dh:(h+1)*Dh: reshape to (B, T, H, Dh), "
+        "not (B, T, Dh, H)",
+        _split_strided,
+    ),
+    Mistake(
+        "head axis not moved forward (returned (B, T, H, Dh))",
+        "after reshaping to (B, T, H, Dh), transpose(1, 2) gives (B, H, T, Dh)",
+        _split_no_move,
+    ),
+    Mistake(
+        "returned (B, H, Dh, T)",
+        "transpose only the T and H axes: (B, T, H, Dh).transpose(1, 2) -> (B, H, T, Dh)",
+        _split_transposed_rows,
+    ),
 ]
 
 SPLIT = Exercise(
@@ -111,8 +121,9 @@ def _merge_cases(seed: int) -> list[Case]:
     B, T, H, Dh = distinct_sizes(g, 4, 2, 6)
     return [
         Case("(B, H, T, Dh) with B, T, H, Dh all different", {"x": randn(g, B, H, T, Dh)}),
-        Case("non-contiguous input (a transposed view)",
-             {"x": randn(g, B, T, H, Dh).transpose(1, 2)}),
+        Case(
+            "non-contiguous input (a transposed view)", {"x": randn(g, B, T, H, Dh).transpose(1, 2)}
+        ),
         Case("one head (H = 1)", {"x": randn(g, B, 1, T, Dh)}),
         Case("one token (T = 1)", {"x": randn(g, B, H, 1, Dh)}),
     ]
@@ -133,18 +144,27 @@ def _merge_strided(x: Tensor) -> Tensor:
 
 
 MERGE_MISTAKES = [
-    Mistake("heads merged without transpose (plain reshape to (B, T, D))",
-            "move the head axis back next to Dh first: x.transpose(1, 2) gives (B, T, H, Dh), "
-            "then reshape to (B, T, H * Dh); a plain reshape mixes tokens", _merge_no_transpose),
-    Mistake("merged in the wrong order (B, T, Dh, H)",
-            "concatenate whole heads: (B, H, T, Dh).transpose(1, 2) -> (B, T, H, Dh) -> "
-            "(B, T, H * Dh)", _merge_strided),
-    Mistake("heads summed instead of concatenated",
-            "the heads' outputs are concatenated (B, T, H * Dh), not added",
-            lambda x: x.sum(dim=1)),
-    Mistake("heads averaged instead of concatenated",
-            "the heads' outputs are concatenated (B, T, H * Dh), not averaged",
-            lambda x: x.mean(dim=1)),
+    Mistake(
+        "heads merged without transpose (plain reshape to (B, T, D))",
+        "move the head axis back next to Dh first: x.transpose(1, 2) gives (B, T, H, Dh), "
+        "then reshape to (B, T, H * Dh); a plain reshape mixes tokens",
+        _merge_no_transpose,
+    ),
+    Mistake(
+        "merged in the wrong order (B, T, Dh, H)",
+        "concatenate whole heads: (B, H, T, Dh).transpose(1, 2) -> (B, T, H, Dh) -> (B, T, H * Dh)",
+        _merge_strided,
+    ),
+    Mistake(
+        "heads summed instead of concatenated",
+        "the heads' outputs are concatenated (B, T, H * Dh), not added",
+        lambda x: x.sum(dim=1),
+    ),
+    Mistake(
+        "heads averaged instead of concatenated",
+        "the heads' outputs are concatenated (B, T, H * Dh), not averaged",
+        lambda x: x.mean(dim=1),
+    ),
 ]
 
 MERGE = Exercise(
@@ -159,7 +179,7 @@ MERGE = Exercise(
     mistakes=MERGE_MISTAKES,
     compare=close(),
     hint="(B, H, T, Dh) -> transpose(1, 2) -> (B, T, H, Dh) -> reshape (B, T, H * Dh) "
-         "(reshape, or .contiguous().view, since the transpose is not contiguous)",
+    "(reshape, or .contiguous().view, since the transpose is not contiguous)",
 )
 
 # ----------------------------------------------------------------------------- 06.3 MultiHeadAttention
@@ -174,9 +194,20 @@ def _mha_cases(seed: int) -> list[Case]:
 
     def case(name: str, mask: Tensor | None = None, *, H: int = H, T: int = T) -> Case:
         D = H * Dh
-        inputs = {"d_model": D, "n_heads": H, "x": randn(g, B, T, D),
-                  **random_weights(g, {"qkv.weight": (3 * D, D), "qkv.bias": (3 * D,),
-                                       "out.weight": (D, D), "out.bias": (D,)})}
+        inputs = {
+            "d_model": D,
+            "n_heads": H,
+            "x": randn(g, B, T, D),
+            **random_weights(
+                g,
+                {
+                    "qkv.weight": (3 * D, D),
+                    "qkv.bias": (3 * D,),
+                    "out.weight": (D, D),
+                    "out.bias": (D,),
+                },
+            ),
+        }
         if mask is not None:
             inputs["attn_mask"] = mask
         return Case(name, inputs)
@@ -202,8 +233,9 @@ def _mha_call(candidate, case: Case) -> dict[str, Tensor]:
     return {"output": as_tensor(out, "MultiHeadAttention(...)(x)")}
 
 
-def _mha_variant(*, split=None, merge=None, scale=None, chunk=None, weigh=None,
-                 project_out: bool = True):
+def _mha_variant(
+    *, split=None, merge=None, scale=None, chunk=None, weigh=None, project_out: bool = True
+):
     """A MultiHeadAttention (same __init__ as the notebook's) with one thing changed."""
 
     class Variant(nn.Module):
@@ -246,36 +278,68 @@ def _softmax_fill(fill: float, invert: bool = False, dim: int = -1):
 
 
 MHA_MISTAKES = [
-    Mistake("heads split without transpose (plain reshape to (B, H, T, Dh))",
-            SPLIT_MISTAKES[0].hint, _mha_variant(split=_split_no_transpose)),
-    Mistake("heads merged without transpose (plain reshape to (B, T, D))",
-            MERGE_MISTAKES[0].hint, _mha_variant(merge=_merge_no_transpose)),
-    Mistake("missing 1/sqrt(d_head) scaling",
-            "divide each head's scores by sqrt(Dh), Dh = d_model // n_heads",
-            _mha_variant(scale=lambda q, x: 1.0)),
-    Mistake("scaled by 1/sqrt(d_model) instead of 1/sqrt(d_head)",
-            "each head works in Dh = d_model // n_heads dimensions: scale by 1/sqrt(Dh)",
-            _mha_variant(scale=lambda q, x: 1 / math.sqrt(x.shape[-1]))),
-    Mistake("q, k, v cut per head from qkv instead of as three blocks [q | k | v]",
-            "self.qkv(x) is [q | k | v] along the last dim (three blocks of d_model, the "
-            "layout of nn.MultiheadAttention): q, k, v = self.qkv(x).chunk(3, dim=-1), "
-            "then split each into heads", _mha_variant(chunk=_chunk_per_head)),
-    Mistake("output projection missing",
-            "after merging the heads apply self.out (W_O) to mix them", _mha_variant(
-                project_out=False)),
-    Mistake("softmax over the query axis (dim=-2) instead of the keys (dim=-1)",
-            "normalise each query's scores over the keys: dim=-1",
-            _mha_variant(weigh=lambda s, m: attention.masked_softmax(s, m, dim=-2))),
-    Mistake("mask inverted (True treated as blocked)", MASK_MISTAKES_HINTS["inverted"],
-            _mha_variant(weigh=_softmax_fill(float("-inf"), invert=True))),
-    Mistake("mask inverted (True treated as blocked)", MASK_MISTAKES_HINTS["inverted"],
-            _mha_variant(weigh=lambda s, m: attention.masked_softmax(s, None if m is None else ~m))),
-    Mistake("masked scores filled with 0 instead of -inf", MASK_MISTAKES_HINTS["zero"],
-            _mha_variant(weigh=_softmax_fill(0.0))),
-    Mistake("mask applied after the softmax", MASK_MISTAKES_HINTS["after"],
-            _mha_variant(weigh=lambda s, m: torch.softmax(s, -1) * (1 if m is None else m))),
-    Mistake("mask ignored", "pass attn_mask on to the attention (True = may attend)",
-            _mha_variant(weigh=lambda s, m: torch.softmax(s, dim=-1))),
+    Mistake(
+        "heads split without transpose (plain reshape to (B, H, T, Dh))",
+        SPLIT_MISTAKES[0].hint,
+        _mha_variant(split=_split_no_transpose),
+    ),
+    Mistake(
+        "heads merged without transpose (plain reshape to (B, T, D))",
+        MERGE_MISTAKES[0].hint,
+        _mha_variant(merge=_merge_no_transpose),
+    ),
+    Mistake(
+        "missing 1/sqrt(d_head) scaling",
+        "divide each head's scores by sqrt(Dh), Dh = d_model // n_heads",
+        _mha_variant(scale=lambda q, x: 1.0),
+    ),
+    Mistake(
+        "scaled by 1/sqrt(d_model) instead of 1/sqrt(d_head)",
+        "each head works in Dh = d_model // n_heads dimensions: scale by 1/sqrt(Dh)",
+        _mha_variant(scale=lambda q, x: 1 / math.sqrt(x.shape[-1])),
+    ),
+    Mistake(
+        "q, k, v cut per head from qkv instead of as three blocks [q | k | v]",
+        "self.qkv(x) is [q | k | v] along the last dim (three blocks of d_model, the "
+        "layout of nn.MultiheadAttention): q, k, v = self.qkv(x).chunk(3, dim=-1), "
+        "then split each into heads",
+        _mha_variant(chunk=_chunk_per_head),
+    ),
+    Mistake(
+        "output projection missing",
+        "after merging the heads apply self.out (W_O) to mix them",
+        _mha_variant(project_out=False),
+    ),
+    Mistake(
+        "softmax over the query axis (dim=-2) instead of the keys (dim=-1)",
+        "normalise each query's scores over the keys: dim=-1",
+        _mha_variant(weigh=lambda s, m: attention.masked_softmax(s, m, dim=-2)),
+    ),
+    Mistake(
+        "mask inverted (True treated as blocked)",
+        MASK_MISTAKES_HINTS["inverted"],
+        _mha_variant(weigh=_softmax_fill(float("-inf"), invert=True)),
+    ),
+    Mistake(
+        "mask inverted (True treated as blocked)",
+        MASK_MISTAKES_HINTS["inverted"],
+        _mha_variant(weigh=lambda s, m: attention.masked_softmax(s, None if m is None else ~m)),
+    ),
+    Mistake(
+        "masked scores filled with 0 instead of -inf",
+        MASK_MISTAKES_HINTS["zero"],
+        _mha_variant(weigh=_softmax_fill(0.0)),
+    ),
+    Mistake(
+        "mask applied after the softmax",
+        MASK_MISTAKES_HINTS["after"],
+        _mha_variant(weigh=lambda s, m: torch.softmax(s, -1) * (1 if m is None else m)),
+    ),
+    Mistake(
+        "mask ignored",
+        "pass attn_mask on to the attention (True = may attend)",
+        _mha_variant(weigh=lambda s, m: torch.softmax(s, dim=-1)),
+    ),
 ]
 
 MHA = Exercise(
@@ -290,8 +354,8 @@ MHA = Exercise(
     mistakes=MHA_MISTAKES,
     compare=close(),
     hint="q, k, v = self.qkv(x).chunk(3, dim=-1); split each into heads (B, H, T, Dh); scaled "
-         "dot-product attention per head with attn_mask (True = may attend); merge the heads "
-         "to (B, T, D); apply self.out",
+    "dot-product attention per head with attn_mask (True = may attend); merge the heads "
+    "to (B, T, D); apply self.out",
 )
 
 EXERCISES = [SPLIT, MERGE, MHA]  # append this notebook's later exercises here

@@ -33,8 +33,14 @@ NOTEBOOK = "07_transformer_block.ipynb"
 # A formula needs no tensor at all; a module being built is caught at its first weight.
 _LARGEST_TENSOR_ALLOWED = 4096
 
-__all__ = ["block_param_count", "formula_block_param_count", "make_cases", "call", "MISTAKES",
-           "EXERCISES"]
+__all__ = [
+    "block_param_count",
+    "formula_block_param_count",
+    "make_cases",
+    "call",
+    "MISTAKES",
+    "EXERCISES",
+]
 
 
 def block_param_count(d_model: int, n_heads: int, d_ff: int) -> int:
@@ -101,37 +107,62 @@ def _only_one_mlp_layer(d_model, n_heads, d_ff):
 
 
 MISTAKES = [
-    Mistake("forgot the biases",
-            "every nn.Linear has a bias vector as long as its output: qkv has 3*d_model, out "
-            "has d_model, fc1 has d_ff and fc2 has d_model.", _forgot_biases),
-    Mistake("forgot the LayerNorm parameters",
-            "each of the two LayerNorms has a learned scale gamma and shift beta, d_model "
-            "each: 4*d_model in all. (Forgetting the four attention biases, 3*d_model for "
-            "qkv and d_model for W_O, would also leave you 4*d_model short.)",
-            _forgot_layernorm),
-    Mistake("LayerNorm parameters half counted",
-            "there are two LayerNorms (after attention and after the MLP), and each has two "
-            "vectors of length d_model (gamma and beta): 4*d_model, not 2*d_model.",
-            _layernorm_half),
-    Mistake("forgot the MLP biases",
-            "fc1 has a bias of length d_ff and fc2 one of length d_model.", _forgot_mlp_biases),
-    Mistake("W_O counted twice",
-            "attention has four d_model x d_model matrices (W_Q, W_K, W_V and W_O), each with "
-            "a bias: 4*d_model**2 + 4*d_model. W_O appears once.", _w_o_twice),
-    Mistake("W_O not counted",
-            "after the heads are merged, the output projection W_O (d_model x d_model, plus a "
-            "bias) mixes them: attention has 4 matrices, not 3.", _w_o_missing),
-    Mistake("d_model and d_ff swapped",
-            "d_model is the width of the residual stream (attention and LayerNorm work at "
-            "this width); d_ff is only the hidden width of the MLP. Check the argument order "
-            "(d_model, n_heads, d_ff).", _swapped),
-    Mistake("each head counted with full-width projections",
-            "the heads split d_model: each head's W_Q is d_model x (d_model / n_heads), so all "
-            "heads together have d_model x d_model per projection. The count does not depend "
-            "on n_heads.", _per_head_full_width),
-    Mistake("only one MLP layer counted",
-            "the MLP has two layers: fc1 (d_model -> d_ff) and fc2 (d_ff -> d_model), "
-            "each with weights and a bias.", _only_one_mlp_layer),
+    Mistake(
+        "forgot the biases",
+        "every nn.Linear has a bias vector as long as its output: qkv has 3*d_model, out "
+        "has d_model, fc1 has d_ff and fc2 has d_model.",
+        _forgot_biases,
+    ),
+    Mistake(
+        "forgot the LayerNorm parameters",
+        "each of the two LayerNorms has a learned scale gamma and shift beta, d_model "
+        "each: 4*d_model in all. (Forgetting the four attention biases, 3*d_model for "
+        "qkv and d_model for W_O, would also leave you 4*d_model short.)",
+        _forgot_layernorm,
+    ),
+    Mistake(
+        "LayerNorm parameters half counted",
+        "there are two LayerNorms (after attention and after the MLP), and each has two "
+        "vectors of length d_model (gamma and beta): 4*d_model, not 2*d_model.",
+        _layernorm_half,
+    ),
+    Mistake(
+        "forgot the MLP biases",
+        "fc1 has a bias of length d_ff and fc2 one of length d_model.",
+        _forgot_mlp_biases,
+    ),
+    Mistake(
+        "W_O counted twice",
+        "attention has four d_model x d_model matrices (W_Q, W_K, W_V and W_O), each with "
+        "a bias: 4*d_model**2 + 4*d_model. W_O appears once.",
+        _w_o_twice,
+    ),
+    Mistake(
+        "W_O not counted",
+        "after the heads are merged, the output projection W_O (d_model x d_model, plus a "
+        "bias) mixes them: attention has 4 matrices, not 3.",
+        _w_o_missing,
+    ),
+    Mistake(
+        "d_model and d_ff swapped",
+        "d_model is the width of the residual stream (attention and LayerNorm work at "
+        "this width); d_ff is only the hidden width of the MLP. Check the argument order "
+        "(d_model, n_heads, d_ff).",
+        _swapped,
+    ),
+    Mistake(
+        "each head counted with full-width projections",
+        "the heads split d_model: each head's W_Q is d_model x (d_model / n_heads), so all "
+        "heads together have d_model x d_model per projection. The count does not depend "
+        "on n_heads.",
+        _per_head_full_width,
+    ),
+    Mistake(
+        "only one MLP layer counted",
+        "the MLP has two layers: fc1 (d_model -> d_ff) and fc2 (d_ff -> d_model), "
+        "each with weights and a bias.",
+        _only_one_mlp_layer,
+    ),
 ]
 
 
@@ -150,12 +181,24 @@ def make_cases(seed: int) -> list[Case]:
         F = D
         while F % D == 0 or D % F == 0:  # keep d_ff apart from d_model and its multiples
             F = int(torch.randint(8, 8 * D, (1,), generator=gen))
-        cases.append(Case(f"random sizes #{i + 1} (d_model={D}, n_heads={H}, d_ff={F})",
-                          {"d_model": D, "n_heads": H, "d_ff": F}))
-    cases.append(Case("BERT-base layer (d_model=768, n_heads=12, d_ff=3072)",
-                      {"d_model": 768, "n_heads": 12, "d_ff": 3072}))
-    cases.append(Case("GPT-3 layer (d_model=12288, n_heads=96, d_ff=49152)",
-                      {"d_model": 12288, "n_heads": 96, "d_ff": 49152}))
+        cases.append(
+            Case(
+                f"random sizes #{i + 1} (d_model={D}, n_heads={H}, d_ff={F})",
+                {"d_model": D, "n_heads": H, "d_ff": F},
+            )
+        )
+    cases.append(
+        Case(
+            "BERT-base layer (d_model=768, n_heads=12, d_ff=3072)",
+            {"d_model": 768, "n_heads": 12, "d_ff": 3072},
+        )
+    )
+    cases.append(
+        Case(
+            "GPT-3 layer (d_model=12288, n_heads=96, d_ff=49152)",
+            {"d_model": 12288, "n_heads": 96, "d_ff": 49152},
+        )
+    )
     return cases
 
 
@@ -169,7 +212,8 @@ class _FormulaOnly(TorchDispatchMode):
                 raise ValueError(
                     f"block_param_count created a tensor of shape {tuple(t.shape)}: exercise "
                     "07.2 asks for a formula in d_model, n_heads and d_ff (plain arithmetic), "
-                    "not for building a block and counting its parameters")
+                    "not for building a block and counting its parameters"
+                )
         return out
 
 
@@ -177,16 +221,20 @@ def _as_count(value: Any) -> int:
     """The candidate's return value as a Python int, or an error a student can act on."""
     if isinstance(value, Tensor):
         if value.numel() != 1:
-            raise TypeError(f"block_param_count should return one number, got a tensor of "
-                            f"shape {tuple(value.shape)}")
+            raise TypeError(
+                f"block_param_count should return one number, got a tensor of "
+                f"shape {tuple(value.shape)}"
+            )
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"block_param_count should return an int, got {type(value).__name__}")
     if isinstance(value, numbers.Integral):
         return int(value)
     if not float(value).is_integer():
-        raise ValueError(f"block_param_count returned {value}, which is not a whole number: a "
-                         "parameter count is an integer (use // when you divide)")
+        raise ValueError(
+            f"block_param_count returned {value}, which is not a whole number: a "
+            "parameter count is an integer (use // when you divide)"
+        )
     return int(value)
 
 
@@ -210,8 +258,10 @@ def compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
     g, e = int(got["count"]), int(expected["count"])
     if g == e:
         return None
-    return (f"case '{case.name}': your formula gives {g:,} but the block has {e:,} "
-            f"parameters ({g - e:+,})")
+    return (
+        f"case '{case.name}': your formula gives {g:,} but the block has {e:,} "
+        f"parameters ({g - e:+,})"
+    )
 
 
 EXERCISES = [
@@ -227,8 +277,8 @@ EXERCISES = [
         mistakes=MISTAKES,
         compare=compare,
         hint="add up, per submodule: attention (W_Q, W_K, W_V, W_O with biases), the two "
-             "LayerNorms (gamma and beta each) and the MLP (fc1, fc2 with biases). Print "
-             "[(n, p.shape) for n, p in TransformerBlock(8, 2, 24).named_parameters()] to see "
-             "every tensor.",
+        "LayerNorms (gamma and beta each) and the MLP (fc1, fc2 with biases). Print "
+        "[(n, p.shape) for n, p in TransformerBlock(8, 2, 24).named_parameters()] to see "
+        "every tensor.",
     ),
 ]

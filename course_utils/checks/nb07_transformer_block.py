@@ -30,11 +30,20 @@ NOTEBOOK = "07_transformer_block.ipynb"
 
 
 def _block_shapes(D: int, F_: int) -> dict[str, tuple[int, ...]]:
-    return {"attn.qkv.weight": (3 * D, D), "attn.qkv.bias": (3 * D,),
-            "attn.out.weight": (D, D), "attn.out.bias": (D,),
-            "norm1.weight": (D,), "norm1.bias": (D,), "norm2.weight": (D,), "norm2.bias": (D,),
-            "mlp.fc1.weight": (F_, D), "mlp.fc1.bias": (F_,),
-            "mlp.fc2.weight": (D, F_), "mlp.fc2.bias": (D,)}
+    return {
+        "attn.qkv.weight": (3 * D, D),
+        "attn.qkv.bias": (3 * D,),
+        "attn.out.weight": (D, D),
+        "attn.out.bias": (D,),
+        "norm1.weight": (D,),
+        "norm1.bias": (D,),
+        "norm2.weight": (D,),
+        "norm2.bias": (D,),
+        "mlp.fc1.weight": (F_, D),
+        "mlp.fc1.bias": (F_,),
+        "mlp.fc2.weight": (D, F_),
+        "mlp.fc2.bias": (D,),
+    }
 
 
 def _block_cases(seed: int) -> list[Case]:
@@ -44,8 +53,17 @@ def _block_cases(seed: int) -> list[Case]:
     F_ = size(g, 2, 4) * D
 
     def case(name: str, norm_first: bool, B: int, T: int) -> Case:
-        return Case(name, {"d_model": D, "n_heads": H, "d_ff": F_, "norm_first": norm_first,
-                           "x": randn(g, B, T, D), **random_weights(g, _block_shapes(D, F_))})
+        return Case(
+            name,
+            {
+                "d_model": D,
+                "n_heads": H,
+                "d_ff": F_,
+                "norm_first": norm_first,
+                "x": randn(g, B, T, D),
+                **random_weights(g, _block_shapes(D, F_)),
+            },
+        )
 
     return [
         case("post-norm (norm_first=False)", False, size(g, 2, 3), size(g, 3, 6)),
@@ -57,8 +75,13 @@ def _block_cases(seed: int) -> list[Case]:
 
 def _block_call(candidate, case: Case) -> dict[str, Tensor]:
     i = case.inputs
-    module = build_module(candidate, (i["d_model"], i["n_heads"], i["d_ff"]),
-                          {"norm_first": i["norm_first"]}, i, "TransformerBlock")
+    module = build_module(
+        candidate,
+        (i["d_model"], i["n_heads"], i["d_ff"]),
+        {"norm_first": i["norm_first"]},
+        i,
+        "TransformerBlock",
+    )
     with torch.no_grad():
         out = module(i["x"])
     return {"output": as_tensor(out, "TransformerBlock(...)(x)")}
@@ -176,37 +199,55 @@ def _post_parallel(m, x):
 
 
 BLOCK_MISTAKES = [
-    Mistake("LayerNorm in the wrong place (pre-norm and post-norm swapped)",
-            "norm_first=False (post-norm): x = norm1(x + attn(x)), then x = norm2(x + mlp(x)); "
-            "norm_first=True (pre-norm): x = x + attn(norm1(x)), then x = x + mlp(norm2(x))",
-            _block_variant(pre=_post, post=_pre)),
-    Mistake("missing residual around the attention",
-            "add the sublayer's input back: x + attn(...), not attn(...) alone",
-            _block_variant(pre=_pre_no_attn_residual, post=_post_no_attn_residual)),
-    Mistake("missing residual around the MLP",
-            "add the sublayer's input back: x + mlp(...), not mlp(...) alone",
-            _block_variant(pre=_pre_no_mlp_residual, post=_post_no_mlp_residual)),
-    Mistake("norm1 and norm2 swapped",
-            "norm1 belongs to the attention sublayer, norm2 to the MLP",
-            _block_variant(pre=_pre_norms_swapped, post=_post_norms_swapped)),
-    Mistake("pre-norm residual taken from the normalised input",
-            "in pre-norm the residual stream stays unnormalised: x = x + attn(norm1(x)), not "
-            "h = norm1(x); x = h + attn(h)",
-            _block_variant(pre=_pre_residual_normalised, post=_post)),
-    Mistake("LayerNorm applied to the sublayer output before the residual",
-            "post-norm normalises the sum: norm1(x + attn(x)), not x + norm1(attn(x))",
-            _block_variant(pre=_pre, post=_post_norm_inside)),
-    Mistake("MLP fed the block input instead of the attention sublayer's output",
-            "the two sublayers run one after the other: the MLP sees the output of the "
-            "attention sublayer (with its residual), not the block's input",
-            _block_variant(pre=_pre_parallel, post=_post_parallel)),
-    Mistake("MLP activation missing",
-            "the MLP is fc2(relu(fc1(x))); without the nonlinearity it is a single linear map",
-            _block_variant(pre=_pre_with(_linear_mlp), post=_post_with(_linear_mlp))),
-    Mistake("GELU instead of ReLU",
-            "this block's MLP uses ReLU, as in the 2017 paper and nn.TransformerEncoderLayer's "
-            "default: call self.mlp(x)",
-            _block_variant(pre=_pre_with(_gelu_mlp), post=_post_with(_gelu_mlp))),
+    Mistake(
+        "LayerNorm in the wrong place (pre-norm and post-norm swapped)",
+        "norm_first=False (post-norm): x = norm1(x + attn(x)), then x = norm2(x + mlp(x)); "
+        "norm_first=True (pre-norm): x = x + attn(norm1(x)), then x = x + mlp(norm2(x))",
+        _block_variant(pre=_post, post=_pre),
+    ),
+    Mistake(
+        "missing residual around the attention",
+        "add the sublayer's input back: x + attn(...), not attn(...) alone",
+        _block_variant(pre=_pre_no_attn_residual, post=_post_no_attn_residual),
+    ),
+    Mistake(
+        "missing residual around the MLP",
+        "add the sublayer's input back: x + mlp(...), not mlp(...) alone",
+        _block_variant(pre=_pre_no_mlp_residual, post=_post_no_mlp_residual),
+    ),
+    Mistake(
+        "norm1 and norm2 swapped",
+        "norm1 belongs to the attention sublayer, norm2 to the MLP",
+        _block_variant(pre=_pre_norms_swapped, post=_post_norms_swapped),
+    ),
+    Mistake(
+        "pre-norm residual taken from the normalised input",
+        "in pre-norm the residual stream stays unnormalised: x = x + attn(norm1(x)), not "
+        "h = norm1(x); x = h + attn(h)",
+        _block_variant(pre=_pre_residual_normalised, post=_post),
+    ),
+    Mistake(
+        "LayerNorm applied to the sublayer output before the residual",
+        "post-norm normalises the sum: norm1(x + attn(x)), not x + norm1(attn(x))",
+        _block_variant(pre=_pre, post=_post_norm_inside),
+    ),
+    Mistake(
+        "MLP fed the block input instead of the attention sublayer's output",
+        "the two sublayers run one after the other: the MLP sees the output of the "
+        "attention sublayer (with its residual), not the block's input",
+        _block_variant(pre=_pre_parallel, post=_post_parallel),
+    ),
+    Mistake(
+        "MLP activation missing",
+        "the MLP is fc2(relu(fc1(x))); without the nonlinearity it is a single linear map",
+        _block_variant(pre=_pre_with(_linear_mlp), post=_post_with(_linear_mlp)),
+    ),
+    Mistake(
+        "GELU instead of ReLU",
+        "this block's MLP uses ReLU, as in the 2017 paper and nn.TransformerEncoderLayer's "
+        "default: call self.mlp(x)",
+        _block_variant(pre=_pre_with(_gelu_mlp), post=_post_with(_gelu_mlp)),
+    ),
 ]
 
 BLOCK = Exercise(
@@ -221,7 +262,7 @@ BLOCK = Exercise(
     mistakes=BLOCK_MISTAKES,
     compare=close(),
     hint="post-norm: x = norm1(x + attn(x)); x = norm2(x + mlp(x)). pre-norm: "
-         "x = x + attn(norm1(x)); x = x + mlp(norm2(x)). Use self.norm_first to choose",
+    "x = x + attn(norm1(x)); x = x + mlp(norm2(x)). Use self.norm_first to choose",
 )
 
 EXERCISES = [BLOCK]  # append this notebook's 07.2 here

@@ -36,8 +36,15 @@ from course_utils.models.gpt import GPT, GPTConfig
 
 NOTEBOOK = "08_gpt.ipynb"
 
-__all__ = ["gpt_forward", "generate", "gpt_param_count", "FORWARD_MISTAKES",
-           "GENERATE_MISTAKES", "PARAM_MISTAKES", "EXERCISES"]
+__all__ = [
+    "gpt_forward",
+    "generate",
+    "gpt_param_count",
+    "FORWARD_MISTAKES",
+    "GENERATE_MISTAKES",
+    "PARAM_MISTAKES",
+    "EXERCISES",
+]
 
 _CONFIG_KEYS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd")
 
@@ -45,8 +52,9 @@ _CONFIG_KEYS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd")
 # ============================================================================ building models
 
 
-def _random_gpt_inputs(gen: torch.Generator, V: int, T: int, L: int, H: int, D: int
-                       ) -> dict[str, Any]:
+def _random_gpt_inputs(
+    gen: torch.Generator, V: int, T: int, L: int, H: int, D: int
+) -> dict[str, Any]:
     """Config ints plus seeded float64 weights for every parameter of ``GPT(...)``.
 
     Embeddings and LayerNorm shifts are large enough that leaving out the position embedding
@@ -76,7 +84,8 @@ class _ForwardNotAllowed(GPT):
         raise RuntimeError(
             "gpt_forward should compute the forward pass from the model's submodules "
             "(model.tok_emb, model.pos_emb, model.blocks, model.ln_f, model.lm_head), "
-            "not by calling model(idx)")
+            "not by calling model(idx)"
+        )
 
 
 class _GenerateNotAllowed(GPT):
@@ -85,7 +94,8 @@ class _GenerateNotAllowed(GPT):
     def generate(self, *args, **kwargs):  # noqa: D102
         raise RuntimeError(
             "generate should write the sampling loop itself (call model(idx_cond) for the "
-            "logits), not call model.generate")
+            "logits), not call model.generate"
+        )
 
 
 def _build_gpt(inputs: dict[str, Any], cls: type[GPT] = GPT) -> GPT:
@@ -97,15 +107,16 @@ def _build_gpt(inputs: dict[str, Any], cls: type[GPT] = GPT) -> GPT:
     with torch.no_grad():
         for key, value in inputs.items():
             if key.startswith(WEIGHT_PREFIX):
-                model.get_parameter(key[len(WEIGHT_PREFIX):]).copy_(value)
+                model.get_parameter(key[len(WEIGHT_PREFIX) :]).copy_(value)
     return model
 
 
 # ============================================================================ 08.1 forward + loss
 
 
-def gpt_forward(model: GPT, idx: Tensor, targets: Tensor | None = None
-                ) -> tuple[Tensor, Tensor | None]:
+def gpt_forward(
+    model: GPT, idx: Tensor, targets: Tensor | None = None
+) -> tuple[Tensor, Tensor | None]:
     """The GPT forward pass from the model's parts: idx (B, T) -> (logits (B, T, V), loss).
 
     token embedding + position embedding -> causal blocks -> final LayerNorm -> LM head;
@@ -155,15 +166,18 @@ def _forward_call(candidate, case: Case) -> Outputs:
     with torch.no_grad():
         out = candidate(model, i["idx"], i.get("targets"))
     if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise TypeError("gpt_forward should return a pair (logits, loss), got "
-                        f"{type(out).__name__}")
+        raise TypeError(
+            f"gpt_forward should return a pair (logits, loss), got {type(out).__name__}"
+        )
     logits, loss = out
     result = {"logits": as_tensor(logits, "logits")}
     if "targets" in i:
         loss = as_tensor(loss, "loss (with targets)")
         if loss.numel() != 1:
-            raise ValueError(f"loss should be a scalar (the mean over all B*T positions), "
-                             f"got shape {tuple(loss.shape)}")
+            raise ValueError(
+                f"loss should be a scalar (the mean over all B*T positions), "
+                f"got shape {tuple(loss.shape)}"
+            )
         result["loss"] = loss.reshape(())
     else:
         if loss is not None:
@@ -171,8 +185,15 @@ def _forward_call(candidate, case: Case) -> Outputs:
     return result
 
 
-def _fwd_variant(*, positions: bool = True, final_norm: bool = True, causal: bool = True,
-                 loss: str = "ok", probs: bool = False, pos_offset: int = 0):
+def _fwd_variant(
+    *,
+    positions: bool = True,
+    final_norm: bool = True,
+    causal: bool = True,
+    loss: str = "ok",
+    probs: bool = False,
+    pos_offset: int = 0,
+):
     def forward(model, idx, targets=None):
         B, T = idx.shape
         x = model.tok_emb(idx)
@@ -206,38 +227,67 @@ def _fwd_variant(*, positions: bool = True, final_norm: bool = True, causal: boo
 
 
 FORWARD_MISTAKES = [
-    Mistake("missing position embeddings",
-            "add model.pos_emb(torch.arange(T)) (T, D) to the token embeddings (B, T, D): "
-            "without it the model cannot tell positions apart (attention is permutation "
-            "equivariant, notebook 04)", _fwd_variant(positions=False)),
-    Mistake("no final LayerNorm",
-            "with pre-norm blocks the residual stream is never normalised inside the stack: "
-            "apply model.ln_f to x before model.lm_head", _fwd_variant(final_norm=False)),
-    Mistake("blocks not causal (tokens see the future)",
-            "call every block with is_causal=True: position t may only attend to positions "
-            "<= t, or the model learns to copy the next token", _fwd_variant(causal=False)),
-    Mistake("loss against idx: targets not shifted by one",
-            "the target at position t is the NEXT token, targets[:, t] = idx[:, t + 1]: use the "
-            "targets argument (already shifted), not idx", _fwd_variant(loss="inputs")),
-    Mistake("targets misaligned (shifted a second time)",
-            "targets are already shifted (targets[:, t] is the token after idx[:, t]): compare "
-            "logits[:, t] with targets[:, t], without slicing off a position",
-            _fwd_variant(loss="shifted again")),
-    Mistake("cross-entropy over the wrong dim (softmax over positions)",
-            "the distribution is over the vocabulary, the LAST dim of logits (B, T, V): use "
-            "F.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T)), or log_softmax "
-            "with dim=-1", _fwd_variant(loss="time dim")),
-    Mistake("loss summed instead of averaged",
-            "report the MEAN cross-entropy over all B*T positions (F.cross_entropy's default "
-            "reduction), so the loss does not grow with the batch", _fwd_variant(loss="sum")),
-    Mistake("probability instead of log-probability in the loss",
-            "cross-entropy is -mean(log p(target)), not -mean(p(target)): use "
-            "F.cross_entropy on the logits", _fwd_variant(loss="no log")),
-    Mistake("returned probabilities instead of logits",
-            "return the raw scores model.lm_head(...) (B, T, V); F.cross_entropy applies "
-            "log-softmax itself", _fwd_variant(probs=True)),
-    Mistake("positions counted from 1",
-            "positions are 0, 1, ..., T-1: torch.arange(T)", _fwd_variant(pos_offset=1)),
+    Mistake(
+        "missing position embeddings",
+        "add model.pos_emb(torch.arange(T)) (T, D) to the token embeddings (B, T, D): "
+        "without it the model cannot tell positions apart (attention is permutation "
+        "equivariant, notebook 04)",
+        _fwd_variant(positions=False),
+    ),
+    Mistake(
+        "no final LayerNorm",
+        "with pre-norm blocks the residual stream is never normalised inside the stack: "
+        "apply model.ln_f to x before model.lm_head",
+        _fwd_variant(final_norm=False),
+    ),
+    Mistake(
+        "blocks not causal (tokens see the future)",
+        "call every block with is_causal=True: position t may only attend to positions "
+        "<= t, or the model learns to copy the next token",
+        _fwd_variant(causal=False),
+    ),
+    Mistake(
+        "loss against idx: targets not shifted by one",
+        "the target at position t is the NEXT token, targets[:, t] = idx[:, t + 1]: use the "
+        "targets argument (already shifted), not idx",
+        _fwd_variant(loss="inputs"),
+    ),
+    Mistake(
+        "targets misaligned (shifted a second time)",
+        "targets are already shifted (targets[:, t] is the token after idx[:, t]): compare "
+        "logits[:, t] with targets[:, t], without slicing off a position",
+        _fwd_variant(loss="shifted again"),
+    ),
+    Mistake(
+        "cross-entropy over the wrong dim (softmax over positions)",
+        "the distribution is over the vocabulary, the LAST dim of logits (B, T, V): use "
+        "F.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T)), or log_softmax "
+        "with dim=-1",
+        _fwd_variant(loss="time dim"),
+    ),
+    Mistake(
+        "loss summed instead of averaged",
+        "report the MEAN cross-entropy over all B*T positions (F.cross_entropy's default "
+        "reduction), so the loss does not grow with the batch",
+        _fwd_variant(loss="sum"),
+    ),
+    Mistake(
+        "probability instead of log-probability in the loss",
+        "cross-entropy is -mean(log p(target)), not -mean(p(target)): use "
+        "F.cross_entropy on the logits",
+        _fwd_variant(loss="no log"),
+    ),
+    Mistake(
+        "returned probabilities instead of logits",
+        "return the raw scores model.lm_head(...) (B, T, V); F.cross_entropy applies "
+        "log-softmax itself",
+        _fwd_variant(probs=True),
+    ),
+    Mistake(
+        "positions counted from 1",
+        "positions are 0, 1, ..., T-1: torch.arange(T)",
+        _fwd_variant(pos_offset=1),
+    ),
 ]
 
 FORWARD = Exercise(
@@ -252,8 +302,8 @@ FORWARD = Exercise(
     mistakes=FORWARD_MISTAKES,
     compare=close(),
     hint="x = tok_emb(idx) + pos_emb(arange(T)); x = block(x, is_causal=True) for each block; "
-         "logits = lm_head(ln_f(x)); loss = F.cross_entropy(logits.reshape(B*T, V), "
-         "targets.reshape(B*T))",
+    "logits = lm_head(ln_f(x)); loss = F.cross_entropy(logits.reshape(B*T, V), "
+    "targets.reshape(B*T))",
 )
 
 
@@ -261,8 +311,14 @@ FORWARD = Exercise(
 
 
 @torch.no_grad()
-def generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 1.0,
-             top_k: int | None = None, generator: torch.Generator | None = None) -> Tensor:
+def generate(
+    model: GPT,
+    idx: Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """Sample ``max_new_tokens`` tokens after the prompt: idx (B, T) -> (B, T + max_new_tokens).
 
     Each step: crop the context to the last ``block_size`` tokens, take the logits of the LAST
@@ -292,9 +348,17 @@ def _generate_cases(seed: int) -> list[Case]:
     base = _random_gpt_inputs(g, V, block, 2, H, D)
 
     def case(name: str, T0: int, new: int, temperature: float, top_k: int | None) -> Case:
-        return Case(name, {**base, "idx": torch.randint(0, V, (B, T0), generator=g),
-                           "max_new_tokens": new, "temperature": temperature, "top_k": top_k,
-                           "seed": int(torch.randint(0, 2**31 - 1, (1,), generator=g))})
+        return Case(
+            name,
+            {
+                **base,
+                "idx": torch.randint(0, V, (B, T0), generator=g),
+                "max_new_tokens": new,
+                "temperature": temperature,
+                "top_k": top_k,
+                "seed": int(torch.randint(0, 2**31 - 1, (1,), generator=g)),
+            },
+        )
 
     return [
         case("temperature 1, no top-k", 3, 4, 1.0, None),
@@ -327,8 +391,14 @@ def _generate_call(candidate, case: Case) -> Outputs:
     model = _build_gpt(i, _GenerateNotAllowed)
     gen = torch.Generator().manual_seed(int(i["seed"]))
     with _MultinomialRecorder() as rec, torch.no_grad():
-        out = candidate(model, i["idx"], int(i["max_new_tokens"]), temperature=i["temperature"],
-                        top_k=i["top_k"], generator=gen)
+        out = candidate(
+            model,
+            i["idx"],
+            int(i["max_new_tokens"]),
+            temperature=i["temperature"],
+            top_k=i["top_k"],
+            generator=gen,
+        )
     out = as_tensor(out, "generate(...)")
     V = int(i["vocab_size"])
     probs = torch.cat(rec.rows) if rec.rows else torch.empty(0, V, dtype=torch.float64)
@@ -340,9 +410,11 @@ def _generate_compare(case: Case, got: Outputs, expected: Outputs) -> str | None
     tok, exp_tok = got["tokens"], expected["tokens"]
     name = f"case '{case.name}'"
     if tuple(tok.shape) != tuple(exp_tok.shape):
-        return (f"{name}: generate returned shape {tuple(tok.shape)}, expected "
-                f"{tuple(exp_tok.shape)} (B, T + max_new_tokens): the prompt followed by the "
-                "new tokens")
+        return (
+            f"{name}: generate returned shape {tuple(tok.shape)}, expected "
+            f"{tuple(exp_tok.shape)} (B, T + max_new_tokens): the prompt followed by the "
+            "new tokens"
+        )
     if tok.dtype != exp_tok.dtype:
         return f"{name}: tokens have dtype {tok.dtype}, expected {exp_tok.dtype} (token ids)"
     B, T0 = case.inputs["idx"].shape
@@ -352,40 +424,57 @@ def _generate_compare(case: Case, got: Outputs, expected: Outputs) -> str | None
     if exp_probs.shape[0] == 0:  # judging against a known mistake that never samples
         return None if torch.equal(tok, exp_tok) else f"{name}: the tokens differ"
     if probs.shape[0] == 0:
-        return (f"{name}: generate never called torch.multinomial: sample each token with "
-                "torch.multinomial(probs, num_samples=1, generator=generator)")
+        return (
+            f"{name}: generate never called torch.multinomial: sample each token with "
+            "torch.multinomial(probs, num_samples=1, generator=generator)"
+        )
     if probs.shape[-1] != exp_probs.shape[-1]:
-        return (f"{name}: torch.multinomial got {probs.shape[-1]} probabilities per row, "
-                f"expected {exp_probs.shape[-1]} (one per vocabulary entry, from the logits "
-                "of the last position)")
+        return (
+            f"{name}: torch.multinomial got {probs.shape[-1]} probabilities per row, "
+            f"expected {exp_probs.shape[-1]} (one per vocabulary entry, from the logits "
+            "of the last position)"
+        )
     for s in range(tok.shape[1] - T0):
-        rows, exp_rows = probs[s * B:(s + 1) * B], exp_probs[s * B:(s + 1) * B]
-        if rows.shape != exp_rows.shape or not torch.allclose(rows, exp_rows, rtol=1e-5,
-                                                               atol=1e-7):
+        rows, exp_rows = probs[s * B : (s + 1) * B], exp_probs[s * B : (s + 1) * B]
+        if rows.shape != exp_rows.shape or not torch.allclose(rows, exp_rows, rtol=1e-5, atol=1e-7):
             if rows.shape != exp_rows.shape:
-                return (f"{name}: new token {s + 1}: expected one torch.multinomial draw of B "
-                        f"rows per new token, got {probs.shape[0]} rows in all for "
-                        f"{exp_probs.shape[0]} expected")
+                return (
+                    f"{name}: new token {s + 1}: expected one torch.multinomial draw of B "
+                    f"rows per new token, got {probs.shape[0]} rows in all for "
+                    f"{exp_probs.shape[0]} expected"
+                )
             err = (rows - exp_rows).abs().max().item()
-            return (f"{name}: new token {s + 1}: the next-token probabilities you sampled from "
-                    f"differ from the expected ones (max error {err:.3g})")
+            return (
+                f"{name}: new token {s + 1}: the next-token probabilities you sampled from "
+                f"differ from the expected ones (max error {err:.3g})"
+            )
         if not torch.equal(tok[:, T0 + s], exp_tok[:, T0 + s]):
-            return (f"{name}: new token {s + 1}: the probabilities agree but the token drawn "
-                    "differs: draw with torch.multinomial(probs, num_samples=1, "
-                    "generator=generator), one call per step for the whole batch, and append "
-                    "it to idx")
+            return (
+                f"{name}: new token {s + 1}: the probabilities agree but the token drawn "
+                "differs: draw with torch.multinomial(probs, num_samples=1, "
+                "generator=generator), one call per step for the whole batch, and append "
+                "it to idx"
+            )
     if probs.shape[0] != exp_probs.shape[0]:
-        return (f"{name}: torch.multinomial was called for {probs.shape[0]} rows, expected "
-                f"{exp_probs.shape[0]} (one draw per sequence per new token)")
+        return (
+            f"{name}: torch.multinomial was called for {probs.shape[0]} rows, expected "
+            f"{exp_probs.shape[0]} (one draw per sequence per new token)"
+        )
     return None
 
 
-def _gen_variant(*, temp: str = "divide", topk: str = "ok", position: int = -1,
-                 greedy: bool = False, softmax_dim: int = -1):
+def _gen_variant(
+    *,
+    temp: str = "divide",
+    topk: str = "ok",
+    position: int = -1,
+    greedy: bool = False,
+    softmax_dim: int = -1,
+):
     @torch.no_grad()
     def gen(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
         for _ in range(max_new_tokens):
-            logits, _ = model(idx[:, -model.config.block_size:])
+            logits, _ = model(idx[:, -model.config.block_size :])
             logits = logits[:, position, :]
             if temp == "divide":
                 logits = logits / temperature
@@ -413,31 +502,53 @@ def _gen_variant(*, temp: str = "divide", topk: str = "ok", position: int = -1,
 
 
 GENERATE_MISTAKES = [
-    Mistake("temperature applied after the softmax (or not at all)",
-            "divide the LOGITS by the temperature before the softmax: softmax(logits / T). "
-            "Dividing the probabilities by T changes nothing once they are normalised",
-            _gen_variant(temp="after softmax")),
-    Mistake("temperature multiplied instead of divided",
-            "logits / temperature: T < 1 sharpens the distribution, T > 1 flattens it; "
-            "multiplying does the opposite", _gen_variant(temp="multiply")),
-    Mistake("top-k keeps k - 1 tokens",
-            "keep the k largest logits: mask only logits strictly below the k-th largest "
-            "(torch.topk(logits, k).values[:, [-1]]), e.g. logits < kth, not logits <= kth",
-            _gen_variant(topk="k-1")),
-    Mistake("top-k masks with 0 instead of -inf",
-            "a logit of 0 still gets probability e^0 / Z > 0: set the dropped logits to "
-            "float('-inf') so the softmax gives them exactly 0", _gen_variant(topk="zero")),
-    Mistake("top-k ignored", "when top_k is given, keep only the top_k largest logits of each "
-            "row (the rest -inf) before the softmax", _gen_variant(topk="ignored")),
-    Mistake("sampled from the logits of the first position",
-            "the next token is predicted by the LAST position: logits[:, -1, :] (B, V), not "
-            "logits[:, 0, :]", _gen_variant(position=0)),
-    Mistake("softmax over the batch instead of the vocabulary",
-            "normalise each row over the vocabulary: F.softmax(logits, dim=-1)",
-            _gen_variant(softmax_dim=0)),
-    Mistake("greedy decoding (argmax) instead of sampling",
-            "sample the next token with torch.multinomial(probs, num_samples=1, "
-            "generator=generator); argmax always picks the same token", _gen_variant(greedy=True)),
+    Mistake(
+        "temperature applied after the softmax (or not at all)",
+        "divide the LOGITS by the temperature before the softmax: softmax(logits / T). "
+        "Dividing the probabilities by T changes nothing once they are normalised",
+        _gen_variant(temp="after softmax"),
+    ),
+    Mistake(
+        "temperature multiplied instead of divided",
+        "logits / temperature: T < 1 sharpens the distribution, T > 1 flattens it; "
+        "multiplying does the opposite",
+        _gen_variant(temp="multiply"),
+    ),
+    Mistake(
+        "top-k keeps k - 1 tokens",
+        "keep the k largest logits: mask only logits strictly below the k-th largest "
+        "(torch.topk(logits, k).values[:, [-1]]), e.g. logits < kth, not logits <= kth",
+        _gen_variant(topk="k-1"),
+    ),
+    Mistake(
+        "top-k masks with 0 instead of -inf",
+        "a logit of 0 still gets probability e^0 / Z > 0: set the dropped logits to "
+        "float('-inf') so the softmax gives them exactly 0",
+        _gen_variant(topk="zero"),
+    ),
+    Mistake(
+        "top-k ignored",
+        "when top_k is given, keep only the top_k largest logits of each "
+        "row (the rest -inf) before the softmax",
+        _gen_variant(topk="ignored"),
+    ),
+    Mistake(
+        "sampled from the logits of the first position",
+        "the next token is predicted by the LAST position: logits[:, -1, :] (B, V), not "
+        "logits[:, 0, :]",
+        _gen_variant(position=0),
+    ),
+    Mistake(
+        "softmax over the batch instead of the vocabulary",
+        "normalise each row over the vocabulary: F.softmax(logits, dim=-1)",
+        _gen_variant(softmax_dim=0),
+    ),
+    Mistake(
+        "greedy decoding (argmax) instead of sampling",
+        "sample the next token with torch.multinomial(probs, num_samples=1, "
+        "generator=generator); argmax always picks the same token",
+        _gen_variant(greedy=True),
+    ),
 ]
 
 GENERATE = Exercise(
@@ -452,8 +563,8 @@ GENERATE = Exercise(
     mistakes=GENERATE_MISTAKES,
     compare=_generate_compare,
     hint="each step: logits = model(idx[:, -block_size:])[0][:, -1, :] / temperature; mask all "
-         "but the top_k largest with -inf; probs = softmax(logits, -1); "
-         "torch.multinomial(probs, 1, generator=generator); torch.cat to idx",
+    "but the top_k largest with -inf; probs = softmax(logits, -1); "
+    "torch.multinomial(probs, 1, generator=generator); torch.cat to idx",
 )
 
 
@@ -475,11 +586,16 @@ class _FormulaOnly(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         for a in list(args) + list((kwargs or {}).values()):
-            if (_FACTORY.search(str(func)) and isinstance(a, (list, tuple)) and a
-                    and all(isinstance(s, int) for s in a) and _prod(a) > _LARGEST_TENSOR_ALLOWED):
+            if (
+                _FACTORY.search(str(func))
+                and isinstance(a, (list, tuple))
+                and a
+                and all(isinstance(s, int) for s in a)
+                and _prod(a) > _LARGEST_TENSOR_ALLOWED
+            ):
                 self._refuse(tuple(a))
         out = func(*args, **(kwargs or {}))
-        for t in (out if isinstance(out, (tuple, list)) else [out]):
+        for t in out if isinstance(out, (tuple, list)) else [out]:
             if isinstance(t, Tensor) and t.numel() > _LARGEST_TENSOR_ALLOWED:
                 self._refuse(tuple(t.shape))
         return out
@@ -489,7 +605,8 @@ class _FormulaOnly(TorchDispatchMode):
         raise ValueError(
             f"gpt_param_count created a tensor of shape {shape}: exercise 08.3 asks for a "
             "formula in the config's numbers (plain arithmetic), not for building a model and "
-            "counting its parameters (GPT-3's would need about 700 GB)")
+            "counting its parameters (GPT-3's would need about 700 GB)"
+        )
 
 
 def _prod(shape) -> int:
@@ -511,30 +628,50 @@ def _param_cases(seed: int) -> list[Case]:
             counts = {cfg.param_count()} | {m.impl(cfg) for m in PARAM_MISTAKES}
             if len(counts) == len(PARAM_MISTAKES) + 1:
                 break
-        cases.append(Case(f"random config #{i + 1} (V={V}, T={T}, L={L}, H={H}, D={D})",
-                          dict(zip(_CONFIG_KEYS, (V, T, L, H, D), strict=True))))
-    cases.append(Case("nanoGPT's CPU model (V=65, T=64, L=4, H=4, D=128)",
-                      dict(zip(_CONFIG_KEYS, (65, 64, 4, 4, 128), strict=True))))
-    cases.append(Case("GPT-2 small (V=50257, T=1024, L=12, H=12, D=768)",
-                      dict(zip(_CONFIG_KEYS, (50257, 1024, 12, 12, 768), strict=True))))
-    cases.append(Case("GPT-3 175B (V=50257, T=2048, L=96, H=96, D=12288)",
-                      dict(zip(_CONFIG_KEYS, (50257, 2048, 96, 96, 12288), strict=True))))
+        cases.append(
+            Case(
+                f"random config #{i + 1} (V={V}, T={T}, L={L}, H={H}, D={D})",
+                dict(zip(_CONFIG_KEYS, (V, T, L, H, D), strict=True)),
+            )
+        )
+    cases.append(
+        Case(
+            "nanoGPT's CPU model (V=65, T=64, L=4, H=4, D=128)",
+            dict(zip(_CONFIG_KEYS, (65, 64, 4, 4, 128), strict=True)),
+        )
+    )
+    cases.append(
+        Case(
+            "GPT-2 small (V=50257, T=1024, L=12, H=12, D=768)",
+            dict(zip(_CONFIG_KEYS, (50257, 1024, 12, 12, 768), strict=True)),
+        )
+    )
+    cases.append(
+        Case(
+            "GPT-3 175B (V=50257, T=2048, L=96, H=96, D=12288)",
+            dict(zip(_CONFIG_KEYS, (50257, 2048, 96, 96, 12288), strict=True)),
+        )
+    )
     return cases
 
 
 def _as_count(value: Any) -> int:
     if isinstance(value, Tensor):
         if value.numel() != 1:
-            raise TypeError(f"gpt_param_count should return one number, got a tensor of shape "
-                            f"{tuple(value.shape)}")
+            raise TypeError(
+                f"gpt_param_count should return one number, got a tensor of shape "
+                f"{tuple(value.shape)}"
+            )
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"gpt_param_count should return an int, got {type(value).__name__}")
     if isinstance(value, numbers.Integral):
         return int(value)
     if not float(value).is_integer():
-        raise ValueError(f"gpt_param_count returned {value}, which is not a whole number: a "
-                         "parameter count is an integer (use // when you divide)")
+        raise ValueError(
+            f"gpt_param_count returned {value}, which is not a whole number: a "
+            "parameter count is an integer (use // when you divide)"
+        )
     return int(value)
 
 
@@ -549,13 +686,24 @@ def _param_compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
     g, e = int(got["count"]), int(expected["count"])
     if g == e:
         return None
-    return (f"case '{case.name}': your formula gives {g:,} but the model has {e:,} parameters "
-            f"({g - e:+,})")
+    return (
+        f"case '{case.name}': your formula gives {g:,} but the model has {e:,} parameters "
+        f"({g - e:+,})"
+    )
 
 
-def _count(*, linear_bias: bool = True, ln: str = "all", pos: bool = True, head: int = 1,
-           tok: bool = True, mlp_ratio: int = 4, w_o: bool = True, layers: bool = True,
-           norms_per_block: int = 2):
+def _count(
+    *,
+    linear_bias: bool = True,
+    ln: str = "all",
+    pos: bool = True,
+    head: int = 1,
+    tok: bool = True,
+    mlp_ratio: int = 4,
+    w_o: bool = True,
+    layers: bool = True,
+    norms_per_block: int = 2,
+):
     """A parameter-count formula with one classic slip (the arguments say which)."""
 
     def count(config: GPTConfig) -> int:
@@ -573,48 +721,76 @@ def _count(*, linear_bias: bool = True, ln: str = "all", pos: bool = True, head:
 
 
 def _approximation(config: GPTConfig) -> int:
-    return 12 * config.n_layer * config.n_embd ** 2
+    return 12 * config.n_layer * config.n_embd**2
 
 
 PARAM_MISTAKES = [
-    Mistake("forgot the biases",
-            "every nn.Linear in a block has a bias as long as its output: qkv 3D, out D, fc1 "
-            "4D, fc2 D, so 9D per layer (the tied LM head has none)",
-            _count(linear_bias=False)),
-    Mistake("forgot the LayerNorm parameters",
-            "each LayerNorm has a scale and a shift of D numbers each (2D), and there are "
-            "2 per block plus the final one: (2L + 1) * 2D", _count(ln="none")),
-    Mistake("forgot the final LayerNorm",
-            "after the last block, ln_f normalises x before the LM head: another 2D",
-            _count(ln="no final")),
-    Mistake("LayerNorm counted with a scale only",
-            "a LayerNorm has a learned scale gamma AND shift beta, D each",
-            _count(ln="scale only")),
-    Mistake("one LayerNorm per block",
-            "a pre-norm block has two LayerNorms, one before attention and one before the MLP",
-            _count(norms_per_block=1)),
-    Mistake("forgot the position embeddings",
-            "the learned position embedding is a (block_size, D) table: T*D parameters (nanoGPT "
-            "prints a 'non-embedding' count without it; here count everything)",
-            _count(pos=False)),
-    Mistake("tied LM head counted twice",
-            "the LM head shares its (V, D) weight with the token embedding (weight tying): "
-            "count V*D once", _count(head=2)),
-    Mistake("forgot the token embedding / LM head matrix",
-            "the token embedding (V, D), shared with the LM head, counts V*D once",
-            _count(tok=False)),
-    Mistake("MLP hidden width D instead of 4D",
-            "the MLP goes D -> d_ff = 4D -> D: 8D^2 weights plus 4D + D biases per layer",
-            _count(mlp_ratio=1)),
-    Mistake("W_O not counted",
-            "attention has four D x D matrices (W_Q, W_K, W_V in qkv, and W_O in out), each "
-            "with a bias", _count(w_o=False)),
-    Mistake("one block counted instead of n_layer",
-            "multiply the per-block count by n_layer", _count(layers=False)),
-    Mistake("only the 12 * n_layer * n_embd^2 approximation",
-            "12 L D^2 is the leading term (4D^2 attention + 8D^2 MLP per layer); the exercise "
-            "asks for the exact count: add the biases, LayerNorms and both embeddings",
-            _approximation),
+    Mistake(
+        "forgot the biases",
+        "every nn.Linear in a block has a bias as long as its output: qkv 3D, out D, fc1 "
+        "4D, fc2 D, so 9D per layer (the tied LM head has none)",
+        _count(linear_bias=False),
+    ),
+    Mistake(
+        "forgot the LayerNorm parameters",
+        "each LayerNorm has a scale and a shift of D numbers each (2D), and there are "
+        "2 per block plus the final one: (2L + 1) * 2D",
+        _count(ln="none"),
+    ),
+    Mistake(
+        "forgot the final LayerNorm",
+        "after the last block, ln_f normalises x before the LM head: another 2D",
+        _count(ln="no final"),
+    ),
+    Mistake(
+        "LayerNorm counted with a scale only",
+        "a LayerNorm has a learned scale gamma AND shift beta, D each",
+        _count(ln="scale only"),
+    ),
+    Mistake(
+        "one LayerNorm per block",
+        "a pre-norm block has two LayerNorms, one before attention and one before the MLP",
+        _count(norms_per_block=1),
+    ),
+    Mistake(
+        "forgot the position embeddings",
+        "the learned position embedding is a (block_size, D) table: T*D parameters (nanoGPT "
+        "prints a 'non-embedding' count without it; here count everything)",
+        _count(pos=False),
+    ),
+    Mistake(
+        "tied LM head counted twice",
+        "the LM head shares its (V, D) weight with the token embedding (weight tying): "
+        "count V*D once",
+        _count(head=2),
+    ),
+    Mistake(
+        "forgot the token embedding / LM head matrix",
+        "the token embedding (V, D), shared with the LM head, counts V*D once",
+        _count(tok=False),
+    ),
+    Mistake(
+        "MLP hidden width D instead of 4D",
+        "the MLP goes D -> d_ff = 4D -> D: 8D^2 weights plus 4D + D biases per layer",
+        _count(mlp_ratio=1),
+    ),
+    Mistake(
+        "W_O not counted",
+        "attention has four D x D matrices (W_Q, W_K, W_V in qkv, and W_O in out), each "
+        "with a bias",
+        _count(w_o=False),
+    ),
+    Mistake(
+        "one block counted instead of n_layer",
+        "multiply the per-block count by n_layer",
+        _count(layers=False),
+    ),
+    Mistake(
+        "only the 12 * n_layer * n_embd^2 approximation",
+        "12 L D^2 is the leading term (4D^2 attention + 8D^2 MLP per layer); the exercise "
+        "asks for the exact count: add the biases, LayerNorms and both embeddings",
+        _approximation,
+    ),
 ]
 
 PARAM_COUNT = Exercise(
@@ -629,10 +805,9 @@ PARAM_COUNT = Exercise(
     mistakes=PARAM_MISTAKES,
     compare=_param_compare,
     hint="per block: attention 4D^2 + 4D, MLP 8D^2 + 5D, two LayerNorms 4D; then the token "
-         "embedding V*D (shared with the LM head), the position embedding T*D and ln_f 2D. "
-         "Print [(n, p.shape) for n, p in GPT(GPTConfig(vocab_size=7, block_size=5, n_layer=1, "
-         "n_head=2, n_embd=4)).named_parameters()] to see every tensor.",
+    "embedding V*D (shared with the LM head), the position embedding T*D and ln_f 2D. "
+    "Print [(n, p.shape) for n, p in GPT(GPTConfig(vocab_size=7, block_size=5, n_layer=1, "
+    "n_head=2, n_embd=4)).named_parameters()] to see every tensor.",
 )
 
 EXERCISES = [FORWARD, GENERATE, PARAM_COUNT]
-

@@ -41,8 +41,11 @@ def _patch_cases(seed: int) -> list[Case]:
 
 def _patch_call(candidate, case: Case) -> dict[str, Tensor]:
     i = case.inputs
-    return {"patches": as_tensor(candidate(i["images"], i["patch_size"]),
-                                 "patchify(images, patch_size)")}
+    return {
+        "patches": as_tensor(
+            candidate(i["images"], i["patch_size"]), "patchify(images, patch_size)"
+        )
+    }
 
 
 def _grid(images: Tensor, p: int) -> Tensor:
@@ -71,22 +74,34 @@ def _unfold_no_transpose(images: Tensor, patch_size: int) -> Tensor:
 
 
 PATCH_MISTAKES = [
-    Mistake("patches in column order (top to bottom, then left to right)",
-            "number the patches row by row, as you read: left to right along the first row of "
-            "the grid, then the next row (grid axes in the order (gh, gw))",
-            _ordered((0, 4, 2, 1, 3, 5))),
-    Mistake("each patch flattened as (p, p, C) instead of (C, p, p)",
-            "flatten each patch channel first, (C, p, p), the order of F.unfold and of a "
-            "Conv2d patch embedding's weight", _ordered((0, 2, 4, 3, 5, 1))),
-    Mistake("each patch transposed (flattened as (C, p_w, p_h))",
-            "inside a patch keep rows before columns: (C, ph, pw)", _ordered((0, 2, 4, 1, 5, 3))),
-    Mistake("plain reshape without permuting (pixels of different patches mixed)",
-            "a reshape alone cuts the image in raster order, not into p x p squares: reshape to "
-            "(B, C, H/p, p, W/p, p), permute to (B, H/p, W/p, C, p, p), then flatten",
-            _plain_reshape),
-    Mistake("returned (B, C*p*p, N) (F.unfold without transpose)",
-            "one row per patch: transpose F.unfold's output to (B, N, C*p*p)",
-            _unfold_no_transpose),
+    Mistake(
+        "patches in column order (top to bottom, then left to right)",
+        "number the patches row by row, as you read: left to right along the first row of "
+        "the grid, then the next row (grid axes in the order (gh, gw))",
+        _ordered((0, 4, 2, 1, 3, 5)),
+    ),
+    Mistake(
+        "each patch flattened as (p, p, C) instead of (C, p, p)",
+        "flatten each patch channel first, (C, p, p), the order of F.unfold and of a "
+        "Conv2d patch embedding's weight",
+        _ordered((0, 2, 4, 3, 5, 1)),
+    ),
+    Mistake(
+        "each patch transposed (flattened as (C, p_w, p_h))",
+        "inside a patch keep rows before columns: (C, ph, pw)",
+        _ordered((0, 2, 4, 1, 5, 3)),
+    ),
+    Mistake(
+        "plain reshape without permuting (pixels of different patches mixed)",
+        "a reshape alone cuts the image in raster order, not into p x p squares: reshape to "
+        "(B, C, H/p, p, W/p, p), permute to (B, H/p, W/p, C, p, p), then flatten",
+        _plain_reshape,
+    ),
+    Mistake(
+        "returned (B, C*p*p, N) (F.unfold without transpose)",
+        "one row per patch: transpose F.unfold's output to (B, N, C*p*p)",
+        _unfold_no_transpose,
+    ),
 ]
 
 PATCHIFY = Exercise(
@@ -101,7 +116,7 @@ PATCHIFY = Exercise(
     mistakes=PATCH_MISTAKES,
     compare=close(),
     hint="(B, C, H, W) -> reshape (B, C, H/p, p, W/p, p) -> permute (B, H/p, W/p, C, p, p) -> "
-         "reshape (B, N, C*p*p); F.unfold(images, p, stride=p).transpose(1, 2) is the same",
+    "reshape (B, N, C*p*p); F.unfold(images, p, stride=p).transpose(1, 2) is the same",
 )
 
 EXERCISES = [PATCHIFY]  # append this notebook's 09.2 here

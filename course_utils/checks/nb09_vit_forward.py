@@ -29,9 +29,11 @@ from course_utils.models.vit import ViT, ViTConfig, patchify
 
 NOTEBOOK = "09_vit.ipynb"
 
-_SHORTCUT = ("vit_forward should build the forward pass from the model's submodules "
-             "(patch_embed, cls_token, pos_embed, blocks, norm, head); calling model.{name} "
-             "skips the exercise")
+_SHORTCUT = (
+    "vit_forward should build the forward pass from the model's submodules "
+    "(patch_embed, cls_token, pos_embed, blocks, norm, head); calling model.{name} "
+    "skips the exercise"
+)
 
 
 class _StudentViT(ViT):
@@ -74,21 +76,48 @@ def vit_forward(model: ViT, images: Tensor) -> Tensor:
 
 
 def _config(i: dict) -> ViTConfig:
-    return ViTConfig(image_size=(i["height"], i["width"]), patch_size=i["patch_size"],
-                     in_channels=i["in_channels"], num_classes=i["num_classes"],
-                     d_model=i["d_model"], n_layers=i["n_layers"], n_heads=i["n_heads"],
-                     d_ff=i["d_ff"], pool="cls" if i["cls_token"] else "mean")
+    return ViTConfig(
+        image_size=(i["height"], i["width"]),
+        patch_size=i["patch_size"],
+        in_channels=i["in_channels"],
+        num_classes=i["num_classes"],
+        d_model=i["d_model"],
+        n_layers=i["n_layers"],
+        n_heads=i["n_heads"],
+        d_ff=i["d_ff"],
+        pool="cls" if i["cls_token"] else "mean",
+    )
 
 
 def _vit_cases(seed: int) -> list[Case]:
     g = generator(seed)
 
-    def case(name: str, *, B: int, C: int, p: int, gh: int, gw: int, H: int, Dh: int,
-             layers: int, cls_token: bool) -> Case:
+    def case(
+        name: str,
+        *,
+        B: int,
+        C: int,
+        p: int,
+        gh: int,
+        gw: int,
+        H: int,
+        Dh: int,
+        layers: int,
+        cls_token: bool,
+    ) -> Case:
         D = H * Dh
-        inputs = {"height": gh * p, "width": gw * p, "patch_size": p, "in_channels": C,
-                  "num_classes": size(g, 3, 6), "d_model": D, "n_layers": layers,
-                  "n_heads": H, "d_ff": 2 * D, "cls_token": cls_token}
+        inputs = {
+            "height": gh * p,
+            "width": gw * p,
+            "patch_size": p,
+            "in_channels": C,
+            "num_classes": size(g, 3, 6),
+            "d_model": D,
+            "n_layers": layers,
+            "n_heads": H,
+            "d_ff": 2 * D,
+            "cls_token": cls_token,
+        }
         with torch.random.fork_rng(devices=[]):
             shapes = {n: tuple(w.shape) for n, w in ViT(_config(inputs)).named_parameters()}
         inputs.update(random_weights(g, shapes))
@@ -100,12 +129,42 @@ def _vit_cases(seed: int) -> list[Case]:
     return [
         # first: the width equals the patch length C*p*p (3*2*2 = 12), so an answer that
         # forgets the projection still runs and can be named
-        case("class token, width = patch length", B=size(g, 2, 3), C=3, p=2, gh=gh, gw=gw,
-             H=3, Dh=4, layers=2, cls_token=True),
-        case("class token, deeper", B=size(g, 2, 3), C=size(g, 1, 3), p=size(g, 2, 3),
-             gh=gw, gw=gh, H=size(g, 2, 3), Dh=size(g, 3, 5), layers=3, cls_token=True),
-        case("mean pooling (no class token)", B=size(g, 2, 3), C=1, p=2, gh=gh, gw=gw,
-             H=2, Dh=size(g, 3, 5), layers=2, cls_token=False),
+        case(
+            "class token, width = patch length",
+            B=size(g, 2, 3),
+            C=3,
+            p=2,
+            gh=gh,
+            gw=gw,
+            H=3,
+            Dh=4,
+            layers=2,
+            cls_token=True,
+        ),
+        case(
+            "class token, deeper",
+            B=size(g, 2, 3),
+            C=size(g, 1, 3),
+            p=size(g, 2, 3),
+            gh=gw,
+            gw=gh,
+            H=size(g, 2, 3),
+            Dh=size(g, 3, 5),
+            layers=3,
+            cls_token=True,
+        ),
+        case(
+            "mean pooling (no class token)",
+            B=size(g, 2, 3),
+            C=1,
+            p=2,
+            gh=gh,
+            gw=gw,
+            H=2,
+            Dh=size(g, 3, 5),
+            layers=2,
+            cls_token=False,
+        ),
         case("one image", B=1, C=2, p=2, gh=2, gw=2, H=2, Dh=3, layers=1, cls_token=True),
     ]
 
@@ -121,8 +180,7 @@ def _vit_call(candidate, case: Case) -> dict[str, Tensor]:
 # ----------------------------------------------------------------------------- mistakes
 
 
-def _variant(*, tokens="prepend", positions=True, norm="tokens", pool="config",
-             project=True):
+def _variant(*, tokens="prepend", positions=True, norm="tokens", pool="config", project=True):
     """A wrong ``vit_forward``: each keyword switches one step away from the reference.
 
     tokens: "prepend" | "append" (class token after the patches) | "none" (no class token,
@@ -156,10 +214,12 @@ def _variant(*, tokens="prepend", positions=True, norm="tokens", pool="config",
         if norm == "tokens":
             x = model.norm(x)
         mode = pool if pool != "config" else ("first" if model.config.pool == "cls" else "mean")
-        pooled = {"first": lambda: x[:, 0], "last": lambda: x[:, -1],
-                  "mean": lambda: x.mean(dim=1),
-                  "mean_patches": lambda: x[:, 1:].mean(dim=1) if has_cls else x.mean(dim=1),
-                  }[mode]()
+        pooled = {
+            "first": lambda: x[:, 0],
+            "last": lambda: x[:, -1],
+            "mean": lambda: x.mean(dim=1),
+            "mean_patches": lambda: x[:, 1:].mean(dim=1) if has_cls else x.mean(dim=1),
+        }[mode]()
         if norm == "after_pool":
             pooled = model.norm(pooled)
         return model.head(pooled)
@@ -178,56 +238,80 @@ def _pool_by_kind(on_cls: str, on_mean: str):
 
 
 VIT_MISTAKES = [
-    Mistake("class token not prepended",
-            "put the class token in front of the patch tokens: torch.cat([cls, x], dim=1) with "
-            "cls = model.cls_token.expand(B, -1, -1), giving (B, N+1, D), then add "
-            "model.pos_embed (N+1 rows) and read the class token at position 0",
-            _variant(tokens="none")),
-    Mistake("class token appended after the patches",
-            "the class token is token 0: torch.cat([cls, x], dim=1), not torch.cat([x, cls]); "
-            "pos_embed row 0 belongs to it",
-            _variant(tokens="append")),
-    Mistake("class token appended after the patches and read from the last position",
-            "the class token is token 0: torch.cat([cls, x], dim=1), then pool x[:, 0]; "
-            "pos_embed row 0 belongs to it",
-            _variant(tokens="append", pool="last")),
-    Mistake("class token taken from the last position",
-            "after the blocks the class token is still at position 0: pool x[:, 0], not "
-            "x[:, -1] (the last patch)",
-            _pool_by_kind("last", "mean")),
-    Mistake("class token without its position embedding",
-            "add model.pos_embed after prepending the class token: its row 0 is the class "
-            "token's position embedding",
-            _variant(tokens="no_cls_position")),
-    Mistake("position embeddings missing",
-            "add the learned positions, x = x + model.pos_embed (shape (1, L, D)), after "
-            "prepending the class token; without them the blocks see a bag of patches",
-            _variant(positions=False)),
-    Mistake("no final LayerNorm",
-            "the pre-norm blocks leave the residual stream unnormalised: apply model.norm(x) "
-            "after the last block, before pooling",
-            _variant(norm="none")),
-    Mistake("final LayerNorm applied after pooling",
-            "apply model.norm to every token after the last block, then pool "
-            "(for mean pooling, normalising the average is not the same)",
-            _variant(norm="after_pool")),
-    Mistake("mean pooling on a class-token model",
-            "with model.config.pool == 'cls' the image is summarised by the class token: "
-            "pooled = x[:, 0]; average the tokens only when pool == 'mean'",
-            _pool_by_kind("mean", "mean")),
-    Mistake("mean pooling over the patches on a class-token model",
-            "with model.config.pool == 'cls' the image is summarised by the class token: "
-            "pooled = x[:, 0]; average the tokens only when pool == 'mean'",
-            _pool_by_kind("mean_patches", "mean")),
-    Mistake("class-token pooling on a mean-pooling model",
-            "with model.config.pool == 'mean' there is no class token (model.cls_token is "
-            "None): pooled = x.mean(dim=1), not x[:, 0] (the first patch)",
-            _pool_by_kind("first", "first")),
-    Mistake("patchify without projection",
-            "the patches (B, N, C*p*p) must be projected to the model width: "
-            "model.patch_embed(images) does patchify and the linear map "
-            "(model.patch_embed.proj) together",
-            _variant(project=False)),
+    Mistake(
+        "class token not prepended",
+        "put the class token in front of the patch tokens: torch.cat([cls, x], dim=1) with "
+        "cls = model.cls_token.expand(B, -1, -1), giving (B, N+1, D), then add "
+        "model.pos_embed (N+1 rows) and read the class token at position 0",
+        _variant(tokens="none"),
+    ),
+    Mistake(
+        "class token appended after the patches",
+        "the class token is token 0: torch.cat([cls, x], dim=1), not torch.cat([x, cls]); "
+        "pos_embed row 0 belongs to it",
+        _variant(tokens="append"),
+    ),
+    Mistake(
+        "class token appended after the patches and read from the last position",
+        "the class token is token 0: torch.cat([cls, x], dim=1), then pool x[:, 0]; "
+        "pos_embed row 0 belongs to it",
+        _variant(tokens="append", pool="last"),
+    ),
+    Mistake(
+        "class token taken from the last position",
+        "after the blocks the class token is still at position 0: pool x[:, 0], not "
+        "x[:, -1] (the last patch)",
+        _pool_by_kind("last", "mean"),
+    ),
+    Mistake(
+        "class token without its position embedding",
+        "add model.pos_embed after prepending the class token: its row 0 is the class "
+        "token's position embedding",
+        _variant(tokens="no_cls_position"),
+    ),
+    Mistake(
+        "position embeddings missing",
+        "add the learned positions, x = x + model.pos_embed (shape (1, L, D)), after "
+        "prepending the class token; without them the blocks see a bag of patches",
+        _variant(positions=False),
+    ),
+    Mistake(
+        "no final LayerNorm",
+        "the pre-norm blocks leave the residual stream unnormalised: apply model.norm(x) "
+        "after the last block, before pooling",
+        _variant(norm="none"),
+    ),
+    Mistake(
+        "final LayerNorm applied after pooling",
+        "apply model.norm to every token after the last block, then pool "
+        "(for mean pooling, normalising the average is not the same)",
+        _variant(norm="after_pool"),
+    ),
+    Mistake(
+        "mean pooling on a class-token model",
+        "with model.config.pool == 'cls' the image is summarised by the class token: "
+        "pooled = x[:, 0]; average the tokens only when pool == 'mean'",
+        _pool_by_kind("mean", "mean"),
+    ),
+    Mistake(
+        "mean pooling over the patches on a class-token model",
+        "with model.config.pool == 'cls' the image is summarised by the class token: "
+        "pooled = x[:, 0]; average the tokens only when pool == 'mean'",
+        _pool_by_kind("mean_patches", "mean"),
+    ),
+    Mistake(
+        "class-token pooling on a mean-pooling model",
+        "with model.config.pool == 'mean' there is no class token (model.cls_token is "
+        "None): pooled = x.mean(dim=1), not x[:, 0] (the first patch)",
+        _pool_by_kind("first", "first"),
+    ),
+    Mistake(
+        "patchify without projection",
+        "the patches (B, N, C*p*p) must be projected to the model width: "
+        "model.patch_embed(images) does patchify and the linear map "
+        "(model.patch_embed.proj) together",
+        _variant(project=False),
+    ),
 ]
 
 VIT_FORWARD = Exercise(
@@ -242,8 +326,8 @@ VIT_FORWARD = Exercise(
     mistakes=VIT_MISTAKES,
     compare=close(),
     hint="x = model.patch_embed(images); prepend model.cls_token (if not None); "
-         "x = x + model.pos_embed; every block in model.blocks; x = model.norm(x); pool "
-         "x[:, 0] (pool 'cls') or x.mean(1) (pool 'mean'); return model.head(pooled)",
+    "x = x + model.pos_embed; every block in model.blocks; x = model.norm(x); pool "
+    "x[:, 0] (pool 'cls') or x.mean(1) (pool 'mean'); return model.head(pooled)",
 )
 
 EXERCISES = [VIT_FORWARD]

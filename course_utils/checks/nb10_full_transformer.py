@@ -45,8 +45,12 @@ NOTEBOOK = "10_full_transformer.ipynb"
 
 
 def _mha_shapes(prefix: str, D: int) -> dict[str, tuple[int, ...]]:
-    return {f"{prefix}.qkv.weight": (3 * D, D), f"{prefix}.qkv.bias": (3 * D,),
-            f"{prefix}.out.weight": (D, D), f"{prefix}.out.bias": (D,)}
+    return {
+        f"{prefix}.qkv.weight": (3 * D, D),
+        f"{prefix}.qkv.bias": (3 * D,),
+        f"{prefix}.out.weight": (D, D),
+        f"{prefix}.out.bias": (D,),
+    }
 
 
 def _layer_shapes(D: int, F_: int) -> dict[str, tuple[int, ...]]:
@@ -54,8 +58,14 @@ def _layer_shapes(D: int, F_: int) -> dict[str, tuple[int, ...]]:
     for k in (1, 2, 3):
         shapes[f"norm{k}.weight"] = (D,)
         shapes[f"norm{k}.bias"] = (D,)
-    shapes.update({"mlp.fc1.weight": (F_, D), "mlp.fc1.bias": (F_,),
-                   "mlp.fc2.weight": (D, F_), "mlp.fc2.bias": (D,)})
+    shapes.update(
+        {
+            "mlp.fc1.weight": (F_, D),
+            "mlp.fc1.bias": (F_,),
+            "mlp.fc2.weight": (D, F_),
+            "mlp.fc2.bias": (D,),
+        }
+    )
     return shapes
 
 
@@ -67,10 +77,19 @@ def _layer_cases(seed: int) -> list[Case]:
 
     def case(name: str, norm_first: bool, B: int, T: int, S: int, masked: bool) -> Case:
         mask = lengths_mask(g, B, S, min_len=1) if masked else None
-        return Case(name, {"d_model": D, "n_heads": H, "d_ff": F_, "norm_first": norm_first,
-                           "x": randn(g, B, T, D), "memory": randn(g, B, S, D),
-                           "memory_key_padding_mask": mask,
-                           **random_weights(g, _layer_shapes(D, F_))})
+        return Case(
+            name,
+            {
+                "d_model": D,
+                "n_heads": H,
+                "d_ff": F_,
+                "norm_first": norm_first,
+                "x": randn(g, B, T, D),
+                "memory": randn(g, B, S, D),
+                "memory_key_padding_mask": mask,
+                **random_weights(g, _layer_shapes(D, F_)),
+            },
+        )
 
     T, S = distinct_sizes(g, 2, 3, 7)
     return [
@@ -83,8 +102,13 @@ def _layer_cases(seed: int) -> list[Case]:
 
 def _layer_call(candidate, case: Case) -> dict[str, Tensor]:
     i = case.inputs
-    module = build_module(candidate, (i["d_model"], i["n_heads"], i["d_ff"]),
-                          {"norm_first": i["norm_first"]}, i, "DecoderLayer")
+    module = build_module(
+        candidate,
+        (i["d_model"], i["n_heads"], i["d_ff"]),
+        {"norm_first": i["norm_first"]},
+        i,
+        "DecoderLayer",
+    )
     with torch.no_grad():
         out = module(i["x"], i["memory"], memory_key_padding_mask=i["memory_key_padding_mask"])
     return {"output": as_tensor(out, "DecoderLayer(...)(x, memory)")}
@@ -116,19 +140,22 @@ def _ff(m, h):
     return m.mlp(h)
 
 
-def _compose(sa=_sa, ca=_ca, ff=_ff, *, norms=(1, 2, 3), residual=(True, True, True),
-             pre=None, post=None):
+def _compose(
+    sa=_sa, ca=_ca, ff=_ff, *, norms=(1, 2, 3), residual=(True, True, True), pre=None, post=None
+):
     """A layer class whose forward chains the three sublayers ``sa``, ``ca``, ``ff`` with the
     given norms (indices into norm1..3) and residuals, in pre- or post-norm order. ``pre`` /
     ``post`` override the order used when norm_first is True / False ("pre" or "post")."""
 
     class Variant(_Layer):
         def forward(self, x, memory, memory_key_padding_mask=None):
-            order = ("pre" if self.norm_first else "post")
+            order = "pre" if self.norm_first else "post"
             order = {"pre": pre or "pre", "post": post or "post"}[order]
-            subs = (lambda h: sa(self, h),
-                    lambda h: ca(self, h, memory, memory_key_padding_mask),
-                    lambda h: ff(self, h))
+            subs = (
+                lambda h: sa(self, h),
+                lambda h: ca(self, h, memory, memory_key_padding_mask),
+                lambda h: ff(self, h),
+            )
             for sub, k, res in zip(subs, norms, residual, strict=True):
                 norm = getattr(self, f"norm{k}")
                 if order == "pre":
@@ -196,60 +223,90 @@ def _pre_residual_normalised():
 
 
 LAYER_MISTAKES = [
-    Mistake("no causal mask in the masked self-attention",
-            "target position i must not see positions after i: call "
-            "self.self_attn(h, is_causal=True) (or pass attn_mask=causal_mask(T))",
-            _compose(sa=_no_causal)),
-    Mistake("cross attention takes its keys and values from x instead of memory",
-            "in cross attention the queries come from the decoder (x) and the keys and values "
-            "from the encoder output: self.cross_attn(h, memory, key_padding_mask=...)",
-            _compose(ca=_cross_on_x)),
-    Mistake("memory padding mask ignored",
-            "pass key_padding_mask=memory_key_padding_mask to the cross attention, so no "
-            "target token attends to source padding",
-            _compose(ca=_cross_mask_ignored)),
-    Mistake("memory padding mask inverted",
-            "the course's masks are True at real tokens (PyTorch's key_padding_mask is the "
-            "opposite): pass memory_key_padding_mask as it is, without ~",
-            _compose(ca=_cross_mask_inverted)),
-    Mistake("causal mask in the cross attention",
-            "only the self-attention is causal; every target position may look at the whole "
-            "source, so the cross attention takes no causal mask",
-            _compose(ca=_cross_causal)),
-    Mistake("self_attn and cross_attn swapped",
-            "use self.self_attn for the masked self-attention and self.cross_attn for the "
-            "attention over memory (their weights differ)",
-            _compose(sa=_attn_swapped_sa, ca=_attn_swapped_ca)),
-    Mistake("missing residual around the self-attention",
-            "add the sublayer's input back: x + self_attn(...), not self_attn(...) alone",
-            _compose(residual=(False, True, True))),
-    Mistake("missing residual around the cross attention",
-            "add the sublayer's input back: x + cross_attn(...), not cross_attn(...) alone",
-            _compose(residual=(True, False, True))),
-    Mistake("missing residual around the MLP",
-            "add the sublayer's input back: x + mlp(...), not mlp(...) alone",
-            _compose(residual=(True, True, False))),
-    Mistake("LayerNorm in the wrong place (pre-norm and post-norm swapped)",
-            "norm_first=True (pre-norm): x = x + sublayer(norm(x)); norm_first=False "
-            "(post-norm): x = norm(x + sublayer(x))",
-            _compose(pre="post", post="pre")),
-    Mistake("LayerNorm applied to the sublayer output before the residual",
-            "normalise the sublayer's input (pre-norm) or the sum (post-norm), not the "
-            "sublayer's output: x + norm(sublayer(x)) is neither",
-            _NormInside),
-    Mistake("pre-norm residual taken from the normalised input",
-            "in pre-norm the residual stream stays unnormalised: x = x + sublayer(norm(x)), "
-            "not h = norm(x); x = h + sublayer(h)",
-            _pre_residual_normalised()),
-    Mistake("norms used in the wrong order",
-            "norm1 belongs to the self-attention, norm2 to the cross attention, norm3 to the MLP",
-            _compose(norms=(2, 1, 3))),
-    Mistake("norms used in the wrong order",
-            "norm1 belongs to the self-attention, norm2 to the cross attention, norm3 to the MLP",
-            _compose(norms=(1, 3, 2))),
-    Mistake("norms used in the wrong order",
-            "norm1 belongs to the self-attention, norm2 to the cross attention, norm3 to the MLP",
-            _compose(norms=(3, 2, 1))),
+    Mistake(
+        "no causal mask in the masked self-attention",
+        "target position i must not see positions after i: call "
+        "self.self_attn(h, is_causal=True) (or pass attn_mask=causal_mask(T))",
+        _compose(sa=_no_causal),
+    ),
+    Mistake(
+        "cross attention takes its keys and values from x instead of memory",
+        "in cross attention the queries come from the decoder (x) and the keys and values "
+        "from the encoder output: self.cross_attn(h, memory, key_padding_mask=...)",
+        _compose(ca=_cross_on_x),
+    ),
+    Mistake(
+        "memory padding mask ignored",
+        "pass key_padding_mask=memory_key_padding_mask to the cross attention, so no "
+        "target token attends to source padding",
+        _compose(ca=_cross_mask_ignored),
+    ),
+    Mistake(
+        "memory padding mask inverted",
+        "the course's masks are True at real tokens (PyTorch's key_padding_mask is the "
+        "opposite): pass memory_key_padding_mask as it is, without ~",
+        _compose(ca=_cross_mask_inverted),
+    ),
+    Mistake(
+        "causal mask in the cross attention",
+        "only the self-attention is causal; every target position may look at the whole "
+        "source, so the cross attention takes no causal mask",
+        _compose(ca=_cross_causal),
+    ),
+    Mistake(
+        "self_attn and cross_attn swapped",
+        "use self.self_attn for the masked self-attention and self.cross_attn for the "
+        "attention over memory (their weights differ)",
+        _compose(sa=_attn_swapped_sa, ca=_attn_swapped_ca),
+    ),
+    Mistake(
+        "missing residual around the self-attention",
+        "add the sublayer's input back: x + self_attn(...), not self_attn(...) alone",
+        _compose(residual=(False, True, True)),
+    ),
+    Mistake(
+        "missing residual around the cross attention",
+        "add the sublayer's input back: x + cross_attn(...), not cross_attn(...) alone",
+        _compose(residual=(True, False, True)),
+    ),
+    Mistake(
+        "missing residual around the MLP",
+        "add the sublayer's input back: x + mlp(...), not mlp(...) alone",
+        _compose(residual=(True, True, False)),
+    ),
+    Mistake(
+        "LayerNorm in the wrong place (pre-norm and post-norm swapped)",
+        "norm_first=True (pre-norm): x = x + sublayer(norm(x)); norm_first=False "
+        "(post-norm): x = norm(x + sublayer(x))",
+        _compose(pre="post", post="pre"),
+    ),
+    Mistake(
+        "LayerNorm applied to the sublayer output before the residual",
+        "normalise the sublayer's input (pre-norm) or the sum (post-norm), not the "
+        "sublayer's output: x + norm(sublayer(x)) is neither",
+        _NormInside,
+    ),
+    Mistake(
+        "pre-norm residual taken from the normalised input",
+        "in pre-norm the residual stream stays unnormalised: x = x + sublayer(norm(x)), "
+        "not h = norm(x); x = h + sublayer(h)",
+        _pre_residual_normalised(),
+    ),
+    Mistake(
+        "norms used in the wrong order",
+        "norm1 belongs to the self-attention, norm2 to the cross attention, norm3 to the MLP",
+        _compose(norms=(2, 1, 3)),
+    ),
+    Mistake(
+        "norms used in the wrong order",
+        "norm1 belongs to the self-attention, norm2 to the cross attention, norm3 to the MLP",
+        _compose(norms=(1, 3, 2)),
+    ),
+    Mistake(
+        "norms used in the wrong order",
+        "norm1 belongs to the self-attention, norm2 to the cross attention, norm3 to the MLP",
+        _compose(norms=(3, 2, 1)),
+    ),
 ]
 
 DECODER_LAYER = Exercise(
@@ -264,8 +321,8 @@ DECODER_LAYER = Exercise(
     mistakes=LAYER_MISTAKES,
     compare=close(),
     hint="pre-norm: x = x + self_attn(norm1(x), is_causal=True); "
-         "x = x + cross_attn(norm2(x), memory, key_padding_mask=memory_key_padding_mask); "
-         "x = x + mlp(norm3(x)). Post-norm: x = norm1(x + self_attn(x, is_causal=True)), ...",
+    "x = x + cross_attn(norm2(x), memory, key_padding_mask=memory_key_padding_mask); "
+    "x = x + mlp(norm3(x)). Post-norm: x = norm1(x + self_attn(x, is_causal=True)), ...",
 )
 
 # ----------------------------------------------------------------------------- 10.2 greedy decoding
@@ -276,13 +333,15 @@ _MODEL_KEYS = ("src_vocab", "tgt_vocab", "d_model", "n_heads", "n_layers", "d_ff
 def _build_model(inputs: dict) -> EncoderDecoderTransformer:
     """A float64 eval-mode model with the case's weights (built under a forked RNG)."""
     with torch.random.fork_rng(devices=[]):
-        model = EncoderDecoderTransformer(*(int(inputs[k]) for k in _MODEL_KEYS[:2]),
-                                          **{k: int(inputs[k]) for k in _MODEL_KEYS[2:]})
+        model = EncoderDecoderTransformer(
+            *(int(inputs[k]) for k in _MODEL_KEYS[:2]),
+            **{k: int(inputs[k]) for k in _MODEL_KEYS[2:]},
+        )
     model = model.double().eval()
     with torch.no_grad():
         for key, value in inputs.items():
             if key.startswith(WEIGHT_PREFIX):
-                model.get_parameter(key[len(WEIGHT_PREFIX):]).copy_(value)
+                model.get_parameter(key[len(WEIGHT_PREFIX) :]).copy_(value)
     return model
 
 
@@ -299,8 +358,15 @@ def _decode_cases(seed: int) -> list[Case]:
 
     def case(name: str, B: int, V_tgt: int, max_len: int) -> Case:
         V_src = size(g, 6, 9)
-        cfg = {"src_vocab": V_src, "tgt_vocab": V_tgt, "d_model": 8, "n_heads": 2,
-               "n_layers": 1, "d_ff": 16, "max_len": 32}
+        cfg = {
+            "src_vocab": V_src,
+            "tgt_vocab": V_tgt,
+            "d_model": 8,
+            "n_heads": 2,
+            "n_layers": 1,
+            "d_ff": 16,
+            "max_len": 32,
+        }
         S = size(g, 4, 7)
         lengths = torch.randint(2, S + 1, (B,), generator=g)
         lengths[0] = S
@@ -313,8 +379,9 @@ def _decode_cases(seed: int) -> list[Case]:
             model_seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g))
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(model_seed)
-                model = EncoderDecoderTransformer(V_src, V_tgt,
-                                                  **{k: cfg[k] for k in _MODEL_KEYS[2:]})
+                model = EncoderDecoderTransformer(
+                    V_src, V_tgt, **{k: cfg[k] for k in _MODEL_KEYS[2:]}
+                )
             model = model.double().eval()
             with torch.no_grad():
                 model.generator.weight.mul_(3.0)  # confident argmax: no near-ties
@@ -324,8 +391,9 @@ def _decode_cases(seed: int) -> list[Case]:
                 with torch.no_grad():
                     model.generator.bias.copy_(base)
                     model.generator.bias[model.eos_id] += bias
-                steps = _finish_steps(model.greedy_decode(src, lengths, max_len)[0], max_len,
-                                      model.eos_id)
+                steps = _finish_steps(
+                    model.greedy_decode(src, lengths, max_len)[0], max_len, model.eos_id
+                )
                 if min(steps) > max_len:
                     continue
                 score = len(set(steps)) + (min(steps) > 1) + (max(steps) > max_len)
@@ -335,8 +403,10 @@ def _decode_cases(seed: int) -> list[Case]:
                 break
         if best_model is None:  # no EOS anywhere: still a valid (if easier) case
             best_model = weights_of(model)
-        return Case(name, {**cfg, "src": src, "src_lengths": lengths, "max_len_decode": max_len,
-                           **best_model})
+        return Case(
+            name,
+            {**cfg, "src": src, "src_lengths": lengths, "max_len_decode": max_len, **best_model},
+        )
 
     # Case 1 has B == tgt_vocab, so an argmax over the batch dimension runs (and is named).
     return [
@@ -357,12 +427,16 @@ def _decode_call(candidate, case: Case) -> dict[str, Tensor]:
     tokens = as_tensor(out, "greedy_decode(...)")
     B = src.shape[0]
     if tokens.ndim != 2 or tokens.shape[0] != B:
-        raise ValueError(f"greedy_decode should return token ids of shape (B, T') = ({B}, T'), "
-                         f"got {tuple(tokens.shape)}")
+        raise ValueError(
+            f"greedy_decode should return token ids of shape (B, T') = ({B}, T'), "
+            f"got {tuple(tokens.shape)}"
+        )
     if tokens.shape[1] > max_len:
-        raise ValueError(f"greedy_decode returned {tokens.shape[1]} tokens per row, more than "
-                         f"max_len={max_len} (return the generated tokens without the leading BOS, and "
-                         f"stop after max_len steps)")
+        raise ValueError(
+            f"greedy_decode returned {tokens.shape[1]} tokens per row, more than "
+            f"max_len={max_len} (return the generated tokens without the leading BOS, and "
+            f"stop after max_len steps)"
+        )
     if tokens.is_floating_point():
         raise TypeError(f"greedy_decode should return integer token ids, got {tokens.dtype}")
     # Normalise: PAD up to max_len (stopping early and running all max_len steps both pass).
@@ -376,8 +450,20 @@ def _reference_decode(model, src, src_lengths, max_len):
     return model.greedy_decode(src, src_lengths, max_len)[0]
 
 
-def _greedy(model, src, src_lengths, max_len, *, start=None, feed_back=True, pad_after=True,
-            stop="all", argmax_dim=-1, keep_bos=False, use_mask=True):
+def _greedy(
+    model,
+    src,
+    src_lengths,
+    max_len,
+    *,
+    start=None,
+    feed_back=True,
+    pad_after=True,
+    stop="all",
+    argmax_dim=-1,
+    keep_bos=False,
+    use_mask=True,
+):
     """A greedy decoder with switches for the classic mistakes (defaults: correct)."""
     mask = model.src_mask(src, src_lengths) if use_mask else None
     memory = model.encode(src, mask)
@@ -412,36 +498,52 @@ def _bos_counted(model, src, src_lengths, max_len):
 
 
 DECODE_MISTAKES = [
-    Mistake("predicted token not fed back",
-            "append each step's argmax token to the decoder input (ys = torch.cat([ys, "
-            "token[:, None]], dim=1)) and decode the whole prefix next step",
-            _with(feed_back=False)),
-    Mistake("tokens after EOS not replaced by PAD",
-            "once a row has produced EOS it is finished: keep a `finished` mask and write "
-            "model.pad_id in its later positions (token.masked_fill(finished, model.pad_id))",
-            _with(pad_after=False)),
-    Mistake("stops when the first row ends",
-            "stop only when every row has produced EOS (finished.all()), not the first one",
-            _with(stop="any")),
-    Mistake("argmax over the wrong dimension",
-            "the next token is the argmax over the vocabulary: logits[:, -1].argmax(dim=-1) "
-            "(B, V) -> (B,)",
-            _with(argmax_dim=0)),
-    Mistake("decoding does not start from BOS",
-            "the first decoder input is model.bos_id for every row: "
-            "ys = torch.full((B, 1), model.bos_id)",
-            _with(start=0)),
-    Mistake("decoding does not start from BOS",
-            "the first decoder input is model.bos_id for every row: "
-            "ys = torch.full((B, 1), model.bos_id)",
-            _with(start=2)),
-    Mistake("BOS left in the returned tokens",
-            "return the generated tokens without the leading BOS: ys[:, 1:]",
-            _bos_counted),
-    Mistake("source padding mask ignored",
-            "pass the source padding mask (model.src_mask(src, src_lengths)) to model.encode "
-            "and to every model.decode call",
-            _with(use_mask=False)),
+    Mistake(
+        "predicted token not fed back",
+        "append each step's argmax token to the decoder input (ys = torch.cat([ys, "
+        "token[:, None]], dim=1)) and decode the whole prefix next step",
+        _with(feed_back=False),
+    ),
+    Mistake(
+        "tokens after EOS not replaced by PAD",
+        "once a row has produced EOS it is finished: keep a `finished` mask and write "
+        "model.pad_id in its later positions (token.masked_fill(finished, model.pad_id))",
+        _with(pad_after=False),
+    ),
+    Mistake(
+        "stops when the first row ends",
+        "stop only when every row has produced EOS (finished.all()), not the first one",
+        _with(stop="any"),
+    ),
+    Mistake(
+        "argmax over the wrong dimension",
+        "the next token is the argmax over the vocabulary: logits[:, -1].argmax(dim=-1) "
+        "(B, V) -> (B,)",
+        _with(argmax_dim=0),
+    ),
+    Mistake(
+        "decoding does not start from BOS",
+        "the first decoder input is model.bos_id for every row: "
+        "ys = torch.full((B, 1), model.bos_id)",
+        _with(start=0),
+    ),
+    Mistake(
+        "decoding does not start from BOS",
+        "the first decoder input is model.bos_id for every row: "
+        "ys = torch.full((B, 1), model.bos_id)",
+        _with(start=2),
+    ),
+    Mistake(
+        "BOS left in the returned tokens",
+        "return the generated tokens without the leading BOS: ys[:, 1:]",
+        _bos_counted,
+    ),
+    Mistake(
+        "source padding mask ignored",
+        "pass the source padding mask (model.src_mask(src, src_lengths)) to model.encode "
+        "and to every model.decode call",
+        _with(use_mask=False),
+    ),
 ]
 
 GREEDY = Exercise(
@@ -456,8 +558,8 @@ GREEDY = Exercise(
     mistakes=DECODE_MISTAKES,
     compare=close(),
     hint="encode once; ys = [[BOS]] * B; each step decode ys, take the argmax of the last "
-         "position over the vocabulary, PAD it where the row has finished, append it; stop "
-         "when every row has produced EOS or after max_len steps; return ys[:, 1:]",
+    "position over the vocabulary, PAD it where the row has finished, append it; stop "
+    "when every row has produced EOS or after max_len steps; return ys[:, 1:]",
 )
 
 EXERCISES = [DECODER_LAYER, GREEDY]

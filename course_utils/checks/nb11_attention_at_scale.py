@@ -35,11 +35,27 @@ def _tiled_cases(seed: int) -> list[Case]:
     Dv = Dv + 1 if Dv == Dk else Dv
     bs = size(g, 6, 9)
 
-    def case(name: str, *batch: int, T: int, S: int, block_size: int = bs, causal: bool = False,
-             gain: float = 1.0, watch: bool = True) -> Case:
-        return Case(name, {"q": randn(g, *batch, T, Dk) * gain, "k": randn(g, *batch, S, Dk) * gain,
-                           "v": randn(g, *batch, S, Dv), "block_size": block_size,
-                           "causal": causal, "max_elements": T * S if watch else 0})
+    def case(
+        name: str,
+        *batch: int,
+        T: int,
+        S: int,
+        block_size: int = bs,
+        causal: bool = False,
+        gain: float = 1.0,
+        watch: bool = True,
+    ) -> Case:
+        return Case(
+            name,
+            {
+                "q": randn(g, *batch, T, Dk) * gain,
+                "k": randn(g, *batch, S, Dk) * gain,
+                "v": randn(g, *batch, S, Dv),
+                "block_size": block_size,
+                "causal": causal,
+                "max_elements": T * S if watch else 0,
+            },
+        )
 
     # Sizes keep every legitimate tensor below T*S elements: batch * max(Dk, Dv, block_size)
     # < min(T, S) (batch <= 2 here), so only a full-size tensor trips the watch.
@@ -65,42 +81,57 @@ def _tiled_call(candidate, case: Case) -> dict[str, Tensor]:
         out = candidate(i["q"], i["k"], i["v"], i["block_size"], causal=i["causal"])
     out = as_tensor(out, "tiled_attention(...)")
     limit = i["max_elements"]
-    return {"output": out,
-            "full_matrix": torch.tensor(bool(limit) and tracker.largest >= limit),
-            "largest_shape": torch.tensor(tracker.largest_shape or (0,), dtype=torch.int64),
-            "fused_kernel": torch.tensor(tracker.fused is not None)}
+    return {
+        "output": out,
+        "full_matrix": torch.tensor(bool(limit) and tracker.largest >= limit),
+        "largest_shape": torch.tensor(tracker.largest_shape or (0,), dtype=torch.int64),
+        "fused_kernel": torch.tensor(tracker.fused is not None),
+    }
 
 
 _values = close()
 
 
 def _tiled_compare(case: Case, got, expected) -> str | None:
-    problem = _values(case, {k: got[k] for k in ("output",) if k in got},
-                      {"output": expected["output"]})
+    problem = _values(
+        case, {k: got[k] for k in ("output",) if k in got}, {"output": expected["output"]}
+    )
     if problem is not None:
         return problem
+
     def flag(outputs, key: str) -> bool:
         value = outputs.get(key)
         return isinstance(value, torch.Tensor) and value.numel() == 1 and bool(value)
 
     if flag(got, "fused_kernel") != flag(expected, "fused_kernel"):
         if flag(got, "fused_kernel"):
-            return (f"case '{case.name}': the values are right, but your code calls "
-                    f"F.scaled_dot_product_attention: write the loop over key blocks yourself")
+            return (
+                f"case '{case.name}': the values are right, but your code calls "
+                f"F.scaled_dot_product_attention: write the loop over key blocks yourself"
+            )
         return f"case '{case.name}': F.scaled_dot_product_attention was not called"
     if flag(got, "full_matrix") != flag(expected, "full_matrix"):
         T, S = case.inputs["q"].shape[-2], case.inputs["k"].shape[-2]
         if flag(got, "full_matrix"):
             shape = tuple(int(s) for s in got.get("largest_shape", torch.zeros(0)))
-            return (f"case '{case.name}': the values are right, but a tensor of shape {shape} "
-                    f"was created, with at least T*S = {T}*{S} elements: tiled attention must "
-                    f"never build the full (T, S) score matrix (nor a full-size float mask)")
+            return (
+                f"case '{case.name}': the values are right, but a tensor of shape {shape} "
+                f"was created, with at least T*S = {T}*{S} elements: tiled attention must "
+                f"never build the full (T, S) score matrix (nor a full-size float mask)"
+            )
         return f"case '{case.name}': no tensor of T*S = {T}*{S} elements was created"
     return None
 
 
-def tiled_variant(*, rescale_sum: bool = True, rescale_acc: bool = True, use_max: bool = True,
-                  scaled: bool = True, drop_last: bool = False, causal_mode: str = "global"):
+def tiled_variant(
+    *,
+    rescale_sum: bool = True,
+    rescale_acc: bool = True,
+    use_max: bool = True,
+    scaled: bool = True,
+    drop_last: bool = False,
+    causal_mode: str = "global",
+):
     """An online-softmax tiled attention with one thing changed (for the mistakes).
 
     causal_mode: "global" (right), "local" (tril on each block's own indices) or "ignored".
@@ -114,7 +145,7 @@ def tiled_variant(*, rescale_sum: bool = True, rescale_acc: bool = True, use_max
         acc = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
         stop = S - S % block_size if drop_last else S
         for start in range(0, stop, block_size):
-            kb, vb = k[..., start:start + block_size, :], v[..., start:start + block_size, :]
+            kb, vb = k[..., start : start + block_size, :], v[..., start : start + block_size, :]
             s = q @ kb.transpose(-2, -1) * factor  # (..., T, nb)
             if causal and causal_mode != "ignored":
                 nb = kb.shape[-2]
@@ -141,7 +172,7 @@ def tiled_variant(*, rescale_sum: bool = True, rescale_acc: bool = True, use_max
 def _blocks_normalised_separately(q, k, v, block_size, causal=False):
     outs = []
     for start in range(0, k.shape[-2], block_size):
-        kb, vb = k[..., start:start + block_size, :], v[..., start:start + block_size, :]
+        kb, vb = k[..., start : start + block_size, :], v[..., start : start + block_size, :]
         mask = None
         if causal:
             T = q.shape[-2]
@@ -159,46 +190,70 @@ def _fused(q, k, v, block_size, causal=False):
 
 
 TILED_MISTAKES = [
-    Mistake("materialises the full (T, S) score matrix",
-            "compute the scores one key block at a time, q @ k_block^T of shape "
-            "(..., T, block_size), and fold each block into running statistics (max m, sum l, "
-            "output acc); never q @ k^T for all keys at once, nor a full-size mask",
-            _materialised),
-    Mistake("calls F.scaled_dot_product_attention instead of tiling",
-            "the fused kernel does the tiling for you; here the point is to write it: loop "
-            "over key blocks with a running max, sum and output", _fused),
-    Mistake("online softmax without rescaling",
-            "when the running max grows from m to m_new, what was summed so far was computed "
-            "with the old max: multiply both the running sum l and the accumulator acc by "
-            "exp(m - m_new) before adding the new block",
-            tiled_variant(rescale_sum=False, rescale_acc=False)),
-    Mistake("running sum rescaled but not the output accumulator",
-            "rescale the accumulator acc by exp(m - m_new) too, like the running sum l",
-            tiled_variant(rescale_acc=False)),
-    Mistake("output accumulator rescaled but not the running sum",
-            "rescale the running sum l by exp(m - m_new) too, like the accumulator acc",
-            tiled_variant(rescale_sum=False)),
-    Mistake("no running max (exp overflows on large scores)",
-            "exp(score) overflows to inf for scores above ~709 (float64): keep a running max "
-            "and exponentiate score - max", tiled_variant(use_max=False)),
-    Mistake("each block normalised on its own (block outputs averaged)",
-            "a softmax per block is not the softmax over all keys: carry the running max and "
-            "sum across blocks and divide by the total sum once at the end",
-            _blocks_normalised_separately),
-    Mistake("last partial block dropped",
-            "when S is not a multiple of block_size the last block is shorter: loop with "
-            "range(0, S, block_size) and slice k[..., start:start + block_size, :]",
-            tiled_variant(drop_last=True)),
-    Mistake("missing 1/sqrt(d_k) scaling",
-            "scale each block's scores by 1/sqrt(d_k) = 1/sqrt(q.shape[-1])",
-            tiled_variant(scaled=False)),
-    Mistake("causal mask built from block-local indices",
-            "compare absolute positions: key start + j may be attended by query i iff "
-            "start + j <= i; a torch.tril on each block uses the wrong offsets",
-            tiled_variant(causal_mode="local")),
-    Mistake("causal flag ignored",
-            "with causal=True query i may only attend keys j <= i: mask each block's scores",
-            tiled_variant(causal_mode="ignored")),
+    Mistake(
+        "materialises the full (T, S) score matrix",
+        "compute the scores one key block at a time, q @ k_block^T of shape "
+        "(..., T, block_size), and fold each block into running statistics (max m, sum l, "
+        "output acc); never q @ k^T for all keys at once, nor a full-size mask",
+        _materialised,
+    ),
+    Mistake(
+        "calls F.scaled_dot_product_attention instead of tiling",
+        "the fused kernel does the tiling for you; here the point is to write it: loop "
+        "over key blocks with a running max, sum and output",
+        _fused,
+    ),
+    Mistake(
+        "online softmax without rescaling",
+        "when the running max grows from m to m_new, what was summed so far was computed "
+        "with the old max: multiply both the running sum l and the accumulator acc by "
+        "exp(m - m_new) before adding the new block",
+        tiled_variant(rescale_sum=False, rescale_acc=False),
+    ),
+    Mistake(
+        "running sum rescaled but not the output accumulator",
+        "rescale the accumulator acc by exp(m - m_new) too, like the running sum l",
+        tiled_variant(rescale_acc=False),
+    ),
+    Mistake(
+        "output accumulator rescaled but not the running sum",
+        "rescale the running sum l by exp(m - m_new) too, like the accumulator acc",
+        tiled_variant(rescale_sum=False),
+    ),
+    Mistake(
+        "no running max (exp overflows on large scores)",
+        "exp(score) overflows to inf for scores above ~709 (float64): keep a running max "
+        "and exponentiate score - max",
+        tiled_variant(use_max=False),
+    ),
+    Mistake(
+        "each block normalised on its own (block outputs averaged)",
+        "a softmax per block is not the softmax over all keys: carry the running max and "
+        "sum across blocks and divide by the total sum once at the end",
+        _blocks_normalised_separately,
+    ),
+    Mistake(
+        "last partial block dropped",
+        "when S is not a multiple of block_size the last block is shorter: loop with "
+        "range(0, S, block_size) and slice k[..., start:start + block_size, :]",
+        tiled_variant(drop_last=True),
+    ),
+    Mistake(
+        "missing 1/sqrt(d_k) scaling",
+        "scale each block's scores by 1/sqrt(d_k) = 1/sqrt(q.shape[-1])",
+        tiled_variant(scaled=False),
+    ),
+    Mistake(
+        "causal mask built from block-local indices",
+        "compare absolute positions: key start + j may be attended by query i iff "
+        "start + j <= i; a torch.tril on each block uses the wrong offsets",
+        tiled_variant(causal_mode="local"),
+    ),
+    Mistake(
+        "causal flag ignored",
+        "with causal=True query i may only attend keys j <= i: mask each block's scores",
+        tiled_variant(causal_mode="ignored"),
+    ),
 ]
 
 TILED = Exercise(
@@ -213,8 +268,8 @@ TILED = Exercise(
     mistakes=TILED_MISTAKES,
     compare=_tiled_compare,
     hint="for each key block: s = q @ k_blk^T / sqrt(d); m_new = max(m, s.max(-1)); "
-         "p = exp(s - m_new); l = l * exp(m - m_new) + p.sum(-1); "
-         "acc = acc * exp(m - m_new) + p @ v_blk; m = m_new. Return acc / l",
+    "p = exp(s - m_new); l = l * exp(m - m_new) + p.sum(-1); "
+    "acc = acc * exp(m - m_new) + p @ v_blk; m = m_new. Return acc / l",
 )
 
 EXERCISES = [TILED]  # append this notebook's 11.2 here

@@ -26,26 +26,36 @@ from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator
 NOTEBOOK = "11_attention_at_scale.ipynb"
 
 
-def _check_shapes(x_t: Tensor, W_q: Tensor, W_k: Tensor, W_v: Tensor, cache_k: Tensor,
-                  cache_v: Tensor) -> None:
+def _check_shapes(
+    x_t: Tensor, W_q: Tensor, W_k: Tensor, W_v: Tensor, cache_k: Tensor, cache_v: Tensor
+) -> None:
     D = x_t.shape[-1]
     if x_t.ndim < 2 or x_t.shape[-2] != 1:
-        raise ValueError(f"expected x_t of shape (..., 1, D) (one new token), got {tuple(x_t.shape)}")
+        raise ValueError(
+            f"expected x_t of shape (..., 1, D) (one new token), got {tuple(x_t.shape)}"
+        )
     for name, W in (("W_q", W_q), ("W_k", W_k), ("W_v", W_v)):
         if W.ndim != 2 or W.shape[0] != D:
-            raise ValueError(f"expected {name} of shape (D, ...) with D == x_t.shape[-1] = {D}, "
-                             f"got {tuple(W.shape)}")
+            raise ValueError(
+                f"expected {name} of shape (D, ...) with D == x_t.shape[-1] = {D}, "
+                f"got {tuple(W.shape)}"
+            )
     if cache_k.shape[-1] != W_k.shape[1] or cache_v.shape[-1] != W_v.shape[1]:
-        raise ValueError(f"expected cache_k (..., S, Dk={W_k.shape[1]}) and cache_v "
-                         f"(..., S, Dv={W_v.shape[1]}), got {tuple(cache_k.shape)} and "
-                         f"{tuple(cache_v.shape)}")
+        raise ValueError(
+            f"expected cache_k (..., S, Dk={W_k.shape[1]}) and cache_v "
+            f"(..., S, Dv={W_v.shape[1]}), got {tuple(cache_k.shape)} and "
+            f"{tuple(cache_v.shape)}"
+        )
     if cache_k.shape[-2] != cache_v.shape[-2]:
-        raise ValueError(f"cache_k and cache_v should hold the same number of tokens S, got "
-                         f"{cache_k.shape[-2]} and {cache_v.shape[-2]}")
+        raise ValueError(
+            f"cache_k and cache_v should hold the same number of tokens S, got "
+            f"{cache_k.shape[-2]} and {cache_v.shape[-2]}"
+        )
 
 
-def kv_cache_decode_step(x_t: Tensor, W_q: Tensor, W_k: Tensor, W_v: Tensor, cache_k: Tensor,
-                         cache_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def kv_cache_decode_step(
+    x_t: Tensor, W_q: Tensor, W_k: Tensor, W_v: Tensor, cache_k: Tensor, cache_v: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
     """One decoding step of single-head self attention with a key/value cache.
 
     x_t: (..., 1, D) the newest token; W_q, W_k: (D, Dk); W_v: (D, Dv);
@@ -126,32 +136,53 @@ def _wrong_cat_dim(x_t, W_q, W_k, W_v, cache_k, cache_v):
 WRONG_DIM = "concatenated along the wrong dim"
 
 MISTAKES = [
-    Mistake(WRONG_DIM,
-            "the cache is (..., S, Dk): tokens run along dim -2. Append the new key and value "
-            "there, torch.cat([cache_k, k_t], dim=-2), which works whatever the batch dims are "
-            "(dim=0, dim=1 or dim=-1 pick the batch or feature axis)", _wrong_cat_dim),
-    Mistake("attends before appending the new key and value",
-            "append k_t and v_t to the cache first, then attend: the new token must attend to "
-            "itself as well as to the S earlier tokens (S + 1 keys)", _attend_before_append),
-    Mistake("top-left causal mask on the single query",
-            "with one new query at the last position every cached key is in its past: use no "
-            "mask at all (a square tril, or F.scaled_dot_product_attention(..., is_causal=True), "
-            "aligns the query with the FIRST key and hides all the others)", _top_left_causal),
-    Mistake("missing 1/sqrt(d_k) scaling",
-            "divide the scores q @ K^T by sqrt(Dk) = sqrt(W_k.shape[1]) before the softmax",
-            _no_scaling),
-    Mistake("new key projected with W_q",
-            "the query is x_t @ W_q, the new key x_t @ W_k and the new value x_t @ W_v",
-            _key_from_W_q),
-    Mistake("cached keys projected again",
-            "the cache already holds keys (x_j @ W_k for the earlier tokens): concatenate it "
-            "as it is; only the new token x_t is projected", _past_keys_projected_again),
-    Mistake("the old cache returned",
-            "return the caches with the new token appended, (out, new_cache_k, new_cache_v), "
-            "so that the next step sees it", _old_cache_returned),
-    Mistake("softmax over the wrong axis",
-            "the weights of the query over its S + 1 keys must sum to 1: softmax(..., dim=-1)",
-            _softmax_over_queries),
+    Mistake(
+        WRONG_DIM,
+        "the cache is (..., S, Dk): tokens run along dim -2. Append the new key and value "
+        "there, torch.cat([cache_k, k_t], dim=-2), which works whatever the batch dims are "
+        "(dim=0, dim=1 or dim=-1 pick the batch or feature axis)",
+        _wrong_cat_dim,
+    ),
+    Mistake(
+        "attends before appending the new key and value",
+        "append k_t and v_t to the cache first, then attend: the new token must attend to "
+        "itself as well as to the S earlier tokens (S + 1 keys)",
+        _attend_before_append,
+    ),
+    Mistake(
+        "top-left causal mask on the single query",
+        "with one new query at the last position every cached key is in its past: use no "
+        "mask at all (a square tril, or F.scaled_dot_product_attention(..., is_causal=True), "
+        "aligns the query with the FIRST key and hides all the others)",
+        _top_left_causal,
+    ),
+    Mistake(
+        "missing 1/sqrt(d_k) scaling",
+        "divide the scores q @ K^T by sqrt(Dk) = sqrt(W_k.shape[1]) before the softmax",
+        _no_scaling,
+    ),
+    Mistake(
+        "new key projected with W_q",
+        "the query is x_t @ W_q, the new key x_t @ W_k and the new value x_t @ W_v",
+        _key_from_W_q,
+    ),
+    Mistake(
+        "cached keys projected again",
+        "the cache already holds keys (x_j @ W_k for the earlier tokens): concatenate it "
+        "as it is; only the new token x_t is projected",
+        _past_keys_projected_again,
+    ),
+    Mistake(
+        "the old cache returned",
+        "return the caches with the new token appended, (out, new_cache_k, new_cache_v), "
+        "so that the next step sees it",
+        _old_cache_returned,
+    ),
+    Mistake(
+        "softmax over the wrong axis",
+        "the weights of the query over its S + 1 keys must sum to 1: softmax(..., dim=-1)",
+        _softmax_over_queries,
+    ),
 ]
 
 
@@ -176,14 +207,19 @@ def make_cases(seed: int) -> list[Case]:
     cases = []
     for name, batch, S, d, dk in specs:
         gain = 4.0 if name.startswith("large") else 1.0
-        cases.append(Case(name, {
-            "x_t": randn(g, *batch, 1, d) * gain,
-            "W_q": randn(g, d, dk) / math.sqrt(d),
-            "W_k": randn(g, d, dk) / math.sqrt(d),
-            "W_v": randn(g, d, Dv) / math.sqrt(d),
-            "cache_k": randn(g, *batch, S, dk) * gain,
-            "cache_v": randn(g, *batch, S, Dv),
-        }))
+        cases.append(
+            Case(
+                name,
+                {
+                    "x_t": randn(g, *batch, 1, d) * gain,
+                    "W_q": randn(g, d, dk) / math.sqrt(d),
+                    "W_k": randn(g, d, dk) / math.sqrt(d),
+                    "W_v": randn(g, d, Dv) / math.sqrt(d),
+                    "cache_k": randn(g, *batch, S, dk) * gain,
+                    "cache_v": randn(g, *batch, S, Dv),
+                },
+            )
+        )
     return cases
 
 
@@ -198,8 +234,14 @@ class _CatWatcher(TorchFunctionMode):
         try:
             return func(*args, **(kwargs or {}))
         except RuntimeError:
-            if getattr(func, "__name__", "") in ("cat", "concat", "concatenate", "hstack",
-                                                 "vstack", "stack"):
+            if getattr(func, "__name__", "") in (
+                "cat",
+                "concat",
+                "concatenate",
+                "hstack",
+                "vstack",
+                "stack",
+            ):
                 self.failed_in_cat = True
             raise
 
@@ -220,10 +262,13 @@ def call(candidate, case: Case) -> Outputs:
     except RuntimeError as exc:  # shape errors from torch
         return _raised(exc, watcher.failed_in_cat)
     if not isinstance(result, (tuple, list)) or len(result) != 3:
-        got = type(result).__name__ + (f" of length {len(result)}"
-                                       if isinstance(result, (tuple, list)) else "")
-        raise TypeError("kv_cache_decode_step should return a triple (out, new_cache_k, "
-                        f"new_cache_v), got a {got}")
+        got = type(result).__name__ + (
+            f" of length {len(result)}" if isinstance(result, (tuple, list)) else ""
+        )
+        raise TypeError(
+            "kv_cache_decode_step should return a triple (out, new_cache_k, "
+            f"new_cache_v), got a {got}"
+        )
     names = ("output", "cache_k", "cache_v")
     for name, value in zip(names, result):
         if not isinstance(value, torch.Tensor):
@@ -236,8 +281,12 @@ _values = close()
 
 def compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
     """Values within tolerance; errors raised inside ``torch.cat`` count as the same mistake."""
-    if ("raised" in got and "raised" in expected
-            and bool(got["raised_in_cat"]) and bool(expected["raised_in_cat"])):
+    if (
+        "raised" in got
+        and "raised" in expected
+        and bool(got["raised_in_cat"])
+        and bool(expected["raised_in_cat"])
+    ):
         return None  # both failed to concatenate: the wrong-dim mistake
     return compare_or_raised(case, got, expected, _values)
 
@@ -255,7 +304,7 @@ EXERCISES = [
         mistakes=MISTAKES,
         compare=compare,
         hint="q, k_t, v_t = x_t @ W_q, x_t @ W_k, x_t @ W_v; append k_t and v_t to the caches "
-             "along dim -2; out = softmax(q @ K^T / sqrt(Dk)) @ V over all S + 1 positions; "
-             "return (out, K, V).",
+        "along dim -2; out = softmax(q @ K^T / sqrt(Dk)) @ V over all S + 1 positions; "
+        "return (out, K, V).",
     )
 ]

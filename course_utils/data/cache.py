@@ -14,8 +14,15 @@ from pathlib import Path
 from urllib.error import URLError
 from urllib.request import urlopen  # module attribute, so tests can monkeypatch it
 
-__all__ = ["ENV_VAR", "ChecksumError", "DownloadError", "cache_dir", "file_hash", "download",
-           "describe_optional_data"]
+__all__ = [
+    "ENV_VAR",
+    "ChecksumError",
+    "DownloadError",
+    "cache_dir",
+    "file_hash",
+    "download",
+    "describe_optional_data",
+]
 
 ENV_VAR = "COURSE_DATA_DIR"
 _CHUNK = 1 << 20
@@ -55,8 +62,15 @@ def _matches(path: Path, checks: list[tuple[str, str]]) -> bool:
     return all(file_hash(path, name) == value for name, value in checks)
 
 
-def download(url: str, dest: str | os.PathLike, sha256: str | None = None, md5: str | None = None,
-             *, progress: bool = False, timeout: float = 60.0) -> Path:
+def download(
+    url: str,
+    dest: str | os.PathLike,
+    sha256: str | None = None,
+    md5: str | None = None,
+    *,
+    progress: bool = False,
+    timeout: float = 60.0,
+) -> Path:
     """Download ``url`` to ``dest`` (atomically) and verify its checksum; returns ``dest``.
 
     - If ``dest`` already exists and matches the checksum (or no checksum is given), nothing
@@ -71,21 +85,29 @@ def download(url: str, dest: str | os.PathLike, sha256: str | None = None, md5: 
     if dest.exists() and _matches(dest, checks):
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    by_hand = (f"If this machine is offline, download {url} elsewhere and copy it to {dest} "
-               f"(or set {ENV_VAR} to a folder that holds it).")
+    by_hand = (
+        f"If this machine is offline, download {url} elsewhere and copy it to {dest} "
+        f"(or set {ENV_VAR} to a folder that holds it)."
+    )
     hashes = {name: hashlib.new(name) for name, _ in checks}
     fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
     tmp = Path(tmp_name)
     try:
         try:
             with os.fdopen(fd, "wb") as out, urlopen(url, timeout=timeout) as response:
-                total = response.headers.get("Content-Length") if hasattr(response, "headers") else None
+                total = (
+                    response.headers.get("Content-Length") if hasattr(response, "headers") else None
+                )
                 bar = None
                 if progress:
                     from tqdm.auto import tqdm
 
-                    bar = tqdm(total=int(total) if total else None, unit="B", unit_scale=True,
-                               desc=f"downloading {dest.name}")
+                    bar = tqdm(
+                        total=int(total) if total else None,
+                        unit="B",
+                        unit_scale=True,
+                        desc=f"downloading {dest.name}",
+                    )
                 for chunk in iter(lambda: response.read(_CHUNK), b""):
                     out.write(chunk)
                     for h in hashes.values():
@@ -127,8 +149,8 @@ def describe_optional_data() -> list[str]:
     else:
         lines.append(
             "tiny-shakespeare: not found (notebook 08 then uses a generated corpus); get it with "
-            "`python -c \"from course_utils.data.text import load_text_corpus; "
-            "load_text_corpus(download=True)\"` or put tinyshakespeare.txt in the cache folder"
+            '`python -c "from course_utils.data.text import load_text_corpus; '
+            'load_text_corpus(download=True)"` or put tinyshakespeare.txt in the cache folder'
         )
     cifar = images.find_cifar10()
     if cifar is not None:

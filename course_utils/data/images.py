@@ -23,15 +23,37 @@ import torch.nn.functional as F
 
 from course_utils.data import cache
 
-__all__ = ["ImageSplit", "load_digits_split", "CIFAR10_URL", "CIFAR10_MD5", "CIFAR10_FILE",
-           "CIFAR10_CLASSES", "CIFAR10_MEAN", "CIFAR10_STD", "find_cifar10", "load_cifar10",
-           "read_cifar10", "normalize", "augment_crop_flip"]
+__all__ = [
+    "ImageSplit",
+    "load_digits_split",
+    "CIFAR10_URL",
+    "CIFAR10_MD5",
+    "CIFAR10_FILE",
+    "CIFAR10_CLASSES",
+    "CIFAR10_MEAN",
+    "CIFAR10_STD",
+    "find_cifar10",
+    "load_cifar10",
+    "read_cifar10",
+    "normalize",
+    "augment_crop_flip",
+]
 
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
 CIFAR10_FILE = "cifar-10-python.tar.gz"
-CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
-                   "ship", "truck"]
+CIFAR10_CLASSES = [
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+]
 # per-channel statistics of the CIFAR-10 training images, in [0, 1] units
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
@@ -54,12 +76,20 @@ class ImageSplit:
 
     def to(self, device: torch.device | str) -> ImageSplit:
         """A copy with every tensor on ``device``."""
-        return ImageSplit(**{f.name: (getattr(self, f.name).to(device) if f.name != "classes"
-                                      else list(self.classes)) for f in fields(self)})
+        return ImageSplit(
+            **{
+                f.name: (
+                    getattr(self, f.name).to(device) if f.name != "classes" else list(self.classes)
+                )
+                for f in fields(self)
+            }
+        )
 
     def __repr__(self) -> str:
-        return (f"ImageSplit(train {tuple(self.x_train.shape)} {self.x_train.dtype}, "
-                f"test {tuple(self.x_test.shape)}, {len(self.classes)} classes)")
+        return (
+            f"ImageSplit(train {tuple(self.x_train.shape)} {self.x_train.dtype}, "
+            f"test {tuple(self.x_test.shape)}, {len(self.classes)} classes)"
+        )
 
 
 def load_digits_split(seed: int = 0, test_fraction: float = 0.2) -> ImageSplit:
@@ -73,10 +103,16 @@ def load_digits_split(seed: int = 0, test_fraction: float = 0.2) -> ImageSplit:
     digits = load_digits()
     x = (digits.images / 16.0).astype(np.float32)[:, None, :, :]
     y = digits.target.astype(np.int64)
-    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction, stratify=y,
-                                              random_state=seed)
-    return ImageSplit(torch.from_numpy(x_tr), torch.from_numpy(y_tr), torch.from_numpy(x_te),
-                      torch.from_numpy(y_te), [str(i) for i in range(10)])
+    x_tr, x_te, y_tr, y_te = train_test_split(
+        x, y, test_size=test_fraction, stratify=y, random_state=seed
+    )
+    return ImageSplit(
+        torch.from_numpy(x_tr),
+        torch.from_numpy(y_tr),
+        torch.from_numpy(x_te),
+        torch.from_numpy(y_te),
+        [str(i) for i in range(10)],
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -85,13 +121,18 @@ def load_digits_split(seed: int = 0, test_fraction: float = 0.2) -> ImageSplit:
 class _ArrayUnpickler(pickle.Unpickler):
     """Unpickles numpy arrays and plain containers only (the CIFAR batches need nothing else)."""
 
-    _ALLOWED = {("numpy._core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "scalar"),
-                ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy._core.numeric", "_frombuffer"),
-                ("_codecs", "encode")}  # how protocol-2 pickles written by Python 3 store bytes
+    _ALLOWED = {
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("_codecs", "encode"),
+    }  # how protocol-2 pickles written by Python 3 store bytes
 
     def find_class(self, module: str, name: str):  # noqa: ANN201 (pickle API)
         if module.startswith("numpy.core"):  # files pickled by numpy 1.x
-            module = "numpy._core" + module[len("numpy.core"):]
+            module = "numpy._core" + module[len("numpy.core") :]
         if (module, name) not in self._ALLOWED:
             raise pickle.UnpicklingError(
                 f"refusing to load {module}.{name} from a CIFAR-10 batch: this does not look like "
@@ -153,8 +194,9 @@ def read_cifar10(path: str | os.PathLike) -> ImageSplit:
             classes = list(CIFAR10_CLASSES)
     finally:
         close()
-    return ImageSplit(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]),
-                      x_test, y_test, classes)
+    return ImageSplit(
+        torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), x_test, y_test, classes
+    )
 
 
 def find_cifar10() -> Path | None:
@@ -179,20 +221,28 @@ def load_cifar10(path: str | os.PathLike | None = None, *, download: bool = Fals
     if found is not None:
         return read_cifar10(found)
     if download:
-        dest = cache.download(CIFAR10_URL, cache.cache_dir(create=True) / CIFAR10_FILE,
-                              md5=CIFAR10_MD5, progress=True, timeout=120)
+        dest = cache.download(
+            CIFAR10_URL,
+            cache.cache_dir(create=True) / CIFAR10_FILE,
+            md5=CIFAR10_MD5,
+            progress=True,
+            timeout=120,
+        )
         return read_cifar10(dest)
     raise FileNotFoundError(f"CIFAR-10 is not in {cache.cache_dir()}. " + _how_to_get())
 
 
 def _how_to_get() -> str:
-    return (f"Call load_cifar10(download=True) to fetch {CIFAR10_URL} (170 MB, MD5-checked) into "
-            f"{cache.cache_dir()}, or copy {CIFAR10_FILE} there yourself (set {cache.ENV_VAR} to "
-            "choose another folder), or pass path=...")
+    return (
+        f"Call load_cifar10(download=True) to fetch {CIFAR10_URL} (170 MB, MD5-checked) into "
+        f"{cache.cache_dir()}, or copy {CIFAR10_FILE} there yourself (set {cache.ENV_VAR} to "
+        "choose another folder), or pass path=..."
+    )
 
 
-def normalize(x: torch.Tensor, mean: tuple[float, ...] = CIFAR10_MEAN,
-              std: tuple[float, ...] = CIFAR10_STD) -> torch.Tensor:
+def normalize(
+    x: torch.Tensor, mean: tuple[float, ...] = CIFAR10_MEAN, std: tuple[float, ...] = CIFAR10_STD
+) -> torch.Tensor:
     """uint8 (or [0, 1] float) images (B, C, H, W) -> float, standardised per channel."""
     if x.dim() != 4 or x.shape[1] != len(mean):
         raise ValueError(f"expected images (B, {len(mean)}, H, W), got {tuple(x.shape)}")
@@ -202,8 +252,9 @@ def normalize(x: torch.Tensor, mean: tuple[float, ...] = CIFAR10_MEAN,
     return (xf - m) / s
 
 
-def augment_crop_flip(x: torch.Tensor, padding: int = 4,
-                      generator: torch.Generator | None = None) -> torch.Tensor:
+def augment_crop_flip(
+    x: torch.Tensor, padding: int = 4, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """Random crop (after zero padding) and random horizontal flip, per image: (B, C, H, W) -> same.
 
     ``generator`` must live on ``x.device`` (or be None).

@@ -31,10 +31,29 @@ from typing import Any, NamedTuple
 import torch
 
 __all__ = [
-    "PAD", "BOS", "EOS", "Vocab", "Example", "TranslationTask", "ReverseTask", "SortTask",
-    "Seq2SeqData", "TaskData", "encode_examples", "make_data", "make_translation_data",
-    "make_reverse_data", "make_sort_data", "Batches", "batches", "take", "exact_match",
-    "token_accuracy", "accuracy_by_length", "alignment_matrix", "alignment_score",
+    "PAD",
+    "BOS",
+    "EOS",
+    "Vocab",
+    "Example",
+    "TranslationTask",
+    "ReverseTask",
+    "SortTask",
+    "Seq2SeqData",
+    "TaskData",
+    "encode_examples",
+    "make_data",
+    "make_translation_data",
+    "make_reverse_data",
+    "make_sort_data",
+    "Batches",
+    "batches",
+    "take",
+    "exact_match",
+    "token_accuracy",
+    "accuracy_by_length",
+    "alignment_matrix",
+    "alignment_score",
 ]
 
 PAD, BOS, EOS = 0, 1, 2
@@ -74,7 +93,7 @@ class Vocab:
         return token in self.stoi
 
     def __repr__(self) -> str:
-        preview = ", ".join(self.itos[len(SPECIALS):len(SPECIALS) + 8])
+        preview = ", ".join(self.itos[len(SPECIALS) : len(SPECIALS) + 8])
         return f"Vocab({len(self)} tokens: {preview}, ...)"
 
     @property
@@ -82,8 +101,9 @@ class Vocab:
         """Ids of the special tokens (PAD, BOS, EOS and UNK if present)."""
         return {i for i in (self.pad_id, self.bos_id, self.eos_id, self.unk_id) if i is not None}
 
-    def encode(self, tokens: str | Iterable[str], *, add_bos: bool = False,
-               add_eos: bool = False) -> list[int]:
+    def encode(
+        self, tokens: str | Iterable[str], *, add_bos: bool = False, add_eos: bool = False
+    ) -> list[int]:
         """Token strings (or one whitespace-separated string) -> list of ids."""
         if isinstance(tokens, str):
             tokens = tokens.split()
@@ -96,13 +116,18 @@ class Vocab:
             else:
                 raise ValueError(
                     f"token {tok!r} is not in the vocabulary ({len(self)} tokens, e.g. "
-                    f"{self.itos[len(SPECIALS):len(SPECIALS) + 5]}); build the Vocab with unk=True "
+                    f"{self.itos[len(SPECIALS) : len(SPECIALS) + 5]}); build the Vocab with unk=True "
                     "to map unknown tokens to <unk>"
                 )
         return ([BOS] if add_bos else []) + ids + ([EOS] if add_eos else [])
 
-    def decode(self, ids: Iterable[int] | torch.Tensor, *, strip_special: bool = True,
-               stop_at_eos: bool = True) -> list[str]:
+    def decode(
+        self,
+        ids: Iterable[int] | torch.Tensor,
+        *,
+        strip_special: bool = True,
+        stop_at_eos: bool = True,
+    ) -> list[str]:
         """Ids (list or 1-D tensor) -> token strings; stops at the first EOS and drops PAD/BOS."""
         if isinstance(ids, torch.Tensor):
             if ids.dim() != 1:
@@ -136,7 +161,9 @@ class Example(NamedTuple):
     alignment: list[int]
 
 
-def _rng(generator: torch.Generator | random.Random | int | None, default_seed: int) -> random.Random:
+def _rng(
+    generator: torch.Generator | random.Random | int | None, default_seed: int
+) -> random.Random:
     """A Python RNG derived from a torch Generator, an int seed, or the task's default seed."""
     if isinstance(generator, random.Random):
         return generator
@@ -146,7 +173,9 @@ def _rng(generator: torch.Generator | random.Random | int | None, default_seed: 
         return random.Random(default_seed)
     if isinstance(generator, int):
         return random.Random(generator)
-    raise TypeError(f"expected a torch.Generator, an int seed or None, got {type(generator).__name__}")
+    raise TypeError(
+        f"expected a torch.Generator, an int seed or None, got {type(generator).__name__}"
+    )
 
 
 def _check_lengths(min_len: int, max_len: int, smallest: int = 1) -> None:
@@ -172,7 +201,9 @@ class _Task:
     def _sentence(self, length: int, rng: random.Random) -> list[str]:  # pragma: no cover
         raise NotImplementedError
 
-    def translate(self, src: Sequence[str] | str) -> tuple[list[str], list[int]]:  # pragma: no cover
+    def translate(
+        self, src: Sequence[str] | str
+    ) -> tuple[list[str], list[int]]:  # pragma: no cover
         raise NotImplementedError
 
     def example(self, src: Sequence[str] | str) -> Example:
@@ -181,9 +212,16 @@ class _Task:
         tgt, alignment = self.translate(words)
         return Example(words, tgt, alignment)
 
-    def sample(self, n: int, min_len: int = 3, max_len: int = 12,
-               generator: torch.Generator | int | None = None, *, unique: bool = False,
-               exclude: set[tuple[str, ...]] | None = None) -> list[Example]:
+    def sample(
+        self,
+        n: int,
+        min_len: int = 3,
+        max_len: int = 12,
+        generator: torch.Generator | int | None = None,
+        *,
+        unique: bool = False,
+        exclude: set[tuple[str, ...]] | None = None,
+    ) -> list[Example]:
         """Draw ``n`` examples whose source length is uniform in ``[min_len, max_len]``.
 
         ``unique=True`` never returns the same source twice, and ``exclude`` holds sources
@@ -217,36 +255,69 @@ class _Task:
 # --------------------------------------------------------------------------------------------
 # source noun -> (target noun, gender)
 NOUNS: dict[str, tuple[str, str]] = {
-    "cat": ("chat", "m"), "dog": ("chien", "m"), "book": ("livre", "m"), "tree": ("arbre", "m"),
-    "bird": ("oiseau", "m"), "garden": ("jardin", "m"), "boat": ("bateau", "m"),
-    "car": ("voiture", "f"), "house": ("maison", "f"), "area": ("zone", "f"),
-    "city": ("ville", "f"), "apple": ("pomme", "f"), "river": ("rivière", "f"),
-    "flower": ("fleur", "f"), "table": ("table", "f"), "door": ("porte", "f"),
+    "cat": ("chat", "m"),
+    "dog": ("chien", "m"),
+    "book": ("livre", "m"),
+    "tree": ("arbre", "m"),
+    "bird": ("oiseau", "m"),
+    "garden": ("jardin", "m"),
+    "boat": ("bateau", "m"),
+    "car": ("voiture", "f"),
+    "house": ("maison", "f"),
+    "area": ("zone", "f"),
+    "city": ("ville", "f"),
+    "apple": ("pomme", "f"),
+    "river": ("rivière", "f"),
+    "flower": ("fleur", "f"),
+    "table": ("table", "f"),
+    "door": ("porte", "f"),
 }
 # source adjective -> (masculine, feminine); all go after the noun in French
 ADJECTIVES: dict[str, tuple[str, str]] = {
-    "red": ("rouge", "rouge"), "green": ("vert", "verte"), "black": ("noir", "noire"),
-    "white": ("blanc", "blanche"), "blue": ("bleu", "bleue"), "economic": ("économique", "économique"),
-    "european": ("européen", "européenne"), "fast": ("rapide", "rapide"),
-    "slow": ("lent", "lente"), "happy": ("heureux", "heureuse"), "cold": ("froid", "froide"),
+    "red": ("rouge", "rouge"),
+    "green": ("vert", "verte"),
+    "black": ("noir", "noire"),
+    "white": ("blanc", "blanche"),
+    "blue": ("bleu", "bleue"),
+    "economic": ("économique", "économique"),
+    "european": ("européen", "européenne"),
+    "fast": ("rapide", "rapide"),
+    "slow": ("lent", "lente"),
+    "happy": ("heureux", "heureuse"),
+    "cold": ("froid", "froide"),
     "grey": ("gris", "grise"),
 }
 DETERMINERS: dict[str, tuple[str, str]] = {
-    "the": ("le", "la"), "a": ("un", "une"), "this": ("ce", "cette"), "my": ("mon", "ma"),
+    "the": ("le", "la"),
+    "a": ("un", "une"),
+    "this": ("ce", "cette"),
+    "my": ("mon", "ma"),
 }
 NAMES: dict[str, str] = {
-    "john": "jean", "peter": "pierre", "anna": "anne", "james": "jacques",
-    "london": "londres", "paris": "paris",
+    "john": "jean",
+    "peter": "pierre",
+    "anna": "anne",
+    "james": "jacques",
+    "london": "londres",
+    "paris": "paris",
 }
 # one word -> one word
 VERBS: dict[str, list[str]] = {
-    "sees": ["voit"], "eats": ["mange"], "likes": ["aime"], "follows": ["suit"],
-    "finds": ["trouve"], "takes": ["prend"],
+    "sees": ["voit"],
+    "eats": ["mange"],
+    "likes": ["aime"],
+    "follows": ["suit"],
+    "finds": ["trouve"],
+    "takes": ["prend"],
 }
 # one word -> two words (passé composé)
 PAST_VERBS: dict[str, list[str]] = {
-    "saw": ["a", "vu"], "ate": ["a", "mangé"], "liked": ["a", "aimé"], "followed": ["a", "suivi"],
-    "found": ["a", "trouvé"], "took": ["a", "pris"],
+    "saw": ["a", "vu"],
+    "ate": ["a", "mangé"],
+    "liked": ["a", "aimé"],
+    "followed": ["a", "suivi"],
+    "found": ["a", "trouvé"],
+    "took": ["a", "pris"],
 }
 CONJUNCTIONS: dict[str, str] = {"and": "et"}
 
@@ -275,8 +346,14 @@ class TranslationTask(_Task):
         self.reorder = reorder
         self.one_to_many = one_to_many
         self.verbs = dict(VERBS, **(PAST_VERBS if one_to_many else {}))
-        src = (list(DETERMINERS) + list(ADJECTIVES) + list(NOUNS) + list(NAMES)
-               + list(self.verbs) + list(CONJUNCTIONS))
+        src = (
+            list(DETERMINERS)
+            + list(ADJECTIVES)
+            + list(NOUNS)
+            + list(NAMES)
+            + list(self.verbs)
+            + list(CONJUNCTIONS)
+        )
         tgt: list[str] = []
         for m, f in DETERMINERS.values():
             tgt += [m, f]
@@ -291,9 +368,11 @@ class TranslationTask(_Task):
         self.tgt_vocab = Vocab(tgt)
 
     def __repr__(self) -> str:
-        return (f"TranslationTask(seed={self.seed}, reorder={self.reorder}, "
-                f"one_to_many={self.one_to_many}: {len(self.src_vocab)} source / "
-                f"{len(self.tgt_vocab)} target tokens)")
+        return (
+            f"TranslationTask(seed={self.seed}, reorder={self.reorder}, "
+            f"one_to_many={self.one_to_many}: {len(self.src_vocab)} source / "
+            f"{len(self.tgt_vocab)} target tokens)"
+        )
 
     # sentence generation --------------------------------------------------------------------
     def _noun_phrase(self, size: int, rng: random.Random) -> list[str]:
@@ -312,8 +391,11 @@ class TranslationTask(_Task):
                 words.append("and")
                 remaining -= 1
             # a clause has 3..9 tokens; leave either nothing or room for "and" + a clause
-            sizes = [s for s in range(3, min(9, remaining) + 1)
-                     if remaining - s == 0 or remaining - s >= 4]
+            sizes = [
+                s
+                for s in range(3, min(9, remaining) + 1)
+                if remaining - s == 0 or remaining - s >= 4
+            ]
             size = rng.choice(sizes)
             left = rng.choice([a for a in range(1, 5) if 1 <= size - 1 - a <= 4])
             words += self._noun_phrase(left, rng)
@@ -368,7 +450,7 @@ class TranslationTask(_Task):
             else:
                 raise ValueError(
                     f"{w!r} is not in the dictionary of this task; known words: "
-                    f"{', '.join(self.src_vocab.itos[len(SPECIALS):])}"
+                    f"{', '.join(self.src_vocab.itos[len(SPECIALS) :])}"
                 )
             if pending:
                 raise ValueError(
@@ -498,11 +580,11 @@ def encode_examples(examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vo
     for i, e in enumerate(examples):
         s_ids = src_vocab.encode(e.src)
         t_ids = tgt_vocab.encode(e.tgt)
-        src[i, :len(s_ids)] = torch.tensor(s_ids, dtype=torch.long)
-        tgt_in[i, :len(t_ids) + 1] = torch.tensor([BOS] + t_ids, dtype=torch.long)
-        tgt_out[i, :len(t_ids) + 1] = torch.tensor(t_ids + [EOS], dtype=torch.long)
+        src[i, : len(s_ids)] = torch.tensor(s_ids, dtype=torch.long)
+        tgt_in[i, : len(t_ids) + 1] = torch.tensor([BOS] + t_ids, dtype=torch.long)
+        tgt_out[i, : len(t_ids) + 1] = torch.tensor(t_ids + [EOS], dtype=torch.long)
         if e.alignment:
-            alignment[i, :len(e.alignment)] = torch.tensor(e.alignment, dtype=torch.long)
+            alignment[i, : len(e.alignment)] = torch.tensor(e.alignment, dtype=torch.long)
         src_lengths[i] = len(s_ids)
         tgt_lengths[i] = len(t_ids) + 1
     return Seq2SeqData(src, src_lengths, tgt_in, tgt_out, tgt_lengths, alignment)
@@ -527,12 +609,24 @@ class TaskData:
     def __repr__(self) -> str:
         def span(d: Seq2SeqData) -> str:
             return f"{len(d)} pairs, source length {int(d.src_lengths.min())}..{int(d.src_lengths.max())}"
-        return (f"TaskData({self.task!r}; train: {span(self.train)}; test: {span(self.test)}; "
-                f"vocab {len(self.src_vocab)} -> {len(self.tgt_vocab)})")
+
+        return (
+            f"TaskData({self.task!r}; train: {span(self.train)}; test: {span(self.test)}; "
+            f"vocab {len(self.src_vocab)} -> {len(self.tgt_vocab)})"
+        )
 
 
-def make_data(task: _Task, n_train: int, n_test: int, min_len: int, max_len: int, seed: int = 0,
-              *, test_min_len: int | None = None, test_max_len: int | None = None) -> TaskData:
+def make_data(
+    task: _Task,
+    n_train: int,
+    n_test: int,
+    min_len: int,
+    max_len: int,
+    seed: int = 0,
+    *,
+    test_min_len: int | None = None,
+    test_max_len: int | None = None,
+) -> TaskData:
     """Draw a train and a test split from ``task`` with no source sentence in both.
 
     The test lengths default to the train lengths; pass ``test_min_len`` / ``test_max_len``
@@ -549,32 +643,57 @@ def make_data(task: _Task, n_train: int, n_test: int, min_len: int, max_len: int
     return TaskData(
         train=encode_examples(train, task.src_vocab, task.tgt_vocab),
         test=encode_examples(test, task.src_vocab, task.tgt_vocab),
-        src_vocab=task.src_vocab, tgt_vocab=task.tgt_vocab,
-        train_examples=train, test_examples=test, task=task,
+        src_vocab=task.src_vocab,
+        tgt_vocab=task.tgt_vocab,
+        train_examples=train,
+        test_examples=test,
+        task=task,
     )
 
 
-def make_translation_data(n_train: int = 5000, n_test: int = 500, min_len: int = 3,
-                          max_len: int = 20, seed: int = 0, **kwargs: Any) -> TaskData:
+def make_translation_data(
+    n_train: int = 5000,
+    n_test: int = 500,
+    min_len: int = 3,
+    max_len: int = 20,
+    seed: int = 0,
+    **kwargs: Any,
+) -> TaskData:
     """The toy translation task as tensors (see :class:`TranslationTask`).
 
     ``kwargs``: ``reorder``, ``one_to_many`` (task options) and ``test_min_len``,
     ``test_max_len`` (see :func:`make_data`).
     """
     task_kw = {k: kwargs.pop(k) for k in ("reorder", "one_to_many") if k in kwargs}
-    return make_data(TranslationTask(seed=seed, **task_kw), n_train, n_test, min_len, max_len,
-                     seed, **kwargs)
+    return make_data(
+        TranslationTask(seed=seed, **task_kw), n_train, n_test, min_len, max_len, seed, **kwargs
+    )
 
 
-def make_reverse_data(n_train: int = 5000, n_test: int = 500, min_len: int = 3,
-                      max_len: int = 12, seed: int = 0, vocab_size: int = 10,
-                      **kwargs: Any) -> TaskData:
+def make_reverse_data(
+    n_train: int = 5000,
+    n_test: int = 500,
+    min_len: int = 3,
+    max_len: int = 12,
+    seed: int = 0,
+    vocab_size: int = 10,
+    **kwargs: Any,
+) -> TaskData:
     """The reverse task as tensors (see :class:`ReverseTask`)."""
-    return make_data(ReverseTask(vocab_size, seed), n_train, n_test, min_len, max_len, seed, **kwargs)
+    return make_data(
+        ReverseTask(vocab_size, seed), n_train, n_test, min_len, max_len, seed, **kwargs
+    )
 
 
-def make_sort_data(n_train: int = 5000, n_test: int = 500, min_len: int = 3, max_len: int = 12,
-                   seed: int = 0, vocab_size: int = 10, **kwargs: Any) -> TaskData:
+def make_sort_data(
+    n_train: int = 5000,
+    n_test: int = 500,
+    min_len: int = 3,
+    max_len: int = 12,
+    seed: int = 0,
+    vocab_size: int = 10,
+    **kwargs: Any,
+) -> TaskData:
     """The sort task as tensors (see :class:`SortTask`)."""
     return make_data(SortTask(vocab_size, seed), n_train, n_test, min_len, max_len, seed, **kwargs)
 
@@ -591,7 +710,9 @@ def _length(data: Any) -> int:
         n = _length(data[0])
         for d in data[1:]:
             if _length(d) != n:
-                raise ValueError(f"tensors in a batch disagree on the batch size: {n} vs {_length(d)}")
+                raise ValueError(
+                    f"tensors in a batch disagree on the batch size: {n} vs {_length(d)}"
+                )
         return n
     if isinstance(data, dict):
         return _length(list(data.values()))
@@ -618,8 +739,15 @@ class Batches:
     With ``shuffle`` each epoch draws a fresh permutation from ``generator``.
     """
 
-    def __init__(self, data: Any, batch_size: int, generator: torch.Generator | None = None, *,
-                 shuffle: bool = True, drop_last: bool = False) -> None:
+    def __init__(
+        self,
+        data: Any,
+        batch_size: int,
+        generator: torch.Generator | None = None,
+        *,
+        shuffle: bool = True,
+        drop_last: bool = False,
+    ) -> None:
         if batch_size < 1:
             raise ValueError(f"expected batch_size >= 1, got {batch_size}")
         self.data, self.batch_size = data, batch_size
@@ -631,17 +759,26 @@ class Batches:
         return self.n // self.batch_size if self.drop_last else math.ceil(self.n / self.batch_size)
 
     def __iter__(self) -> Iterator[Any]:
-        order = (torch.randperm(self.n, generator=self.generator) if self.shuffle
-                 else torch.arange(self.n))
+        order = (
+            torch.randperm(self.n, generator=self.generator)
+            if self.shuffle
+            else torch.arange(self.n)
+        )
         for start in range(0, self.n, self.batch_size):
-            idx = order[start:start + self.batch_size]
+            idx = order[start : start + self.batch_size]
             if self.drop_last and len(idx) < self.batch_size:
                 return
             yield take(self.data, idx)
 
 
-def batches(data: Any, batch_size: int, generator: torch.Generator | None = None, *,
-            shuffle: bool = True, drop_last: bool = False) -> Batches:
+def batches(
+    data: Any,
+    batch_size: int,
+    generator: torch.Generator | None = None,
+    *,
+    shuffle: bool = True,
+    drop_last: bool = False,
+) -> Batches:
     """Mini-batches of ``batch_size`` rows (see :class:`Batches`); pass it to ``training.train``."""
     return Batches(data, batch_size, generator, shuffle=shuffle, drop_last=drop_last)
 
@@ -681,9 +818,15 @@ def token_accuracy(pred: torch.Tensor, target: torch.Tensor, pad_id: int = PAD) 
     return correct / real.sum(dim=1).clamp(min=1).float()
 
 
-def accuracy_by_length(pred: torch.Tensor, target: torch.Tensor, lengths: torch.Tensor,
-                       buckets: int | Sequence[tuple[int, int]] | None = None, *,
-                       metric: str = "exact", pad_id: int = PAD) -> dict[Any, float]:
+def accuracy_by_length(
+    pred: torch.Tensor,
+    target: torch.Tensor,
+    lengths: torch.Tensor,
+    buckets: int | Sequence[tuple[int, int]] | None = None,
+    *,
+    metric: str = "exact",
+    pad_id: int = PAD,
+) -> dict[Any, float]:
     """Mean accuracy per input-length bucket, for plotting accuracy vs length.
 
     pred (N, T'), target (N, T), lengths (N,) e.g. ``src_lengths``.
@@ -700,7 +843,9 @@ def accuracy_by_length(pred: torch.Tensor, target: torch.Tensor, lengths: torch.
         raise ValueError(f"expected metric 'exact' or 'token', got {metric!r}")
     lengths = torch.as_tensor(lengths).to(scores.device)
     if lengths.shape != scores.shape:
-        raise ValueError(f"expected lengths of shape ({scores.shape[0]},), got {tuple(lengths.shape)}")
+        raise ValueError(
+            f"expected lengths of shape ({scores.shape[0]},), got {tuple(lengths.shape)}"
+        )
     if buckets is None:
         return {int(n): scores[lengths == n].mean().item() for n in torch.unique(lengths).tolist()}
     if isinstance(buckets, int):
@@ -715,7 +860,9 @@ def accuracy_by_length(pred: torch.Tensor, target: torch.Tensor, lengths: torch.
     return out
 
 
-def alignment_matrix(alignment: Sequence[int] | torch.Tensor, src_len: int | None = None) -> torch.Tensor:
+def alignment_matrix(
+    alignment: Sequence[int] | torch.Tensor, src_len: int | None = None
+) -> torch.Tensor:
     """Gold alignment as a 0/1 matrix: (T,) -> (T, S), or (N, T) -> (N, T, S); -1 rows stay 0."""
     a = torch.as_tensor(alignment, dtype=torch.long)
     if a.dim() not in (1, 2):

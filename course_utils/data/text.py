@@ -25,9 +25,19 @@ import torch
 
 from course_utils.data import cache
 
-__all__ = ["TINYSHAKESPEARE_URL", "TINYSHAKESPEARE_SHA256", "TINYSHAKESPEARE_FILE", "TextCorpus",
-           "CharTokenizer", "CharDataset", "find_tinyshakespeare", "load_text_corpus",
-           "fallback_corpus", "train_val_split", "get_batch"]
+__all__ = [
+    "TINYSHAKESPEARE_URL",
+    "TINYSHAKESPEARE_SHA256",
+    "TINYSHAKESPEARE_FILE",
+    "TextCorpus",
+    "CharTokenizer",
+    "CharDataset",
+    "find_tinyshakespeare",
+    "load_text_corpus",
+    "fallback_corpus",
+    "train_val_split",
+    "get_batch",
+]
 
 TINYSHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -98,7 +108,9 @@ class CharTokenizer:
         return "".join(self.itos[int(i)] for i in ids)
 
 
-def train_val_split(data: torch.Tensor, val_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
+def train_val_split(
+    data: torch.Tensor, val_fraction: float = 0.1
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Split a 1-D token tensor into its first ``1 - val_fraction`` and the rest (nanoGPT: 90/10)."""
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"expected 0 < val_fraction < 1, got {val_fraction}")
@@ -106,9 +118,13 @@ def train_val_split(data: torch.Tensor, val_fraction: float = 0.1) -> tuple[torc
     return data[:n], data[n:]
 
 
-def get_batch(data: torch.Tensor, block_size: int, batch_size: int,
-              generator: torch.Generator | None = None,
-              device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def get_batch(
+    data: torch.Tensor,
+    block_size: int,
+    batch_size: int,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Random windows of a 1-D token tensor: ``x`` (B, T) and ``y`` (B, T), ``y`` = ``x`` shifted by one."""
     if data.dim() != 1:
         raise ValueError(f"expected a 1-D tensor of token ids, got shape {tuple(data.shape)}")
@@ -132,8 +148,12 @@ class CharDataset:
     Attributes: ``tokenizer``, ``data`` (N,) long, ``train_data``, ``val_data``, ``corpus``.
     """
 
-    def __init__(self, text: str | TextCorpus, val_fraction: float = 0.1,
-                 tokenizer: CharTokenizer | None = None) -> None:
+    def __init__(
+        self,
+        text: str | TextCorpus,
+        val_fraction: float = 0.1,
+        tokenizer: CharTokenizer | None = None,
+    ) -> None:
         self.corpus = text if isinstance(text, TextCorpus) else TextCorpus(text, "text", "a string")
         self.tokenizer = tokenizer or CharTokenizer.from_text(self.corpus.text)
         self.data = torch.tensor(self.tokenizer.encode(self.corpus.text), dtype=torch.long)
@@ -147,12 +167,19 @@ class CharDataset:
         return len(self.data)
 
     def __repr__(self) -> str:
-        return (f"CharDataset({self.corpus.name!r}: {len(self.data):,} characters, vocab "
-                f"{self.vocab_size}, train {len(self.train_data):,} / val {len(self.val_data):,})")
+        return (
+            f"CharDataset({self.corpus.name!r}: {len(self.data):,} characters, vocab "
+            f"{self.vocab_size}, train {len(self.train_data):,} / val {len(self.val_data):,})"
+        )
 
-    def get_batch(self, split: str, block_size: int, batch_size: int,
-                  generator: torch.Generator | None = None,
-                  device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def get_batch(
+        self,
+        split: str,
+        block_size: int,
+        batch_size: int,
+        generator: torch.Generator | None = None,
+        device: torch.device | str | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(x, y)`` each (B, T) from the ``"train"`` or ``"val"`` split."""
         if split not in ("train", "val"):
             raise ValueError(f"expected split 'train' or 'val', got {split!r}")
@@ -182,8 +209,10 @@ def fallback_corpus(n_lines: int = 4000, seed: int = 0) -> TextCorpus:
         text=_generated_text(n_lines, seed),
         name="toy-translation",
         source="generated (course_utils.data.text.fallback_corpus)",
-        note=("tiny-shakespeare was not found, so this is a generated substitute: sentences of "
-              "the toy translation task with their translations. " + _how_to_get()),
+        note=(
+            "tiny-shakespeare was not found, so this is a generated substitute: sentences of "
+            "the toy translation task with their translations. " + _how_to_get()
+        ),
     )
 
 
@@ -192,16 +221,23 @@ def _generated_text(n_lines: int, seed: int) -> str:
     from course_utils.data.tasks import TranslationTask
 
     task = TranslationTask(seed=seed)
-    lines = [f"{' '.join(e.src)} = {' '.join(e.tgt)}."
-             for e in task.sample(n_lines, 3, 12, random.Random(seed))]
+    lines = [
+        f"{' '.join(e.src)} = {' '.join(e.tgt)}."
+        for e in task.sample(n_lines, 3, 12, random.Random(seed))
+    ]
     return "\n".join(lines) + "\n"
 
 
 def _how_to_get() -> str:
     folder = cache.cache_dir()
-    relative = "" if folder.is_absolute() else (
-        f" ({cache.ENV_VAR} is a relative path, so it was looked up from this process's folder "
-        f"{Path.cwd()}; a Jupyter kernel runs in the notebook's folder: use an absolute path)")
+    relative = (
+        ""
+        if folder.is_absolute()
+        else (
+            f" ({cache.ENV_VAR} is a relative path, so it was looked up from this process's folder "
+            f"{Path.cwd()}; a Jupyter kernel runs in the notebook's folder: use an absolute path)"
+        )
+    )
     return (
         f"To use tiny-shakespeare: pass path='.../tinyshakespeare.txt', or put "
         f"{TINYSHAKESPEARE_FILE} in {folder.resolve()}{relative} (set {cache.ENV_VAR} to choose "
@@ -214,8 +250,9 @@ def _read(path: Path, name: str) -> TextCorpus:
     return TextCorpus(path.read_text(encoding="utf-8"), name, str(path))
 
 
-def load_text_corpus(path: str | os.PathLike | None = None, *, download: bool = False,
-                     allow_fallback: bool = False) -> TextCorpus:
+def load_text_corpus(
+    path: str | os.PathLike | None = None, *, download: bool = False, allow_fallback: bool = False
+) -> TextCorpus:
     """Find a text corpus (see the module docstring for the order) and return a :class:`TextCorpus`.
 
     Raises ``FileNotFoundError`` (with instructions) when nothing is found, and when an
@@ -232,8 +269,11 @@ def load_text_corpus(path: str | os.PathLike | None = None, *, download: bool = 
     if found is not None:
         return _read(found, "tinyshakespeare")
     if download:
-        dest = cache.download(TINYSHAKESPEARE_URL, cache.cache_dir(create=True) / TINYSHAKESPEARE_FILE,
-                              sha256=TINYSHAKESPEARE_SHA256)
+        dest = cache.download(
+            TINYSHAKESPEARE_URL,
+            cache.cache_dir(create=True) / TINYSHAKESPEARE_FILE,
+            sha256=TINYSHAKESPEARE_SHA256,
+        )
         return _read(dest, "tinyshakespeare")
     if allow_fallback:
         return fallback_corpus()

@@ -59,53 +59,110 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``course grade``."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    parser.add_argument("submissions", nargs="+", metavar="SUBMISSION.ipynb",
-                        help="notebooks to grade")
+    parser.add_argument(
+        "submissions", nargs="+", metavar="SUBMISSION.ipynb", help="notebooks to grade"
+    )
     out = parser.add_argument_group("reports")
     out.add_argument("--json", metavar="F", help="JSON report (an array for several submissions)")
     out.add_argument("--junit", metavar="F", help="JUnit XML, exercise ids as test names")
     out.add_argument("--feedback", metavar="DIR", help="Markdown feedback, one file per student")
     out.add_argument("--csv", metavar="F", help="CSV gradebook, one row per submission")
-    out.add_argument("--classroom", metavar="F",
-                     help="GitHub Classroom autograding result (JSON; base64 it into "
-                          "<RUNNER>_RESULTS for autograding-grading-reporter)")
-    out.add_argument("--executed", metavar="DIR",
-                     help="also save each notebook as the grader executed it (capped outputs)")
+    out.add_argument(
+        "--classroom",
+        metavar="F",
+        help="GitHub Classroom autograding result (JSON; base64 it into "
+        "<RUNNER>_RESULTS for autograding-grading-reporter)",
+    )
+    out.add_argument(
+        "--executed",
+        metavar="DIR",
+        help="also save each notebook as the grader executed it (capped outputs)",
+    )
     out.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
     what = parser.add_argument_group("what to grade against")
-    what.add_argument("--reference-dir", metavar="DIR",
-                      help="folder of reference notebooks (default: ./solutions, ./notebooks, "
-                           "then the course checkout's); only check cells and positions are read")
-    what.add_argument("--assignment", metavar="NAME",
-                      help="grade every submission as this assignment (e.g. 00_start_here); "
-                           "default: by file name, else by the exercise ids inside")
-    what.add_argument("--checks", metavar="MODULE", action="append", default=[],
-                      help="extra exercise module (importable name or path to a .py file) "
-                           "exposing EXERCISES; repeatable")
+    what.add_argument(
+        "--reference-dir",
+        metavar="DIR",
+        help="folder of reference notebooks (default: ./solutions, ./notebooks, "
+        "then the course checkout's); only check cells and positions are read",
+    )
+    what.add_argument(
+        "--assignment",
+        metavar="NAME",
+        help="grade every submission as this assignment (e.g. 00_start_here); "
+        "default: by file name, else by the exercise ids inside",
+    )
+    what.add_argument(
+        "--checks",
+        metavar="MODULE",
+        action="append",
+        default=[],
+        help="extra exercise module (importable name or path to a .py file) "
+        "exposing EXERCISES; repeatable",
+    )
     lim = parser.add_argument_group("limits")
-    lim.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
-                     help="grade N submissions in parallel (processes; default 1)")
-    lim.add_argument("--cell-timeout", type=float, default=120.0, metavar="S",
-                     help="seconds per cell and per check (default 120)")
-    lim.add_argument("--timeout", type=float, default=900.0, metavar="S",
-                     help="seconds per submission, all cells together (default 900)")
-    lim.add_argument("--memory-mb", type=int, default=6144, metavar="M",
-                     help="address-space limit of the kernel in MiB (default 6144; 0 = none). "
-                          "Virtual memory: torch alone maps about 1 GB")
-    lim.add_argument("--max-output-kb", type=int, default=1024, metavar="K",
-                     help="output kept per submission in KiB; the rest is counted and dropped "
-                          "(default 1024)")
-    lim.add_argument("--gpu", action="store_true",
-                     help="leave CUDA devices visible to the kernel (lifts the memory limit: "
-                          "CUDA maps far more virtual memory than any sane limit)")
+    lim.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="grade N submissions in parallel (processes; default 1)",
+    )
+    lim.add_argument(
+        "--cell-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="seconds per cell and per check (default 120)",
+    )
+    lim.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        metavar="S",
+        help="seconds per submission, all cells together (default 900)",
+    )
+    lim.add_argument(
+        "--memory-mb",
+        type=int,
+        default=6144,
+        metavar="M",
+        help="address-space limit of the kernel in MiB (default 6144; 0 = none). "
+        "Virtual memory: torch alone maps about 1 GB",
+    )
+    lim.add_argument(
+        "--max-output-kb",
+        type=int,
+        default=1024,
+        metavar="K",
+        help="output kept per submission in KiB; the rest is counted and dropped (default 1024)",
+    )
+    lim.add_argument(
+        "--gpu",
+        action="store_true",
+        help="leave CUDA devices visible to the kernel (lifts the memory limit: "
+        "CUDA maps far more virtual memory than any sane limit)",
+    )
     pol = parser.add_argument_group("policy")
-    pol.add_argument("--fail-under", type=float, metavar="P",
-                     help="exit 1 when a submission scores below P percent")
-    pol.add_argument("--seed", type=int, metavar="N",
-                     help="seed of the check inputs (default: drawn at random at grade time)")
-    pol.add_argument("--zero-flagged", action="store_true",
-                     help="give 0 points to answers flagged as re-exporting the course's own "
-                          "implementation (default: keep the points, flag for review)")
+    pol.add_argument(
+        "--fail-under",
+        type=float,
+        metavar="P",
+        help="exit 1 when a submission scores below P percent",
+    )
+    pol.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="seed of the check inputs (default: drawn at random at grade time)",
+    )
+    pol.add_argument(
+        "--zero-flagged",
+        action="store_true",
+        help="give 0 points to answers flagged as re-exporting the course's own "
+        "implementation (default: keep the points, flag for review)",
+    )
 
 
 def _resolve_checks(specs: list[str]) -> tuple[str, ...]:
@@ -143,7 +200,9 @@ def _grade_one(path: str, options) -> dict[str, Any]:
         return report
 
 
-def grade_all(paths: list[str], options, jobs: int = 1, progress: bool = True) -> list[dict[str, Any]]:
+def grade_all(
+    paths: list[str], options, jobs: int = 1, progress: bool = True
+) -> list[dict[str, Any]]:
     """Grade ``paths``, ``jobs`` at a time, and return the reports in the given order.
 
     One submission is graded in this process. Several are graded each in its own fresh
@@ -152,8 +211,14 @@ def grade_all(paths: list[str], options, jobs: int = 1, progress: bool = True) -
     """
     from tqdm import tqdm
 
-    bar = tqdm(total=len(paths), desc="grading", unit="nb", file=sys.stderr,
-               disable=not progress or len(paths) < 2, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(paths),
+        desc="grading",
+        unit="nb",
+        file=sys.stderr,
+        disable=not progress or len(paths) < 2,
+        dynamic_ncols=True,
+    )
     try:
         if len(paths) < 2:
             reports = [_grade_one(p, options) for p in paths]
@@ -273,10 +338,14 @@ def main(args: argparse.Namespace) -> int:
             print(f"course grade: --{name.replace('_', '-')} must be positive", file=sys.stderr)
             return EXIT_BAD_INPUT
     if args.jobs < 1 or args.memory_mb < 0 or args.max_output_kb < 0:
-        print("course grade: -j must be >= 1, --memory-mb and --max-output-kb >= 0", file=sys.stderr)
+        print(
+            "course grade: -j must be >= 1, --memory-mb and --max-output-kb >= 0", file=sys.stderr
+        )
         return EXIT_BAD_INPUT
     if args.reference_dir and not Path(args.reference_dir).is_dir():
-        print(f"course grade: --reference-dir {args.reference_dir}: no such folder", file=sys.stderr)
+        print(
+            f"course grade: --reference-dir {args.reference_dir}: no such folder", file=sys.stderr
+        )
         return EXIT_BAD_INPUT
     from course_utils.grading.plan import exercise_table, known_assignments, reference_dirs
 
@@ -289,21 +358,37 @@ def main(args: argparse.Namespace) -> int:
     if args.assignment:
         known = known_assignments(reference_dirs(args.reference_dir), table)
         if Path(args.assignment).stem not in known:
-            print(f"course grade: --assignment {args.assignment}: unknown; known: "
-                  f"{', '.join(sorted(known)) or 'none'}", file=sys.stderr)
+            print(
+                f"course grade: --assignment {args.assignment}: unknown; known: "
+                f"{', '.join(sorted(known)) or 'none'}",
+                file=sys.stderr,
+            )
             return EXIT_BAD_INPUT
     cpus = os.cpu_count() or 1
     options = GradeOptions(
-        reference_dir=args.reference_dir, assignment=args.assignment, checks_modules=modules,
-        cell_timeout=args.cell_timeout, timeout=args.timeout, memory_mb=args.memory_mb,
-        max_output_kb=args.max_output_kb, seed=args.seed,
-        threads=max(1, min(4, cpus // args.jobs)), gpu=args.gpu, zero_flagged=args.zero_flagged,
-        executed_dir=args.executed)
+        reference_dir=args.reference_dir,
+        assignment=args.assignment,
+        checks_modules=modules,
+        cell_timeout=args.cell_timeout,
+        timeout=args.timeout,
+        memory_mb=args.memory_mb,
+        max_output_kb=args.max_output_kb,
+        seed=args.seed,
+        threads=max(1, min(4, cpus // args.jobs)),
+        gpu=args.gpu,
+        zero_flagged=args.zero_flagged,
+        executed_dir=args.executed,
+    )
     paths = [str(p) for p in args.submissions]
     reports = grade_all(paths, options, jobs=args.jobs, progress=not args.quiet)
 
-    writers = [(args.json, rp.write_json), (args.junit, rp.write_junit), (args.csv, rp.write_csv),
-               (args.classroom, rp.write_classroom), (args.feedback, rp.write_feedback)]
+    writers = [
+        (args.json, rp.write_json),
+        (args.junit, rp.write_junit),
+        (args.csv, rp.write_csv),
+        (args.classroom, rp.write_classroom),
+        (args.feedback, rp.write_feedback),
+    ]
     for target, writer in writers:
         if target:
             try:

@@ -73,18 +73,39 @@ def _clip(text: str, n: int = MAX_MESSAGE) -> str:
 
 def _entry(g: GradedExercise, status: str, message: str, points: float = 0) -> dict[str, Any]:
     ex = g.exercise
-    return {"id": ex.id, "title": ex.title, "points": points, "max_points": ex.points,
-            "status": status, "message": _clip(message), "flags": [], "runtime_s": 0.0}
+    return {
+        "id": ex.id,
+        "title": ex.title,
+        "points": points,
+        "max_points": ex.points,
+        "status": status,
+        "message": _clip(message),
+        "flags": [],
+        "runtime_s": 0.0,
+    }
 
 
 def _skeleton(path: str, seed: int | None) -> dict[str, Any]:
-    return {"notebook": str(path), "student": Path(path).stem, "assignment": None,
-            "total": 0, "max": 0, "percent": 0.0, "exercises": [], "flags": [], "notes": [],
-            "error": None, "error_kind": None,
-            "kernel": {"status": "not_started", "detail": ""},
-            "cells": {"executed": 0, "errors": []},
-            "output": {"bytes_seen": 0, "bytes_kept": 0, "truncated": False},
-            "seed": seed, "runtime_s": 0.0, "reference": None, "grader_version": GRADER_VERSION}
+    return {
+        "notebook": str(path),
+        "student": Path(path).stem,
+        "assignment": None,
+        "total": 0,
+        "max": 0,
+        "percent": 0.0,
+        "exercises": [],
+        "flags": [],
+        "notes": [],
+        "error": None,
+        "error_kind": None,
+        "kernel": {"status": "not_started", "detail": ""},
+        "cells": {"executed": 0, "errors": []},
+        "output": {"bytes_seen": 0, "bytes_kept": 0, "truncated": False},
+        "seed": seed,
+        "runtime_s": 0.0,
+        "reference": None,
+        "grader_version": GRADER_VERSION,
+    }
 
 
 def _finish(report: dict[str, Any], t0: float) -> dict[str, Any]:
@@ -100,7 +121,9 @@ def _num(x: float) -> float | int:
     return int(x) if float(x).is_integer() else round(float(x), 4)
 
 
-def grade_submission(path: str | os.PathLike, options: GradeOptions | None = None) -> dict[str, Any]:
+def grade_submission(
+    path: str | os.PathLike, options: GradeOptions | None = None
+) -> dict[str, Any]:
     """Grade ``path`` and return its report (never raises for a bad submission)."""
     opts = options or GradeOptions()
     t0 = time.monotonic()
@@ -110,8 +133,10 @@ def grade_submission(path: str | os.PathLike, options: GradeOptions | None = Non
     try:
         table = exercise_table(opts.checks_modules)
     except Exception as exc:
-        report.update(error=f"could not load the exercise checks: {type(exc).__name__}: {exc}",
-                      error_kind="grader")
+        report.update(
+            error=f"could not load the exercise checks: {type(exc).__name__}: {exc}",
+            error_kind="grader",
+        )
         return _finish(report, t0)
 
     nb: dict[str, Any] | None = None
@@ -121,14 +146,20 @@ def grade_submission(path: str | os.PathLike, options: GradeOptions | None = Non
     except BadSubmission as exc:
         bad = str(exc)
     try:
-        assignment = resolve_assignment(path, nb, dirs=reference_dirs(opts.reference_dir),
-                                        table=table, forced=opts.assignment)
+        assignment = resolve_assignment(
+            path, nb, dirs=reference_dirs(opts.reference_dir), table=table, forced=opts.assignment
+        )
     except NoAssignment as exc:
         report.update(error=bad or str(exc), error_kind="bad_input")
         if opts.assignment:  # zero for every exercise of the required assignment
             try:
-                forced = resolve_assignment(path, None, dirs=reference_dirs(opts.reference_dir),
-                                            table=table, forced=opts.assignment)
+                forced = resolve_assignment(
+                    path,
+                    None,
+                    dirs=reference_dirs(opts.reference_dir),
+                    table=table,
+                    forced=opts.assignment,
+                )
                 report["assignment"] = forced.name
                 report["exercises"] = [_entry(g, ERROR, report["error"]) for g in forced.exercises]
             except NoAssignment:
@@ -145,19 +176,31 @@ def grade_submission(path: str | os.PathLike, options: GradeOptions | None = Non
         report["exercises"] = [_entry(g, ERROR, bad or "unreadable") for g in assignment.exercises]
         return _finish(report, t0)
     if assignment.problems:
-        report["notes"].append("no check is registered for exercise(s) "
-                               + ", ".join(assignment.problems) + ": not graded")
+        report["notes"].append(
+            "no check is registered for exercise(s) "
+            + ", ".join(assignment.problems)
+            + ": not graded"
+        )
         report["error_kind"] = "grader"
-        report["error"] = "the course installation lacks checks for " + ", ".join(assignment.problems)
+        report["error"] = "the course installation lacks checks for " + ", ".join(
+            assignment.problems
+        )
 
     _run(nb, assignment, report, opts, seed, path)
     for ex_id in assignment.problems:  # count them, so the maximum stays honest
-        report["exercises"].append({
-            "id": ex_id, "title": "(no check registered)", "points": 0,
-            "max_points": _reference_points(assignment, ex_id), "status": ERROR,
-            "message": "not graded: the installed course has no check for this exercise "
-                       "(a problem of the grading setup, not of your notebook)",
-            "flags": [], "runtime_s": 0.0})
+        report["exercises"].append(
+            {
+                "id": ex_id,
+                "title": "(no check registered)",
+                "points": 0,
+                "max_points": _reference_points(assignment, ex_id),
+                "status": ERROR,
+                "message": "not graded: the installed course has no check for this exercise "
+                "(a problem of the grading setup, not of your notebook)",
+                "flags": [],
+                "runtime_s": 0.0,
+            }
+        )
     report["exercises"].sort(key=lambda e: id_key(e["id"]))
     return _finish(report, t0)
 
@@ -177,8 +220,10 @@ def lost_report(path: str | os.PathLike, options: GradeOptions | None, why: str)
     assignment (when it can still be told), ``error_kind = "grader"``."""
     opts = options or GradeOptions()
     report = _skeleton(str(path), None)
-    message = (f"not graded: the grading process of this submission died ({why}); was it "
-               f"killed by the submission itself?")
+    message = (
+        f"not graded: the grading process of this submission died ({why}); was it "
+        f"killed by the submission itself?"
+    )
     report.update(error=message, error_kind="grader")
     try:
         table = exercise_table(opts.checks_modules)
@@ -186,8 +231,13 @@ def lost_report(path: str | os.PathLike, options: GradeOptions | None, why: str)
             nb = read_notebook(path)
         except BadSubmission:
             nb = None
-        assignment = resolve_assignment(str(path), nb, dirs=reference_dirs(opts.reference_dir),
-                                        table=table, forced=opts.assignment)
+        assignment = resolve_assignment(
+            str(path),
+            nb,
+            dirs=reference_dirs(opts.reference_dir),
+            table=table,
+            forced=opts.assignment,
+        )
         report["assignment"] = assignment.name
         report["exercises"] = [_entry(g, ERROR, message) for g in assignment.exercises]
     except Exception:
@@ -201,8 +251,13 @@ def _copy_submission_dir(src: Path, dst: Path) -> None:
     total, count = 0, 0
     for root, dirs, files in os.walk(src):
         rel = Path(root).relative_to(src)
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__",
-                   "node_modules") and len(rel.parts) < 4]
+        dirs[:] = [
+            d
+            for d in dirs
+            if not d.startswith(".")
+            and d not in ("__pycache__", "node_modules")
+            and len(rel.parts) < 4
+        ]
         for name in files:
             p = Path(root) / name
             if name.endswith(".ipynb") or name.startswith(".") or p.is_symlink():
@@ -261,13 +316,27 @@ def _static_flags(sources: list[str], ex: core.Exercise) -> list[str]:
 
 def _memory_error(ename: str, evalue: str) -> bool:
     text = f"{ename} {evalue}"
-    return ename == "MemoryError" or any(s in text for s in (
-        "can't allocate memory", "DefaultCPUAllocator", "Cannot allocate memory",
-        "std::bad_alloc", "Unable to allocate", "out of memory"))
+    return ename == "MemoryError" or any(
+        s in text
+        for s in (
+            "can't allocate memory",
+            "DefaultCPUAllocator",
+            "Cannot allocate memory",
+            "std::bad_alloc",
+            "Unable to allocate",
+            "out of memory",
+        )
+    )
 
 
-def _run(nb: dict[str, Any], assignment: Assignment, report: dict[str, Any], opts: GradeOptions,
-         seed: int, path: str) -> None:
+def _run(
+    nb: dict[str, Any],
+    assignment: Assignment,
+    report: dict[str, Any],
+    opts: GradeOptions,
+    seed: int,
+    path: str,
+) -> None:
     plan = build_plan(nb, assignment)
     report["notes"].extend(plan.notes)
     by_id = {g.id: g for g in assignment.exercises}
@@ -281,13 +350,23 @@ def _run(nb: dict[str, Any], assignment: Assignment, report: dict[str, Any], opt
     try:
         cwd = workdir / "work"
         _copy_submission_dir(Path(path).resolve().parent, cwd)
-        env = kernel_env(profile=None, threads=opts.threads, hide_gpus=not opts.gpu,
-                         ipython_dir=str(workdir / "ipython"))
+        env = kernel_env(
+            profile=None,
+            threads=opts.threads,
+            hide_gpus=not opts.gpu,
+            ipython_dir=str(workdir / "ipython"),
+        )
         memory_mb = 0 if opts.gpu else opts.memory_mb
-        kernel = GradingKernel(cwd=str(cwd), workdir=str(workdir), memory_mb=memory_mb,
-                               kernel_name=opts.kernel_name, env=env, output_budget=budget,
-                               startup_timeout=opts.startup_timeout,
-                               interrupt_grace=opts.interrupt_grace)
+        kernel = GradingKernel(
+            cwd=str(cwd),
+            workdir=str(workdir),
+            memory_mb=memory_mb,
+            kernel_name=opts.kernel_name,
+            env=env,
+            output_budget=budget,
+            startup_timeout=opts.startup_timeout,
+            interrupt_grace=opts.interrupt_grace,
+        )
         try:
             kernel.start()
         except KernelStartError as exc:
@@ -299,9 +378,11 @@ def _run(nb: dict[str, Any], assignment: Assignment, report: dict[str, Any], opt
         # student's code, not torch's import time on a busy machine.
         warm = kernel.execute(_warmup_code(opts.checks_modules), opts.startup_timeout, silent=True)
         if warm.status != "ok":
-            detail = (f"the kernel could not import the course ({warm.ename or warm.status}: "
-                      f"{_clip(warm.evalue, 300)}); is course_utils installed in the kernel's "
-                      f"Python?")
+            detail = (
+                f"the kernel could not import the course ({warm.ename or warm.status}: "
+                f"{_clip(warm.evalue, 300)}); is course_utils installed in the kernel's "
+                f"Python?"
+            )
             report.update(error=detail, error_kind="grader")
             report["kernel"] = {"status": "not_started", "detail": detail}
             stop_reason = (ERROR, f"not graded: {detail}")
@@ -312,8 +393,11 @@ def _run(nb: dict[str, Any], assignment: Assignment, report: dict[str, Any], opt
         for step in plan.steps:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                stop_reason = (TIMEOUT, f"not graded: the notebook ran past the total time limit "
-                                        f"of {opts.timeout:g} s before this exercise's check")
+                stop_reason = (
+                    TIMEOUT,
+                    f"not graded: the notebook ran past the total time limit "
+                    f"of {opts.timeout:g} s before this exercise's check",
+                )
                 report["kernel"] = {"status": "timeout", "detail": stop_reason[1]}
                 break
             limit = min(opts.cell_timeout, remaining)
@@ -327,38 +411,66 @@ def _run(nb: dict[str, Any], assignment: Assignment, report: dict[str, Any], opt
                     ename = r.ename or r.status
                     evalue = r.evalue
                     cell_errors[step.index] = (ename, evalue)
-                    report["cells"]["errors"].append({"cell": step.index, "ename": ename,
-                                                      "evalue": _clip(evalue, 500)})
+                    report["cells"]["errors"].append(
+                        {"cell": step.index, "ename": ename, "evalue": _clip(evalue, 500)}
+                    )
                     if _memory_error(ename, evalue):
-                        report["notes"].append(f"cell {step.index + 1} ran out of memory "
-                                               f"(limit {opts.memory_mb} MB): {ename}")
+                        report["notes"].append(
+                            f"cell {step.index + 1} ran out of memory "
+                            f"(limit {opts.memory_mb} MB): {ename}"
+                        )
                 if r.status == "timeout":
                     if total_bound:
-                        stop_reason = (TIMEOUT, "not graded: the notebook ran past the total time "
-                                                f"limit of {opts.timeout:g} s")
+                        stop_reason = (
+                            TIMEOUT,
+                            "not graded: the notebook ran past the total time "
+                            f"limit of {opts.timeout:g} s",
+                        )
                         report["kernel"] = {"status": "timeout", "detail": stop_reason[1]}
                         break
-                    report["notes"].append(f"cell {step.index + 1} ran past the per-cell limit of "
-                                           f"{opts.cell_timeout:g} s and was interrupted")
+                    report["notes"].append(
+                        f"cell {step.index + 1} ran past the per-cell limit of "
+                        f"{opts.cell_timeout:g} s and was interrupted"
+                    )
                 if r.kernel_lost:
                     stop_reason = _lost(r, f"cell {step.index + 1}", opts)
-                    report["kernel"] = {"status": r.status, "exit_code": r.exit_code,
-                                        "detail": stop_reason[1]}
+                    report["kernel"] = {
+                        "status": r.status,
+                        "exit_code": r.exit_code,
+                        "detail": stop_reason[1],
+                    }
                     break
             else:
                 g = by_id[step.exercise_id]
-                entry, r = _check(kernel, g, seed, limit, workdir, plan, cell_errors, opts,
-                                  trusted, nb, total_bound)
+                entry, r = _check(
+                    kernel,
+                    g,
+                    seed,
+                    limit,
+                    workdir,
+                    plan,
+                    cell_errors,
+                    opts,
+                    trusted,
+                    nb,
+                    total_bound,
+                )
                 entries[g.id] = entry
                 executed.append((step, entry))
                 if r is not None and r.kernel_lost:
                     stop_reason = _lost(r, f"the check of {g.id}", opts)
-                    report["kernel"] = {"status": r.status, "exit_code": r.exit_code,
-                                        "detail": stop_reason[1]}
+                    report["kernel"] = {
+                        "status": r.status,
+                        "exit_code": r.exit_code,
+                        "detail": stop_reason[1],
+                    }
                     break
                 if r is not None and r.status == "timeout" and total_bound:
-                    stop_reason = (TIMEOUT, "not graded: the notebook ran past the total time "
-                                            f"limit of {opts.timeout:g} s")
+                    stop_reason = (
+                        TIMEOUT,
+                        "not graded: the notebook ran past the total time "
+                        f"limit of {opts.timeout:g} s",
+                    )
                     report["kernel"] = {"status": "timeout", "detail": stop_reason[1]}
                     break
     finally:
@@ -369,11 +481,16 @@ def _run(nb: dict[str, Any], assignment: Assignment, report: dict[str, Any], opt
                 status, message = stop_reason or (ERROR, "not graded")
                 entries[g.id] = _entry(g, status, message)
         report["exercises"] = [entries[g.id] for g in assignment.exercises]
-        report["output"] = {"bytes_seen": budget.seen, "bytes_kept": budget.kept,
-                            "truncated": budget.truncated}
+        report["output"] = {
+            "bytes_seen": budget.seen,
+            "bytes_kept": budget.kept,
+            "truncated": budget.truncated,
+        }
         if budget.truncated:
-            report["notes"].append(f"the notebook printed {budget.seen / 1e6:.1f} MB of output; "
-                                   f"the grader kept {budget.kept // 1024} KB")
+            report["notes"].append(
+                f"the notebook printed {budget.seen / 1e6:.1f} MB of output; "
+                f"the grader kept {budget.kept // 1024} KB"
+            )
         if opts.executed_dir:
             try:
                 _write_executed(nb, executed, assignment, opts.executed_dir, path)
@@ -391,8 +508,11 @@ def _warmup_code(modules: tuple[str, ...]) -> str:
 
 def _lost(r, where: str, opts: GradeOptions) -> tuple[str, str]:
     if r.status == "hung":
-        return (TIMEOUT, f"not graded: the kernel hung in {where} (past the per-cell limit of "
-                         f"{opts.cell_timeout:g} s, ignoring interrupts) and was killed")
+        return (
+            TIMEOUT,
+            f"not graded: the kernel hung in {where} (past the per-cell limit of "
+            f"{opts.cell_timeout:g} s, ignoring interrupts) and was killed",
+        )
     why = r.evalue or "the kernel died"
     hint = ""
     if r.exit_code is not None and r.exit_code < 0:
@@ -400,14 +520,26 @@ def _lost(r, where: str, opts: GradeOptions) -> tuple[str, str]:
     return (ERROR, f"not graded: {why} during {where}{hint}")
 
 
-def _check(kernel: GradingKernel, g: GradedExercise, seed: int, limit: float, workdir: Path,
-           plan, cell_errors, opts: GradeOptions, trusted: dict[str, str], nb, total_bound: bool):
+def _check(
+    kernel: GradingKernel,
+    g: GradedExercise,
+    seed: int,
+    limit: float,
+    workdir: Path,
+    plan,
+    cell_errors,
+    opts: GradeOptions,
+    trusted: dict[str, str],
+    nb,
+    total_bound: bool,
+):
     ex = g.exercise
     fn = ex.function
     t0 = time.monotonic()
     out_dir = Path(tempfile.mkdtemp(prefix="harvest-", dir=workdir))
-    code = hv.harvest_code(exercise_id=ex.id, function=fn, seed=seed, out_dir=str(out_dir),
-                           module=g.module)
+    code = hv.harvest_code(
+        exercise_id=ex.id, function=fn, seed=seed, out_dir=str(out_dir), module=g.module
+    )
     r = kernel.execute(code, limit, silent=True, keep_outputs=False)
     entry = _entry(g, ERROR, "")
     own_cells = plan.exercise_cells.get(ex.id, [])
@@ -415,19 +547,29 @@ def _check(kernel: GradingKernel, g: GradedExercise, seed: int, limit: float, wo
     try:
         if r.status == "timeout":
             if total_bound:
-                entry.update(status=TIMEOUT, message="not graded: the notebook ran past the total "
-                             f"time limit of {opts.timeout:g} s during this check")
+                entry.update(
+                    status=TIMEOUT,
+                    message="not graded: the notebook ran past the total "
+                    f"time limit of {opts.timeout:g} s during this check",
+                )
             else:
-                entry.update(status=TIMEOUT, message=f"your {fn} did not finish within "
-                             f"{opts.cell_timeout:g} s on the check's inputs (an infinite loop?)")
+                entry.update(
+                    status=TIMEOUT,
+                    message=f"your {fn} did not finish within "
+                    f"{opts.cell_timeout:g} s on the check's inputs (an infinite loop?)",
+                )
             return entry, r
         if r.status == "hung":
-            entry.update(status=TIMEOUT, message=f"your {fn} did not finish within "
-                         f"{opts.cell_timeout:g} s and ignored the interrupt; the kernel was killed")
+            entry.update(
+                status=TIMEOUT,
+                message=f"your {fn} did not finish within "
+                f"{opts.cell_timeout:g} s and ignored the interrupt; the kernel was killed",
+            )
             return entry, r
         if r.status == "died":
-            entry.update(status=ERROR, message=f"the kernel died while the check ran your {fn}: "
-                         f"{r.evalue}")
+            entry.update(
+                status=ERROR, message=f"the kernel died while the check ran your {fn}: {r.evalue}"
+            )
             return entry, r
         try:
             cases = ex.make_cases(seed)
@@ -436,15 +578,21 @@ def _check(kernel: GradingKernel, g: GradedExercise, seed: int, limit: float, wo
             return entry, r
         h = hv.load_harvest(str(out_dir), len(cases))
         if h.status == "malformed" and r.status == "error":
-            entry.update(status=ERROR, message="the check could not run in your kernel "
-                         f"({r.ename}: {_clip(r.evalue, 300)}); did the notebook redefine a Python "
-                         "builtin such as exec, compile or globals?")
+            entry.update(
+                status=ERROR,
+                message="the check could not run in your kernel "
+                f"({r.ename}: {_clip(r.evalue, 300)}); did the notebook redefine a Python "
+                "builtin such as exec, compile or globals?",
+            )
             return entry, r
         tampered = _tampering(h, ex, trusted)
         if tampered:
-            entry.update(status=ERROR, message="cannot grade: the grading code inside your kernel "
-                         f"was modified or shadowed ({'; '.join(tampered)}). Restart the kernel "
-                         "without patching course_utils, torch or numpy.")
+            entry.update(
+                status=ERROR,
+                message="cannot grade: the grading code inside your kernel "
+                f"was modified or shadowed ({'; '.join(tampered)}). Restart the kernel "
+                "without patching course_utils, torch or numpy.",
+            )
             entry["flags"] = [f"tampered: {t}" for t in tampered]
             return entry, r
         entry["flags"] = sorted(set(static) | set(h.flags))
@@ -456,31 +604,49 @@ def _check(kernel: GradingKernel, g: GradedExercise, seed: int, limit: float, wo
                 if verdict.mistake:
                     entry["mistake"] = verdict.mistake
             except Exception as exc:
-                entry.update(status=ERROR, message="the grader could not compare your outputs "
-                             f"({type(exc).__name__}: {_clip(str(exc), 300)})")
+                entry.update(
+                    status=ERROR,
+                    message="the grader could not compare your outputs "
+                    f"({type(exc).__name__}: {_clip(str(exc), 300)})",
+                )
         elif h.status == "not_attempted":
             entry.update(status=NOT_ATTEMPTED, message=h.message or "not attempted")
         elif h.status == "error":
             message = h.message
             if "MemoryError" in message or "allocate" in message:
-                message += (f"\n(the kernel's memory limit is {opts.memory_mb} MB)"
-                            if opts.memory_mb and not opts.gpu else "")
+                message += (
+                    f"\n(the kernel's memory limit is {opts.memory_mb} MB)"
+                    if opts.memory_mb and not opts.gpu
+                    else ""
+                )
             entry.update(status=ERROR, message=message)
         elif h.status == "missing":
             if own_error is not None:
-                entry.update(status=ERROR, message=f"your exercise cell raised {own_error[0]}: "
-                             f"{_clip(own_error[1], 300)} — so {fn} is not defined")
+                entry.update(
+                    status=ERROR,
+                    message=f"your exercise cell raised {own_error[0]}: "
+                    f"{_clip(own_error[1], 300)} — so {fn} is not defined",
+                )
             elif not own_cells:
-                entry.update(status=NOT_ATTEMPTED, message=f"{fn} is not defined: the exercise "
-                             "cell is missing from the notebook")
+                entry.update(
+                    status=NOT_ATTEMPTED,
+                    message=f"{fn} is not defined: the exercise cell is missing from the notebook",
+                )
             else:
                 entry.update(status=NOT_ATTEMPTED, message=f"{fn} is not defined")
         else:  # harness_error / malformed
-            entry.update(status=ERROR, message=f"the check could not run in your kernel: {h.message}")
-        if own_error is not None and entry["status"] in (NOT_ATTEMPTED, ERROR, FAILED) \
-                and h.status != "missing":
-            entry["message"] = _clip(f"{entry['message']} (note: your exercise cell raised "
-                                     f"{own_error[0]}: {_clip(own_error[1], 200)})")
+            entry.update(
+                status=ERROR, message=f"the check could not run in your kernel: {h.message}"
+            )
+        if (
+            own_error is not None
+            and entry["status"] in (NOT_ATTEMPTED, ERROR, FAILED)
+            and h.status != "missing"
+        ):
+            entry["message"] = _clip(
+                f"{entry['message']} (note: your exercise cell raised "
+                f"{own_error[0]}: {_clip(own_error[1], 200)})"
+            )
         apply_flag_policy(entry, zero_flagged=opts.zero_flagged)
         return entry, r
     finally:
@@ -494,8 +660,11 @@ def apply_flag_policy(entry: dict[str, Any], *, zero_flagged: bool = False) -> d
         return entry
     detail = "; ".join(f.split(": ", 1)[-1] for f in entry["flags"])
     if zero_flagged and entry["status"] == PASSED:
-        entry.update(status=FAILED, points=0,
-                     message=f"not accepted: {detail}. Write your own implementation.")
+        entry.update(
+            status=FAILED,
+            points=0,
+            message=f"not accepted: {detail}. Write your own implementation.",
+        )
     else:
         entry["message"] = _clip(f"{entry['message']}. Flagged for review: {detail}")
     return entry
@@ -506,9 +675,11 @@ def _tampering(h: hv.Harvest, ex: core.Exercise, trusted: dict[str, str]) -> lis
     expected = dict(trusted)
     expected["call"] = hv.fingerprint(ex.call)
     expected["make_cases"] = hv.fingerprint(ex.make_cases)
-    names = {"collect_outputs": "course_utils.checks.core.collect_outputs",
-             "call": f"the check's call() of exercise {ex.id}",
-             "make_cases": f"the check's make_cases() of exercise {ex.id}"}
+    names = {
+        "collect_outputs": "course_utils.checks.core.collect_outputs",
+        "call": f"the check's call() of exercise {ex.id}",
+        "make_cases": f"the check's make_cases() of exercise {ex.id}",
+    }
     if h.fingerprints:
         for key, value in expected.items():
             if h.fingerprints.get(key) != value:
@@ -518,8 +689,12 @@ def _tampering(h: hv.Harvest, ex: core.Exercise, trusted: dict[str, str]) -> lis
 
     import course_utils
 
-    mine = {"course_utils": course_utils.__file__, "course_utils.checks.core": core.__file__,
-            "numpy": numpy.__file__, "torch": torch.__file__}
+    mine = {
+        "course_utils": course_utils.__file__,
+        "course_utils.checks.core": core.__file__,
+        "numpy": numpy.__file__,
+        "torch": torch.__file__,
+    }
     for name, theirs in h.modules.items():
         if name in mine and theirs and os.path.realpath(theirs) != os.path.realpath(mine[name]):
             problems.append(f"the kernel imported {name} from {theirs}")
@@ -531,24 +706,39 @@ def _write_executed(nb, executed, assignment: Assignment, out_dir: str, path: st
     import nbformat
 
     out = nbformat.v4.new_notebook()
-    out.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                   "language": "python"}}
+    out.metadata = {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+    }
     by_id = {g.id: g for g in assignment.exercises}
     for step, result in executed:
         if step.kind == "cell":
             cell = nbformat.v4.new_code_cell(nb["cells"][step.index]["source"])
             cell.outputs = [nbformat.from_dict(o) for o in result.outputs]
             if result.status in ("timeout", "hung", "died"):
-                cell.outputs.append(nbformat.v4.new_output("stream", name="stderr",
-                                    text=f"[grader] {result.status}: {result.evalue}\n"))
+                cell.outputs.append(
+                    nbformat.v4.new_output(
+                        "stream", name="stderr", text=f"[grader] {result.status}: {result.evalue}\n"
+                    )
+                )
         else:
             g = by_id[step.exercise_id]
-            verdict = core.CheckResult(g.id, g.exercise.title, result["status"], result["points"],
-                                       result["max_points"], result["message"])
+            verdict = core.CheckResult(
+                g.id,
+                g.exercise.title,
+                result["status"],
+                result["points"],
+                result["max_points"],
+                result["message"],
+            )
             cell = nbformat.v4.new_code_cell(f'check("{g.id}", {g.exercise.function})')
             cell.metadata["tags"] = ["check"]
-            cell.outputs = [nbformat.v4.new_output(
-                "stream", name="stdout", text=verdict.verdict_line() + "\n" + result["message"] + "\n")]
+            cell.outputs = [
+                nbformat.v4.new_output(
+                    "stream",
+                    name="stdout",
+                    text=verdict.verdict_line() + "\n" + result["message"] + "\n",
+                )
+            ]
         out.cells.append(cell)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     parts = [p for p in Path(path).with_suffix("").parts[-2:] if p not in ("", ".", "/")]

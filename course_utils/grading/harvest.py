@@ -236,11 +236,17 @@ _HARVEST_TEMPLATE = (
 _CALL = "\nharvest(_user_ns, _params)\n"
 
 
-def harvest_code(*, exercise_id: str, function: str, seed: int, out_dir: str,
-                 module: str | None = None) -> str:
+def harvest_code(
+    *, exercise_id: str, function: str, seed: int, out_dir: str, module: str | None = None
+) -> str:
     """The code the grader sends to the kernel at a check position."""
-    params = {"exercise": exercise_id, "function": function, "seed": int(seed),
-              "out": out_dir, "module": module}
+    params = {
+        "exercise": exercise_id,
+        "function": function,
+        "seed": int(seed),
+        "out": out_dir,
+        "module": module,
+    }
     return _HARVEST_TEMPLATE.format(source=KERNEL_SOURCE + _CALL, params=params)
 
 
@@ -323,24 +329,39 @@ def load_harvest(out_dir: str, n_cases: int) -> Harvest:
     status = raw.get("status")
     if status not in ("passed", "not_attempted", "error", "missing", "harness_error"):
         return Harvest("malformed", f"the kernel reported an unknown status {status!r}")
-    flags = [str(f)[:300] for f in raw.get("flags", []) if isinstance(f, str)][:10] \
-        if isinstance(raw.get("flags"), list) else []
+    flags = (
+        [str(f)[:300] for f in raw.get("flags", []) if isinstance(f, str)][:10]
+        if isinstance(raw.get("flags"), list)
+        else []
+    )
     fps = raw.get("fingerprints") if isinstance(raw.get("fingerprints"), dict) else {}
     fps = {str(k): str(v) for k, v in fps.items()}
     elapsed = raw.get("elapsed") if isinstance(raw.get("elapsed"), (int, float)) else 0.0
     mods = raw.get("modules") if isinstance(raw.get("modules"), dict) else {}
-    harvest = Harvest(status, str(raw.get("message", ""))[:4000], [], flags, fps,
-                      float(elapsed) if math.isfinite(elapsed) else 0.0,
-                      {str(k)[:100]: str(v)[:1000] for k, v in list(mods.items())[:10]})
+    harvest = Harvest(
+        status,
+        str(raw.get("message", ""))[:4000],
+        [],
+        flags,
+        fps,
+        float(elapsed) if math.isfinite(elapsed) else 0.0,
+        {str(k)[:100]: str(v)[:1000] for k, v in list(mods.items())[:10]},
+    )
     if status != "passed":
         return harvest
     entries = raw.get("outputs")
     if not isinstance(entries, list):
-        return Harvest("malformed", "the kernel's outputs are missing", flags=flags, fingerprints=fps)
+        return Harvest(
+            "malformed", "the kernel's outputs are missing", flags=flags, fingerprints=fps
+        )
     npz_path = os.path.join(out_dir, "outputs.npz")
     if not os.path.isfile(npz_path) or os.path.getsize(npz_path) > MAX_OUTPUTS_BYTES:
-        return Harvest("malformed", "your outputs are missing or too large (over "
-                       f"{MAX_OUTPUTS_BYTES >> 20} MB)", flags=flags, fingerprints=fps)
+        return Harvest(
+            "malformed",
+            f"your outputs are missing or too large (over {MAX_OUTPUTS_BYTES >> 20} MB)",
+            flags=flags,
+            fingerprints=fps,
+        )
     outputs: list[dict[str, Any]] = [{} for _ in range(n_cases)]
     try:
         with np.load(npz_path, allow_pickle=False) as arrays:
@@ -370,7 +391,11 @@ def load_harvest(out_dir: str, n_cases: int) -> Harvest:
                 else:
                     outputs[case][key] = _opaque(str(entry.get("repr", "object")))
     except Exception as exc:
-        return Harvest("malformed", f"the kernel's outputs are unreadable ({type(exc).__name__}: "
-                       f"{str(exc)[:200]})", flags=flags, fingerprints=fps)
+        return Harvest(
+            "malformed",
+            f"the kernel's outputs are unreadable ({type(exc).__name__}: {str(exc)[:200]})",
+            flags=flags,
+            fingerprints=fps,
+        )
     harvest.outputs = outputs
     return harvest

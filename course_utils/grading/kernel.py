@@ -46,8 +46,21 @@ MAX_FILE_BYTES = 4 << 30  # RLIMIT_FSIZE: no single file written by the kernel a
 
 # Environment variables passed from the grader to the kernel; everything else (tokens, cloud
 # credentials, CI secrets) stays out of the student's reach.
-_ENV_KEEP = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "PYTHONPATH",
-             "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "LD_LIBRARY_PATH", "SYSTEMROOT")
+_ENV_KEEP = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "CONDA_DEFAULT_ENV",
+    "LD_LIBRARY_PATH",
+    "SYSTEMROOT",
+)
 _ENV_KEEP_PREFIX = ("LC_", "COURSE_")
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -58,15 +71,24 @@ class KernelStartError(RuntimeError):
     """The kernel could not be started (a problem of the grading machine, not the student)."""
 
 
-def kernel_env(*, profile: str | None, threads: int, hide_gpus: bool, ipython_dir: str,
-               base: dict[str, str] | None = None) -> dict[str, str]:
+def kernel_env(
+    *,
+    profile: str | None,
+    threads: int,
+    hide_gpus: bool,
+    ipython_dir: str,
+    base: dict[str, str] | None = None,
+) -> dict[str, str]:
     """The environment of a grading kernel: an allow-list of the grader's variables plus
     ``COURSE_PROFILE`` (the grader's value, else ``ci``), a headless matplotlib backend,
     a private IPython directory, ``threads`` BLAS/OpenMP threads and, with ``hide_gpus``,
     no visible CUDA device."""
     base = dict(os.environ if base is None else base)
-    env = {k: v for k, v in base.items()
-           if k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIX) or k in _THREAD_VARS}
+    env = {
+        k: v
+        for k, v in base.items()
+        if k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIX) or k in _THREAD_VARS
+    }
     env["COURSE_PROFILE"] = (profile or base.get("COURSE_PROFILE") or "ci").strip()
     env["MPLBACKEND"] = "Agg"
     env["IPYTHONDIR"] = ipython_dir
@@ -144,10 +166,18 @@ class GradingKernel:
     ``workdir``: a private temporary folder for connection files and the IPython directory.
     """
 
-    def __init__(self, *, cwd: str, workdir: str, memory_mb: int = 6144,
-                 kernel_name: str = "python3", env: dict[str, str] | None = None,
-                 output_budget: OutputBudget | None = None, startup_timeout: float = 120.0,
-                 interrupt_grace: float = 5.0) -> None:
+    def __init__(
+        self,
+        *,
+        cwd: str,
+        workdir: str,
+        memory_mb: int = 6144,
+        kernel_name: str = "python3",
+        env: dict[str, str] | None = None,
+        output_budget: OutputBudget | None = None,
+        startup_timeout: float = 120.0,
+        interrupt_grace: float = 5.0,
+    ) -> None:
         self.cwd = cwd
         self.workdir = workdir
         self.memory_mb = int(memory_mb)
@@ -178,17 +208,20 @@ class GradingKernel:
         if len(self.ipc_dir) > 60:
             import tempfile
 
-            self.ipc_dir = tempfile.mkdtemp(prefix="cgk-",
-                                            dir="/tmp" if os.path.isdir("/tmp") else None)
+            self.ipc_dir = tempfile.mkdtemp(
+                prefix="cgk-", dir="/tmp" if os.path.isdir("/tmp") else None
+            )
         ipc_dir = self.ipc_dir
         os.makedirs(ipc_dir, exist_ok=True)
         try:
-            km = _LimitedKernelManager(kernel_name=self.kernel_name, transport="ipc",
-                                       ip=os.path.join(ipc_dir, "k"))
+            km = _LimitedKernelManager(
+                kernel_name=self.kernel_name, transport="ipc", ip=os.path.join(ipc_dir, "k")
+            )
             km.connection_file = os.path.join(self.workdir, "kernel.json")
             self.km = km
-            km.start_kernel(cwd=self.cwd, env=self.env, stdin=None,
-                            stdout=_devnull(), stderr=_devnull())
+            km.start_kernel(
+                cwd=self.cwd, env=self.env, stdin=None, stdout=_devnull(), stderr=_devnull()
+            )
             kc = km.client()
             kc.start_channels()
             self.kc = kc
@@ -196,10 +229,14 @@ class GradingKernel:
         except Exception as exc:  # any failure here is the grading machine's problem
             detail = f"{type(exc).__name__}: {exc}".strip()
             if self.memory_mb and self._poll_exit() is not None:
-                detail += (f" (the kernel exited with code {self.exit_code}; is --memory-mb "
-                           f"{self.memory_mb} too low for Python, ipykernel and torch?)")
+                detail += (
+                    f" (the kernel exited with code {self.exit_code}; is --memory-mb "
+                    f"{self.memory_mb} too low for Python, ipykernel and torch?)"
+                )
             self.shutdown()
-            raise KernelStartError(f"could not start a '{self.kernel_name}' kernel: {detail}") from exc
+            raise KernelStartError(
+                f"could not start a '{self.kernel_name}' kernel: {detail}"
+            ) from exc
 
     def __enter__(self) -> GradingKernel:
         self.start()
@@ -261,8 +298,9 @@ class GradingKernel:
         self.shutdown()
 
     # -- execution -------------------------------------------------------------------------
-    def execute(self, code: str, timeout: float, *, silent: bool = False,
-                keep_outputs: bool = True) -> ExecResult:
+    def execute(
+        self, code: str, timeout: float, *, silent: bool = False, keep_outputs: bool = True
+    ) -> ExecResult:
         """Run ``code`` with a deadline of ``timeout`` seconds; never raises for kernel trouble.
 
         ``silent`` requests do not increment the execution count or enter the history (the
@@ -270,11 +308,13 @@ class GradingKernel:
         """
         start = time.monotonic()
         if self.lost or self.kc is None:
-            return ExecResult("died", evalue="the kernel is no longer running",
-                              exit_code=self.exit_code)
+            return ExecResult(
+                "died", evalue="the kernel is no longer running", exit_code=self.exit_code
+            )
         kc = self.kc
-        msg_id = kc.execute(code, silent=silent, store_history=not silent,
-                            allow_stdin=False, stop_on_error=False)
+        msg_id = kc.execute(
+            code, silent=silent, store_history=not silent, allow_stdin=False, stop_on_error=False
+        )
         deadline = start + max(0.0, timeout)
         result = ExecResult("ok")
         reply: dict[str, Any] | None = None
@@ -292,11 +332,17 @@ class GradingKernel:
                     self.km.interrupt_kernel()
                 except Exception:
                     pass
-            if interrupted_at is not None and reply is None and now - interrupted_at > self.interrupt_grace:
+            if (
+                interrupted_at is not None
+                and reply is None
+                and now - interrupted_at > self.interrupt_grace
+            ):
                 self.kill()
                 result.status = "hung"
-                result.evalue = (f"the kernel did not stop within {self.interrupt_grace:g} s of "
-                                 f"being interrupted and was killed")
+                result.evalue = (
+                    f"the kernel did not stop within {self.interrupt_grace:g} s of "
+                    f"being interrupted and was killed"
+                )
                 result.duration = time.monotonic() - start
                 return result
             got = False
@@ -304,7 +350,10 @@ class GradingKernel:
                 msg = kc.get_iopub_msg(timeout=0.05)
                 got = True
                 if msg.get("parent_header", {}).get("msg_id") == msg_id:
-                    if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
+                    if (
+                        msg["msg_type"] == "status"
+                        and msg["content"].get("execution_state") == "idle"
+                    ):
                         idle = True
                     else:
                         self._collect(msg, result, keep_outputs)
@@ -358,8 +407,11 @@ class GradingKernel:
             text = self.budget.take(str(content.get("text", "")))
             if keep and text is not None:
                 name = content.get("name", "stdout")
-                if result.outputs and result.outputs[-1].get("output_type") == "stream" \
-                        and result.outputs[-1].get("name") == name:
+                if (
+                    result.outputs
+                    and result.outputs[-1].get("output_type") == "stream"
+                    and result.outputs[-1].get("name") == name
+                ):
                     result.outputs[-1]["text"] += text
                 else:
                     result.outputs.append({"output_type": "stream", "name": name, "text": text})
@@ -382,10 +434,14 @@ class GradingKernel:
             tb = _strip_ansi([str(x) for x in content.get("traceback", [])][-40:])
             text = self.budget.take("\n".join(tb)) or ""
             if keep:
-                result.outputs.append({"output_type": "error",
-                                       "ename": str(content.get("ename", ""))[:200],
-                                       "evalue": str(content.get("evalue", ""))[:2000],
-                                       "traceback": text.splitlines()})
+                result.outputs.append(
+                    {
+                        "output_type": "error",
+                        "ename": str(content.get("ename", ""))[:200],
+                        "evalue": str(content.get("evalue", ""))[:2000],
+                        "traceback": text.splitlines(),
+                    }
+                )
 
 
 def describe_exit(code: int | None) -> str:
@@ -397,10 +453,12 @@ def describe_exit(code: int | None) -> str:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        hint = {"SIGKILL": " (killed: often the machine's out-of-memory killer)",
-                "SIGSEGV": " (a segmentation fault)", "SIGABRT": " (aborted, e.g. a failed "
-                "memory allocation in C++ code)", "SIGXFSZ": " (it wrote a file larger than "
-                f"{MAX_FILE_BYTES >> 30} GB)"}.get(name, "")
+        hint = {
+            "SIGKILL": " (killed: often the machine's out-of-memory killer)",
+            "SIGSEGV": " (a segmentation fault)",
+            "SIGABRT": " (aborted, e.g. a failed memory allocation in C++ code)",
+            "SIGXFSZ": f" (it wrote a file larger than {MAX_FILE_BYTES >> 30} GB)",
+        }.get(name, "")
         return f"the kernel was killed by {name}{hint}"
     return f"the kernel exited with code {code} (os._exit, sys.exit or a crash)"
 

@@ -95,17 +95,23 @@ def read_notebook(path: str | os.PathLike) -> dict[str, Any]:
         raise BadSubmission(f"{p}: no such file")
     size = p.stat().st_size
     if size > MAX_NOTEBOOK_BYTES:
-        raise BadSubmission(f"{p.name}: {size >> 20} MB is too large for a notebook "
-                            f"(limit {MAX_NOTEBOOK_BYTES >> 20} MB); clear the outputs and save again")
+        raise BadSubmission(
+            f"{p.name}: {size >> 20} MB is too large for a notebook "
+            f"(limit {MAX_NOTEBOOK_BYTES >> 20} MB); clear the outputs and save again"
+        )
     try:
         text = p.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
-        raise BadSubmission(f"{p.name}: not a text file (is it really a .ipynb notebook?)") from None
+        raise BadSubmission(
+            f"{p.name}: not a text file (is it really a .ipynb notebook?)"
+        ) from None
     try:
         raw = json.loads(text)
     except ValueError as exc:
-        raise BadSubmission(f"{p.name}: not valid JSON ({exc}); the file is damaged — open it "
-                            f"in Jupyter, or restore it from a checkpoint, and save again") from None
+        raise BadSubmission(
+            f"{p.name}: not valid JSON ({exc}); the file is damaged — open it "
+            f"in Jupyter, or restore it from a checkpoint, and save again"
+        ) from None
     if not isinstance(raw, dict) or not isinstance(raw.get("cells", raw.get("worksheets")), list):
         raise BadSubmission(f"{p.name}: valid JSON but not a Jupyter notebook (no 'cells')")
     try:
@@ -113,7 +119,9 @@ def read_notebook(path: str | os.PathLike) -> dict[str, Any]:
             warnings.simplefilter("ignore")
             nb = nbformat.reads(text, as_version=4)
     except Exception as exc:
-        raise BadSubmission(f"{p.name}: not a readable notebook ({type(exc).__name__}: {exc})") from None
+        raise BadSubmission(
+            f"{p.name}: not a readable notebook ({type(exc).__name__}: {exc})"
+        ) from None
     cells = []
     for cell in nb.get("cells", []):
         if not isinstance(cell, dict):
@@ -122,8 +130,14 @@ def read_notebook(path: str | os.PathLike) -> dict[str, Any]:
         if isinstance(source, list):
             source = "".join(str(s) for s in source)
         meta = cell.get("metadata", {}) if isinstance(cell.get("metadata"), dict) else {}
-        cells.append({"cell_type": str(cell.get("cell_type", "")), "id": str(cell.get("id") or ""),
-                      "source": str(source), "metadata": meta})
+        cells.append(
+            {
+                "cell_type": str(cell.get("cell_type", "")),
+                "id": str(cell.get("id") or ""),
+                "source": str(source),
+                "metadata": meta,
+            }
+        )
     return {"cells": cells, "metadata": nb.get("metadata", {})}
 
 
@@ -182,8 +196,9 @@ def python_source(source: str) -> str:
 
         return TransformerManager().transform_cell(source)
     except Exception:
-        return "\n".join(line for line in source.splitlines()
-                         if not line.lstrip().startswith(("%", "!")))
+        return "\n".join(
+            line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))
+        )
 
 
 # -- references -----------------------------------------------------------------------------
@@ -221,7 +236,9 @@ def _reference_files(dirs: list[Path]) -> dict[str, Path]:
     return found
 
 
-def _assignment_from(name: str, ref_path: Path | None, table: dict[str, GradedExercise]) -> Assignment:
+def _assignment_from(
+    name: str, ref_path: Path | None, table: dict[str, GradedExercise]
+) -> Assignment:
     ref_nb = read_notebook(ref_path) if ref_path is not None else None
     ids: list[str] = notebook_exercise_ids(ref_nb) if ref_nb else []
     for g in table.values():
@@ -243,15 +260,23 @@ def known_assignments(dirs: list[Path], table: dict[str, GradedExercise]) -> dic
     return names
 
 
-def resolve_assignment(sub_path: str, sub_nb: dict[str, Any] | None, *, dirs: list[Path],
-                       table: dict[str, GradedExercise], forced: str | None = None) -> Assignment:
+def resolve_assignment(
+    sub_path: str,
+    sub_nb: dict[str, Any] | None,
+    *,
+    dirs: list[Path],
+    table: dict[str, GradedExercise],
+    forced: str | None = None,
+) -> Assignment:
     """The assignment of a submission (see the module docstring); :class:`NoAssignment` when
     it matches none, or when ``forced`` is given and the notebook clearly is another one."""
     known = known_assignments(dirs, table)
     if forced:
         stem = Path(forced).stem
         if stem not in known:
-            raise NoAssignment(f"unknown assignment {forced!r}; known: {', '.join(sorted(known)) or 'none'}")
+            raise NoAssignment(
+                f"unknown assignment {forced!r}; known: {', '.join(sorted(known)) or 'none'}"
+            )
         assignment = _assignment_from(stem, known[stem], table)
         if sub_nb is not None:
             _check_same_assignment(sub_nb, assignment, known, table, sub_path)
@@ -263,22 +288,35 @@ def resolve_assignment(sub_path: str, sub_nb: dict[str, Any] | None, *, dirs: li
             _check_same_assignment(sub_nb, assignment, known, table, sub_path)
         return assignment
     if sub_nb is None:
-        raise NoAssignment(f"{Path(sub_path).name}: cannot tell which assignment this is "
-                           f"(name it like one of {', '.join(sorted(known))} or pass --assignment)")
+        raise NoAssignment(
+            f"{Path(sub_path).name}: cannot tell which assignment this is "
+            f"(name it like one of {', '.join(sorted(known))} or pass --assignment)"
+        )
     ids = set(notebook_exercise_ids(sub_nb))
     best, best_score = None, 0
     for name in sorted(known):
         cand = _assignment_from(name, known[name], table)
         score = len(ids & {g.id for g in cand.exercises})
         if not score:  # metadata stripped? count the exercise functions it defines
-            defined = set().union(*(defined_names(c["source"]) for c in sub_nb["cells"]
-                                    if c["cell_type"] == "code")) if sub_nb["cells"] else set()
+            defined = (
+                set().union(
+                    *(
+                        defined_names(c["source"])
+                        for c in sub_nb["cells"]
+                        if c["cell_type"] == "code"
+                    )
+                )
+                if sub_nb["cells"]
+                else set()
+            )
             score = len({g.exercise.function for g in cand.exercises} & defined) * 0.5
         if score > best_score:
             best, best_score = cand, score
     if best is None:
-        raise NoAssignment(f"{Path(sub_path).name} is not a notebook of this course: it has no "
-                           f"exercise of any assignment ({', '.join(sorted(known))})")
+        raise NoAssignment(
+            f"{Path(sub_path).name} is not a notebook of this course: it has no "
+            f"exercise of any assignment ({', '.join(sorted(known))})"
+        )
     return best
 
 
@@ -288,9 +326,15 @@ def _check_same_assignment(sub_nb, assignment, known, table, sub_path) -> None:
     if not ids or ids & mine:
         return
     other = sorted({Path(table[i].exercise.notebook).stem for i in ids if i in table})
-    which = f"it is {', '.join(other)}" if other else "its exercises belong to no assignment of this course"
-    raise NoAssignment(f"{Path(sub_path).name} is not the '{assignment.name}' assignment: {which}. "
-                       f"Submit your '{assignment.name}.ipynb'.")
+    which = (
+        f"it is {', '.join(other)}"
+        if other
+        else "its exercises belong to no assignment of this course"
+    )
+    raise NoAssignment(
+        f"{Path(sub_path).name} is not the '{assignment.name}' assignment: {which}. "
+        f"Submit your '{assignment.name}.ipynb'."
+    )
 
 
 # -- the plan -------------------------------------------------------------------------------
@@ -371,8 +415,15 @@ def build_plan(sub_nb: dict[str, Any], assignment: Assignment) -> Plan:
 
     own_checks: dict[str, list[int]] = {}
     for x in ids:  # tell the instructor what the student did to the check cells
-        theirs = sorted(i for i in dropped if (course_meta(cells[i])[0] or (
-            course_meta(ref_cells[match[i]])[0] if match[i] is not None else None)) == x)
+        theirs = sorted(
+            i
+            for i in dropped
+            if (
+                course_meta(cells[i])[0]
+                or (course_meta(ref_cells[match[i]])[0] if match[i] is not None else None)
+            )
+            == x
+        )
         own_checks[x] = theirs
         ref_src = _norm(ref_cells[ref_check[x]]["source"]) if x in ref_check else None
         if not theirs:
@@ -395,12 +446,19 @@ def build_plan(sub_nb: dict[str, Any], assignment: Assignment) -> Plan:
     for g in assignment.exercises:
         if not exercise_cells[g.id]:
             fn = g.exercise.function
-            defs = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and i not in dropped
-                    and fn in defined_names(c["source"])]
+            defs = [
+                i
+                for i, c in enumerate(cells)
+                if c["cell_type"] == "code"
+                and i not in dropped
+                and fn in defined_names(c["source"])
+            ]
             if defs:
                 exercise_cells[g.id] = [defs[-1]]
-                notes.append(f"exercise {g.id}: its exercise cell was not found by id or "
-                             f"metadata; graded after the cell that defines {fn}")
+                notes.append(
+                    f"exercise {g.id}: its exercise cell was not found by id or "
+                    f"metadata; graded after the cell that defines {fn}"
+                )
 
     def is_landmark(i: int, x: str) -> bool:
         if i in dropped:
@@ -431,7 +489,11 @@ def build_plan(sub_nb: dict[str, Any], assignment: Assignment) -> Plan:
     for i in range(len(cells) + 1):
         for x in sorted(insert_before.get(i, []), key=order.__getitem__):
             steps.append(Step("check", exercise_id=x))
-        if i < len(cells) and i not in dropped and cells[i]["cell_type"] == "code" \
-                and cells[i]["source"].strip():
+        if (
+            i < len(cells)
+            and i not in dropped
+            and cells[i]["cell_type"] == "code"
+            and cells[i]["source"].strip()
+        ):
             steps.append(Step("cell", index=i))
     return Plan(steps, exercise_cells, notes)

@@ -17,10 +17,14 @@ from typing import Any
 
 from course_utils.grading.plan import id_key
 
-STATUS_LABEL = {"passed": "passed", "failed": "failed", "not_attempted": "not attempted",
-                "error": "error", "timeout": "timeout"}
-STATUS_ICON = {"passed": "✅", "failed": "❌", "not_attempted": "⬜", "error": "💥",
-               "timeout": "⏱️"}
+STATUS_LABEL = {
+    "passed": "passed",
+    "failed": "failed",
+    "not_attempted": "not attempted",
+    "error": "error",
+    "timeout": "timeout",
+}
+STATUS_ICON = {"passed": "✅", "failed": "❌", "not_attempted": "⬜", "error": "💥", "timeout": "⏱️"}
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
@@ -50,18 +54,27 @@ def write_junit(reports: list[dict[str, Any]], path: str | Path) -> None:
     total_time = 0.0
     for rep in reports:
         cases = rep["exercises"]
-        suite = ET.SubElement(root, "testsuite", name=_xml_text(rep.get("student") or rep["notebook"]))
+        suite = ET.SubElement(
+            root, "testsuite", name=_xml_text(rep.get("student") or rep["notebook"])
+        )
         props = ET.SubElement(suite, "properties")
         for key in ("notebook", "assignment", "total", "max", "seed"):
             ET.SubElement(props, "property", name=key, value=_xml_text(rep.get(key)))
         n_fail = n_err = 0
         for ex in cases:
-            case = ET.SubElement(suite, "testcase", name=_xml_text(ex["id"]),
-                                 classname=_xml_text(f"{rep.get('assignment') or 'notebook'}."
-                                                     f"{rep.get('student') or ''}".rstrip(".")),
-                                 time=f"{float(ex.get('runtime_s', 0.0)):.3f}")
-            label = f"{ex['title']}: {STATUS_LABEL.get(ex['status'], ex['status'])} " \
-                    f"({_num(ex['points'])}/{_num(ex['max_points'])} points)"
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                name=_xml_text(ex["id"]),
+                classname=_xml_text(
+                    f"{rep.get('assignment') or 'notebook'}.{rep.get('student') or ''}".rstrip(".")
+                ),
+                time=f"{float(ex.get('runtime_s', 0.0)):.3f}",
+            )
+            label = (
+                f"{ex['title']}: {STATUS_LABEL.get(ex['status'], ex['status'])} "
+                f"({_num(ex['points'])}/{_num(ex['max_points'])} points)"
+            )
             if ex["status"] in ("failed", "not_attempted"):
                 n_fail += 1
                 node = ET.SubElement(case, "failure", message=_xml_text(label), type=ex["status"])
@@ -75,10 +88,19 @@ def write_junit(reports: list[dict[str, Any]], path: str | Path) -> None:
                 out.text = _xml_text(label)
         if not cases and rep.get("error"):
             n_err += 1
-            case = ET.SubElement(suite, "testcase", name="notebook",
-                                 classname=_xml_text(rep.get("student") or ""), time="0")
-            node = ET.SubElement(case, "error", message=_xml_text(rep["error"]),
-                                 type=rep.get("error_kind") or "error")
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                name="notebook",
+                classname=_xml_text(rep.get("student") or ""),
+                time="0",
+            )
+            node = ET.SubElement(
+                case,
+                "error",
+                message=_xml_text(rep["error"]),
+                type=rep.get("error_kind") or "error",
+            )
             node.text = _xml_text(rep["error"])
         n = max(len(cases), 1 if (not cases and rep.get("error")) else 0)
         suite.set("tests", str(n))
@@ -101,25 +123,34 @@ def feedback_markdown(rep: dict[str, Any]) -> str:
     """The Markdown feedback for one student (scores, statuses, hints; never solution code)."""
     lines = [f"# Feedback: {rep.get('assignment') or Path(rep['notebook']).stem}", ""]
     lines.append(f"**Notebook:** `{Path(rep['notebook']).name}`  ")
-    lines.append(f"**Score:** {_num(rep['total'])} / {_num(rep['max'])} points"
-                 + (f" ({rep['percent']:g}%)" if rep.get("max") else ""))
+    lines.append(
+        f"**Score:** {_num(rep['total'])} / {_num(rep['max'])} points"
+        + (f" ({rep['percent']:g}%)" if rep.get("max") else "")
+    )
     lines.append("")
     if rep.get("error"):
-        lines += ["> **The notebook could not be graded completely:** " + _md_inline(rep["error"]), ""]
+        lines += [
+            "> **The notebook could not be graded completely:** " + _md_inline(rep["error"]),
+            "",
+        ]
     if rep["exercises"]:
         lines += ["| exercise | title | status | points |", "|---|---|---|---|"]
         for ex in rep["exercises"]:
             icon = STATUS_ICON.get(ex["status"], "")
-            lines.append(f"| {ex['id']} | {_md_cell(ex['title'])} | {icon} "
-                         f"{STATUS_LABEL.get(ex['status'], ex['status'])} | "
-                         f"{_num(ex['points'])} / {_num(ex['max_points'])} |")
+            lines.append(
+                f"| {ex['id']} | {_md_cell(ex['title'])} | {icon} "
+                f"{STATUS_LABEL.get(ex['status'], ex['status'])} | "
+                f"{_num(ex['points'])} / {_num(ex['max_points'])} |"
+            )
         lines.append("")
         details = [ex for ex in rep["exercises"] if ex["status"] != "passed" or ex.get("flags")]
         if details:
             lines += ["## What to look at", ""]
             for ex in details:
-                lines.append(f"### {ex['id']} · {ex['title']} — "
-                             f"{STATUS_LABEL.get(ex['status'], ex['status'])}")
+                lines.append(
+                    f"### {ex['id']} · {ex['title']} — "
+                    f"{STATUS_LABEL.get(ex['status'], ex['status'])}"
+                )
                 lines.append("")
                 lines.append(_md_block(ex["message"]))
                 lines.append("")
@@ -134,10 +165,15 @@ def feedback_markdown(rep: dict[str, Any]) -> str:
         notes.append(f"cells that raised an error while grading: {shown}{more}")
     if notes:
         lines += ["## Notes from the grader", ""] + [f"- {_md_inline(n)}" for n in notes] + [""]
-    lines += ["---", "", "Check your work before submitting: `course grade "
-              f"{Path(rep['notebook']).name}`. The grader runs your notebook top to bottom in a "
-              "fresh kernel with the check cells restored, so restart your kernel and run all "
-              "cells first.", ""]
+    lines += [
+        "---",
+        "",
+        "Check your work before submitting: `course grade "
+        f"{Path(rep['notebook']).name}`. The grader runs your notebook top to bottom in a "
+        "fresh kernel with the check cells restored, so restart your kernel and run all "
+        "cells first.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -178,17 +214,33 @@ def write_feedback(reports: list[dict[str, Any]], directory: str | Path) -> list
 def write_csv(reports: list[dict[str, Any]], path: str | Path) -> None:
     """The gradebook: one row per submission, one column per exercise id (points)."""
     ids = sorted({ex["id"] for rep in reports for ex in rep["exercises"]}, key=id_key)
-    fields = ["student", "notebook", "assignment", "total", "max", "percent", *ids,
-              "flags", "error", "runtime_s"]
+    fields = [
+        "student",
+        "notebook",
+        "assignment",
+        "total",
+        "max",
+        "percent",
+        *ids,
+        "flags",
+        "error",
+        "runtime_s",
+    ]
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=fields)
         writer.writeheader()
         for rep in reports:
-            row = {"student": rep.get("student"), "notebook": rep["notebook"],
-                   "assignment": rep.get("assignment") or "", "total": _num(rep["total"]),
-                   "max": _num(rep["max"]), "percent": f"{rep.get('percent', 0.0):g}",
-                   "flags": " | ".join(rep.get("flags", [])), "error": rep.get("error") or "",
-                   "runtime_s": f"{rep.get('runtime_s', 0.0):.1f}"}
+            row = {
+                "student": rep.get("student"),
+                "notebook": rep["notebook"],
+                "assignment": rep.get("assignment") or "",
+                "total": _num(rep["total"]),
+                "max": _num(rep["max"]),
+                "percent": f"{rep.get('percent', 0.0):g}",
+                "flags": " | ".join(rep.get("flags", [])),
+                "error": rep.get("error") or "",
+                "runtime_s": f"{rep.get('runtime_s', 0.0):.1f}",
+            }
             for ex in rep["exercises"]:
                 row[ex["id"]] = _num(ex["points"])
             writer.writerow(row)
@@ -214,29 +266,47 @@ def classroom_result(reports: list[dict[str, Any]]) -> dict[str, Any]:
             max_score += float(ex["max_points"])
             passed = ex["status"] == "passed"
             all_pass = all_pass and passed
-            status = "pass" if passed else ("error" if ex["status"] in ("error", "timeout") else "fail")
+            status = (
+                "pass" if passed else ("error" if ex["status"] in ("error", "timeout") else "fail")
+            )
             name = f"{ex['id']} {ex['title']}"
-            tests.append({
-                "name": f"{rep.get('student')}: {name}" if multi else name,
-                "status": status,
-                "score": float(ex["points"]),
-                "message": f"{STATUS_LABEL.get(ex['status'], ex['status'])} "
-                           f"({_num(ex['points'])}/{_num(ex['max_points'])} points): {ex['message']}",
-                "test_code": f"course grade {Path(rep['notebook']).name}  # exercise {ex['id']}",
-                "filename": rep["notebook"],
-                "line_no": 0,
-                "execution_time": f"{float(ex.get('runtime_s', 0.0)):.2f}s",
-            })
+            tests.append(
+                {
+                    "name": f"{rep.get('student')}: {name}" if multi else name,
+                    "status": status,
+                    "score": float(ex["points"]),
+                    "message": f"{STATUS_LABEL.get(ex['status'], ex['status'])} "
+                    f"({_num(ex['points'])}/{_num(ex['max_points'])} points): {ex['message']}",
+                    "test_code": f"course grade {Path(rep['notebook']).name}  # exercise {ex['id']}",
+                    "filename": rep["notebook"],
+                    "line_no": 0,
+                    "execution_time": f"{float(ex.get('runtime_s', 0.0)):.2f}s",
+                }
+            )
         if not rep["exercises"] and rep.get("error"):
-            tests.append({"name": f"{Path(rep['notebook']).name}", "status": "error", "score": 0,
-                          "message": rep["error"], "test_code": "", "filename": rep["notebook"],
-                          "line_no": 0, "execution_time": "0.00s"})
+            tests.append(
+                {
+                    "name": f"{Path(rep['notebook']).name}",
+                    "status": "error",
+                    "score": 0,
+                    "message": rep["error"],
+                    "test_code": "",
+                    "filename": rep["notebook"],
+                    "line_no": 0,
+                    "execution_time": "0.00s",
+                }
+            )
     status = "error" if any_error else ("pass" if all_pass and tests else "fail")
-    return {"version": 1, "status": status,
-            "max_score": int(max_score) if max_score.is_integer() else max_score, "tests": tests}
+    return {
+        "version": 1,
+        "status": status,
+        "max_score": int(max_score) if max_score.is_integer() else max_score,
+        "tests": tests,
+    }
 
 
 def write_classroom(reports: list[dict[str, Any]], path: str | Path) -> None:
     """:func:`classroom_result` as JSON (the workflow base64-encodes the file)."""
-    Path(path).write_text(json.dumps(classroom_result(reports), ensure_ascii=False) + "\n",
-                          encoding="utf-8")
+    Path(path).write_text(
+        json.dumps(classroom_result(reports), ensure_ascii=False) + "\n", encoding="utf-8"
+    )

@@ -110,9 +110,16 @@ class GPT(nn.Module):
         self.tok_emb = nn.Embedding(config.vocab_size, D)
         self.pos_emb = nn.Embedding(config.block_size, D)
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = pre_norm_stack(config.n_layer, D, config.n_head, config.d_ff,
-                                     dropout=config.dropout, activation=config.activation,
-                                     layer_norm_eps=config.layer_norm_eps, bias=config.bias)
+        self.blocks = pre_norm_stack(
+            config.n_layer,
+            D,
+            config.n_head,
+            config.d_ff,
+            dropout=config.dropout,
+            activation=config.activation,
+            layer_norm_eps=config.layer_norm_eps,
+            bias=config.bias,
+        )
         self.ln_f = nn.LayerNorm(D, eps=config.layer_norm_eps, bias=config.bias)
         self.lm_head = nn.Linear(D, config.vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight  # weight tying (Press & Wolf, 2017)

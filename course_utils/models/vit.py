@@ -198,9 +198,16 @@ class ViT(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if config.pool == "cls" else None
         self.pos_embed = nn.Parameter(torch.zeros(1, config.num_tokens, D))
         self.pos_drop = nn.Dropout(config.dropout)
-        self.blocks = pre_norm_stack(config.n_layers, D, config.n_heads, config.d_ff,
-                                     dropout=config.dropout, activation=config.activation,
-                                     layer_norm_eps=config.layer_norm_eps, bias=config.bias)
+        self.blocks = pre_norm_stack(
+            config.n_layers,
+            D,
+            config.n_heads,
+            config.d_ff,
+            dropout=config.dropout,
+            activation=config.activation,
+            layer_norm_eps=config.layer_norm_eps,
+            bias=config.bias,
+        )
         self.norm = nn.LayerNorm(D, eps=config.layer_norm_eps)
         self.head = nn.Linear(D, config.num_classes)
         self.reset_parameters()

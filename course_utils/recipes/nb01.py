@@ -39,9 +39,21 @@ from course_utils.models.seq2seq_rnn import Seq2SeqRNN
 from course_utils.profiles import pick
 from course_utils.training import History, sequence_cross_entropy, train
 
-__all__ = ["Recipe", "recipe", "make_data", "build_model", "teacher_forced_logits",
-           "length_batches", "train_seq2seq", "LengthReport", "evaluate_by_length",
-           "decode_tokens", "SweepResult", "hidden_size_sweep", "count_parameters"]
+__all__ = [
+    "Recipe",
+    "recipe",
+    "make_data",
+    "build_model",
+    "teacher_forced_logits",
+    "length_batches",
+    "train_seq2seq",
+    "LengthReport",
+    "evaluate_by_length",
+    "decode_tokens",
+    "SweepResult",
+    "hidden_size_sweep",
+    "count_parameters",
+]
 
 Bucket = tuple[int, int]
 
@@ -81,15 +93,51 @@ def _buckets(lo: int, hi: int, width: int) -> tuple[Bucket, ...]:
 
 def recipe() -> Recipe:
     """The active profile's recipe (``ci``: seconds on 2 CPU cores; ``cpu``: a few minutes)."""
-    ci = Recipe(n_train=3000, n_test=300, min_len=3, max_len=11, buckets=_buckets(3, 11, 3),
-                emb_dim=32, hidden_dim=64, steps=160, batch_size=64, lr=1e-2, warmup=16,
-                hidden_sizes=(16, 32, 64), profile="ci")
-    cpu = Recipe(n_train=20000, n_test=600, min_len=3, max_len=20, buckets=_buckets(3, 20, 3),
-                 emb_dim=64, hidden_dim=128, steps=800, batch_size=64, lr=5e-3, warmup=50,
-                 hidden_sizes=(32, 64, 128, 256), profile="cpu")
-    gpu = Recipe(n_train=50000, n_test=1000, min_len=3, max_len=30, buckets=_buckets(3, 30, 3),
-                 emb_dim=128, hidden_dim=256, steps=3000, batch_size=128, lr=3e-3, warmup=100,
-                 hidden_sizes=(64, 128, 256, 512, 1024), profile="gpu")
+    ci = Recipe(
+        n_train=3000,
+        n_test=300,
+        min_len=3,
+        max_len=11,
+        buckets=_buckets(3, 11, 3),
+        emb_dim=32,
+        hidden_dim=64,
+        steps=160,
+        batch_size=64,
+        lr=1e-2,
+        warmup=16,
+        hidden_sizes=(16, 32, 64),
+        profile="ci",
+    )
+    cpu = Recipe(
+        n_train=20000,
+        n_test=600,
+        min_len=3,
+        max_len=20,
+        buckets=_buckets(3, 20, 3),
+        emb_dim=64,
+        hidden_dim=128,
+        steps=800,
+        batch_size=64,
+        lr=5e-3,
+        warmup=50,
+        hidden_sizes=(32, 64, 128, 256),
+        profile="cpu",
+    )
+    gpu = Recipe(
+        n_train=50000,
+        n_test=1000,
+        min_len=3,
+        max_len=30,
+        buckets=_buckets(3, 30, 3),
+        emb_dim=128,
+        hidden_dim=256,
+        steps=3000,
+        batch_size=128,
+        lr=3e-3,
+        warmup=100,
+        hidden_sizes=(64, 128, 256, 512, 1024),
+        profile="gpu",
+    )
     return pick(ci=ci, cpu=cpu, gpu=gpu)
 
 
@@ -98,16 +146,28 @@ def make_data(r: Recipe) -> TaskData:
     return make_translation_data(r.n_train, r.n_test, r.min_len, r.max_len, seed=r.seed)
 
 
-def build_model(data: TaskData, r: Recipe, *, attention: bool, hidden_dim: int | None = None,
-                seed: int | None = None, device: torch.device | str | None = None) -> Seq2SeqRNN:
+def build_model(
+    data: TaskData,
+    r: Recipe,
+    *,
+    attention: bool,
+    hidden_dim: int | None = None,
+    seed: int | None = None,
+    device: torch.device | str | None = None,
+) -> Seq2SeqRNN:
     """A ``Seq2SeqRNN`` for ``data``'s vocabularies, initialised from ``seed`` (default r.seed).
 
     The same seed gives the same initial weights whatever ran before in the notebook.
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(r.seed if seed is None else seed)
-        model = Seq2SeqRNN(len(data.src_vocab), len(data.tgt_vocab), r.emb_dim,
-                           hidden_dim or r.hidden_dim, attention=attention)
+        model = Seq2SeqRNN(
+            len(data.src_vocab),
+            len(data.tgt_vocab),
+            r.emb_dim,
+            hidden_dim or r.hidden_dim,
+            attention=attention,
+        )
     return model.to(device) if device is not None else model
 
 
@@ -127,23 +187,34 @@ def _gru_like(cell: nn.GRUCell) -> nn.GRU:
     if key not in _GRUS:
         with torch.random.fork_rng(devices=[]):
             _GRUS[key] = nn.GRU(cell.input_size, cell.hidden_size, batch_first=True).to(
-                cell.weight_ih.device)
+                cell.weight_ih.device
+            )
     return _GRUS[key]
 
 
 def _gru_over_time(cell: nn.GRUCell, inputs: Tensor, h0: Tensor) -> Tensor:
     """Run ``cell`` over inputs (B, T, D) from h0 (B, H) as one nn.GRU call -> states (B, T, H)."""
-    params = {"weight_ih_l0": cell.weight_ih, "weight_hh_l0": cell.weight_hh,
-              "bias_ih_l0": cell.bias_ih, "bias_hh_l0": cell.bias_hh}
+    params = {
+        "weight_ih_l0": cell.weight_ih,
+        "weight_hh_l0": cell.weight_hh,
+        "bias_ih_l0": cell.bias_ih,
+        "bias_hh_l0": cell.bias_hh,
+    }
     gru = _gru_like(cell)
-    states, _ = functional_call(gru, params, (inputs.to(cell.weight_ih.dtype),
-                                              h0[None].contiguous()))
+    states, _ = functional_call(
+        gru, params, (inputs.to(cell.weight_ih.dtype), h0[None].contiguous())
+    )
     return states
 
 
-def teacher_forced_logits(model: Seq2SeqRNN, src: Tensor, src_lengths: Tensor | None,
-                          tgt_in: Tensor, *, return_attention: bool = False
-                          ) -> Tensor | tuple[Tensor, Tensor | None]:
+def teacher_forced_logits(
+    model: Seq2SeqRNN,
+    src: Tensor,
+    src_lengths: Tensor | None,
+    tgt_in: Tensor,
+    *,
+    return_attention: bool = False,
+) -> Tensor | tuple[Tensor, Tensor | None]:
     """``model(src, src_lengths, tgt_in)``'s logits, computed faster (same numbers).
 
     src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, V); with
@@ -185,11 +256,13 @@ class length_batches:  # noqa: N801 - used like a function, like data.batches
     batch; the randomness of the batches stays.
     """
 
-    def __init__(self, data: Seq2SeqData, batch_size: int, generator: torch.Generator, *,
-                 pool: int = 16) -> None:
+    def __init__(
+        self, data: Seq2SeqData, batch_size: int, generator: torch.Generator, *, pool: int = 16
+    ) -> None:
         if batch_size < 1 or batch_size > len(data):
-            raise ValueError(f"expected 1 <= batch_size <= {len(data)} (the data's size), "
-                             f"got {batch_size}")
+            raise ValueError(
+                f"expected 1 <= batch_size <= {len(data)} (the data's size), got {batch_size}"
+            )
         self.data, self.batch_size, self.generator, self.pool = data, batch_size, generator, pool
 
     def __len__(self) -> int:
@@ -200,16 +273,23 @@ class length_batches:  # noqa: N801 - used like a function, like data.batches
         perm = torch.randperm(n, generator=self.generator)
         chunks = []
         for start in range(0, n, bs * self.pool):
-            idx = perm[start:start + bs * self.pool]
+            idx = perm[start : start + bs * self.pool]
             idx = idx[torch.argsort(self.data.tgt_lengths[idx], stable=True)]
-            chunks += [idx[j:j + bs] for j in range(0, len(idx) - bs + 1, bs)]
+            chunks += [idx[j : j + bs] for j in range(0, len(idx) - bs + 1, bs)]
         for k in torch.randperm(len(chunks), generator=self.generator).tolist():
             yield self.data[chunks[k]]
 
 
-def train_seq2seq(model: Seq2SeqRNN, data: TaskData, r: Recipe, *,
-                  forward_fn: Callable[..., Any] | None = None, steps: int | None = None,
-                  progress: bool | str = True, desc: str | None = None) -> History:
+def train_seq2seq(
+    model: Seq2SeqRNN,
+    data: TaskData,
+    r: Recipe,
+    *,
+    forward_fn: Callable[..., Any] | None = None,
+    steps: int | None = None,
+    progress: bool | str = True,
+    desc: str | None = None,
+) -> History:
     """Train ``model`` on ``data.train`` with teacher forcing for ``r.steps`` AdamW steps.
 
     Loss: cross-entropy of the logits (B, T, V) against ``tgt_out`` (PAD ignored).
@@ -227,12 +307,22 @@ def train_seq2seq(model: Seq2SeqRNN, data: TaskData, r: Recipe, *,
             logits = logits[0]
         return sequence_cross_entropy(logits, batch.tgt_out)
 
-    name = desc or (f"{'attention' if model.uses_attention else 'no attention'}, "
-                    f"H={model.hidden_dim}")
-    return train(model, length_batches(data.train, r.batch_size, gen), loss_fn=loss_fn,
-                 steps=steps or r.steps, lr=r.lr, warmup=r.warmup, grad_clip=1.0,
-                 log_every=max(1, (steps or r.steps) // 50), progress=progress, desc=name,
-                 device=device)
+    name = desc or (
+        f"{'attention' if model.uses_attention else 'no attention'}, H={model.hidden_dim}"
+    )
+    return train(
+        model,
+        length_batches(data.train, r.batch_size, gen),
+        loss_fn=loss_fn,
+        steps=steps or r.steps,
+        lr=r.lr,
+        warmup=r.warmup,
+        grad_clip=1.0,
+        log_every=max(1, (steps or r.steps) // 50),
+        progress=progress,
+        desc=name,
+        device=device,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,22 +351,32 @@ class LengthReport:
 
     def table(self, name: str = "") -> str:
         """A small text table: bucket, sentences, exact match, token accuracy."""
-        lines = [f"{name}" if name else "",
-                 f"{'source length':>13} | {'sentences':>9} | {'exact match':>11} | "
-                 f"{'token acc.':>10}"]
+        lines = [
+            f"{name}" if name else "",
+            f"{'source length':>13} | {'sentences':>9} | {'exact match':>11} | {'token acc.':>10}",
+        ]
         for key in self.exact:
-            lines.append(f"{key!s:>13} | {self.counts[key]:>9} | {100 * self.exact[key]:>10.1f}% "
-                         f"| {100 * self.token[key]:>9.1f}%")
-        lines.append(f"{'all':>13} | {sum(self.counts.values()):>9} | "
-                     f"{100 * self.overall_exact:>10.1f}% | {100 * self.overall_token:>9.1f}%")
+            lines.append(
+                f"{key!s:>13} | {self.counts[key]:>9} | {100 * self.exact[key]:>10.1f}% "
+                f"| {100 * self.token[key]:>9.1f}%"
+            )
+        lines.append(
+            f"{'all':>13} | {sum(self.counts.values()):>9} | "
+            f"{100 * self.overall_exact:>10.1f}% | {100 * self.overall_token:>9.1f}%"
+        )
         return "\n".join(line for line in lines if line)
 
     def __str__(self) -> str:
         return self.table()
 
 
-def decode_tokens(decode_fn: Callable[..., Any], model: Seq2SeqRNN, split: Seq2SeqData,
-                  max_len: int | None = None, batch_size: int = 512) -> Tensor:
+def decode_tokens(
+    decode_fn: Callable[..., Any],
+    model: Seq2SeqRNN,
+    split: Seq2SeqData,
+    max_len: int | None = None,
+    batch_size: int = 512,
+) -> Tensor:
     """Greedy outputs for every row of ``split``: ``decode_fn(model, src, src_lengths,
     max_len)`` in chunks -> tokens (N, max_len), PAD-filled. ``max_len`` default: longest
     target + 5."""
@@ -293,7 +393,7 @@ def decode_tokens(decode_fn: Callable[..., Any], model: Seq2SeqRNN, split: Seq2S
                 if isinstance(tokens, (tuple, list)):
                     tokens = tokens[0]
                 tokens = tokens[:, :max_len].cpu()
-                out[start:start + tokens.shape[0], :tokens.shape[1]] = tokens
+                out[start : start + tokens.shape[0], : tokens.shape[1]] = tokens
     finally:
         model.train(was_training)
     return out
@@ -303,8 +403,13 @@ def _model_greedy(model: Seq2SeqRNN, src: Tensor, src_lengths: Tensor, max_len: 
     return model.greedy_decode(src, src_lengths, max_len)[0]
 
 
-def evaluate_by_length(model: Seq2SeqRNN, split: Seq2SeqData, buckets: Sequence[Bucket], *,
-                       decode_fn: Callable[..., Any] | None = None) -> LengthReport:
+def evaluate_by_length(
+    model: Seq2SeqRNN,
+    split: Seq2SeqData,
+    buckets: Sequence[Bucket],
+    *,
+    decode_fn: Callable[..., Any] | None = None,
+) -> LengthReport:
     """Greedy-decode ``split`` and measure exact-match and token accuracy per length bucket.
 
     ``decode_fn(model, src, src_lengths, max_len) -> tokens (B, T')`` defaults to the model's
@@ -320,10 +425,14 @@ def evaluate_by_length(model: Seq2SeqRNN, split: Seq2SeqData, buckets: Sequence[
         n = int(((lengths >= lo) & (lengths <= hi)).sum())
         if n:
             counts[lo if lo == hi else f"{lo}-{hi}"] = n
-    return LengthReport(exact=exact, token=token, counts=counts,
-                        overall_exact=exact_match(pred, target).float().mean().item(),
-                        overall_token=token_accuracy(pred, target).mean().item(),
-                        predictions=pred)
+    return LengthReport(
+        exact=exact,
+        token=token,
+        counts=counts,
+        overall_exact=exact_match(pred, target).float().mean().item(),
+        overall_token=token_accuracy(pred, target).mean().item(),
+        predictions=pred,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -340,10 +449,15 @@ class SweepResult:
     history: History = field(repr=False)
 
 
-def hidden_size_sweep(data: TaskData, r: Recipe, *, sizes: Sequence[int] | None = None,
-                      decode_fn: Callable[..., Any] | None = None,
-                      trained: dict[int, tuple[Seq2SeqRNN, History]] | None = None,
-                      progress: bool | str = True) -> dict[int, SweepResult]:
+def hidden_size_sweep(
+    data: TaskData,
+    r: Recipe,
+    *,
+    sizes: Sequence[int] | None = None,
+    decode_fn: Callable[..., Any] | None = None,
+    trained: dict[int, tuple[Seq2SeqRNN, History]] | None = None,
+    progress: bool | str = True,
+) -> dict[int, SweepResult]:
     """Train an attention-free model per hidden size (same data, steps, batch size, seed)
     and evaluate each by length. ``trained`` maps sizes already trained (e.g. the notebook's
     main model) to ``(model, history)``, so they are not trained twice."""

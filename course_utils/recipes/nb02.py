@@ -43,11 +43,26 @@ from course_utils.recipes.nb01 import (
     train_seq2seq,
 )
 
-__all__ = ["Recipe", "recipe", "make_data", "build_model", "train_seq2seq",
-           "evaluate_by_length", "LengthReport", "count_parameters", "teacher_forced_logits",
-           "greedy_translate", "Translation", "translate_examples", "alignment_accuracy",
-           "plot_alignment", "showcase_examples", "reordered", "one_to_many",
-           "LECTURE_SENTENCE"]
+__all__ = [
+    "Recipe",
+    "recipe",
+    "make_data",
+    "build_model",
+    "train_seq2seq",
+    "evaluate_by_length",
+    "LengthReport",
+    "count_parameters",
+    "teacher_forced_logits",
+    "greedy_translate",
+    "Translation",
+    "translate_examples",
+    "alignment_accuracy",
+    "plot_alignment",
+    "showcase_examples",
+    "reordered",
+    "one_to_many",
+    "LECTURE_SENTENCE",
+]
 
 # the lecture's example (slide 15, Bahdanau et al.): "European Economic Area" is reordered
 LECTURE_SENTENCE = "the european economic area saw my red car"
@@ -55,15 +70,22 @@ LECTURE_SENTENCE = "the european economic area saw my red car"
 StepFn = Callable[[Seq2SeqRNN, Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
 
 
-def _model_step(model: Seq2SeqRNN, prev_token: Tensor, state: Tensor, enc_states: Tensor,
-                src_mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _model_step(
+    model: Seq2SeqRNN, prev_token: Tensor, state: Tensor, enc_states: Tensor, src_mask: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
     logits, state, weights = model.decode_step(prev_token, state, enc_states, src_mask)
     return logits, state, weights
 
 
 @torch.no_grad()
-def greedy_translate(model: Seq2SeqRNN, src: Tensor, src_lengths: Tensor, max_len: int, *,
-                     step_fn: StepFn | None = None) -> tuple[Tensor, Tensor]:
+def greedy_translate(
+    model: Seq2SeqRNN,
+    src: Tensor,
+    src_lengths: Tensor,
+    max_len: int,
+    *,
+    step_fn: StepFn | None = None,
+) -> tuple[Tensor, Tensor]:
     """Greedy decoding of an attention model with a given decoder step.
 
     ``step_fn(model, prev_token, state, enc_states, src_mask) -> (logits, state, weights)``
@@ -114,15 +136,17 @@ class Translation:
         return " ".join(self.source)
 
 
-def translate_examples(model: Seq2SeqRNN, data: TaskData, examples: Sequence[Example], *,
-                       step_fn: StepFn | None = None) -> list[Translation]:
+def translate_examples(
+    model: Seq2SeqRNN, data: TaskData, examples: Sequence[Example], *, step_fn: StepFn | None = None
+) -> list[Translation]:
     """Decode ``examples`` (from ``data.test_examples`` or ``data.task.example(...)``) and keep
     each one's attention map, trimmed to the real source words and output steps."""
     enc = encode_examples(list(examples), data.src_vocab, data.tgt_vocab)
     device = next(model.parameters()).device
     max_len = enc.tgt_out.shape[1] + 5
-    tokens, weights = greedy_translate(model, enc.src.to(device), enc.src_lengths.to(device),
-                                       max_len, step_fn=step_fn)
+    tokens, weights = greedy_translate(
+        model, enc.src.to(device), enc.src_lengths.to(device), max_len, step_fn=step_fn
+    )
     out = []
     for i, ex in enumerate(examples):
         row = tokens[i].tolist()
@@ -131,8 +155,15 @@ def translate_examples(model: Seq2SeqRNN, data: TaskData, examples: Sequence[Exa
         if EOS in row:
             words = words + ["<eos>"]
         S = len(ex.src)
-        out.append(Translation(list(ex.src), words, list(ex.tgt),
-                               weights[i, :n_out, :S].detach().cpu(), list(ex.alignment)))
+        out.append(
+            Translation(
+                list(ex.src),
+                words,
+                list(ex.tgt),
+                weights[i, :n_out, :S].detach().cpu(),
+                list(ex.alignment),
+            )
+        )
     return out
 
 
@@ -145,15 +176,17 @@ def alignment_accuracy(model: Seq2SeqRNN, split: Seq2SeqData) -> float:
     """
     device = next(model.parameters()).device
     split = split.to(device)
-    _, weights = teacher_forced_logits(model, split.src, split.src_lengths, split.tgt_in,
-                                       return_attention=True)
+    _, weights = teacher_forced_logits(
+        model, split.src, split.src_lengths, split.tgt_in, return_attention=True
+    )
     if weights is None:
         raise ValueError("alignment_accuracy needs a model with attention")
     return alignment_score(weights, split.alignment)
 
 
-def plot_alignment(t: Translation, title: str | None = None, ax: Axes | None = None, *,
-                   show_gold: bool = True) -> Axes:
+def plot_alignment(
+    t: Translation, title: str | None = None, ax: Axes | None = None, *, show_gold: bool = True
+) -> Axes:
     """Heatmap of one translation's attention: output words (rows) by source words (columns).
 
     Red circles mark the gold alignment, so agreement (a dark cell inside a circle) is
@@ -163,16 +196,29 @@ def plot_alignment(t: Translation, title: str | None = None, ax: Axes | None = N
         S, T = len(t.source), len(t.output)
         _, ax = plt.subplots(figsize=(1.8 + 0.42 * S, 1.4 + 0.36 * T), constrained_layout=True)
     verdict = "correct" if t.correct else "wrong"
-    show_heatmap(t.weights, x_labels=t.source, y_labels=t.output, ax=ax, cmap="Greys",
-                 vmin=0.0, vmax=1.0,
-                 title=title or f"attention while translating ({verdict}); circles: gold",
-                 xlabel="source words (encoder states $h_j$)",
-                 ylabel="output words (decoder steps $t$)")
+    show_heatmap(
+        t.weights,
+        x_labels=t.source,
+        y_labels=t.output,
+        ax=ax,
+        cmap="Greys",
+        vmin=0.0,
+        vmax=1.0,
+        title=title or f"attention while translating ({verdict}); circles: gold",
+        xlabel="source words (encoder states $h_j$)",
+        ylabel="output words (decoder steps $t$)",
+    )
     if show_gold:
-        pts = [(s, j) for j, s in enumerate(t.gold[:len(t.output)]) if s >= 0]
+        pts = [(s, j) for j, s in enumerate(t.gold[: len(t.output)]) if s >= 0]
         if pts:
-            ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=110, facecolors="none",
-                       edgecolors="tab:red", linewidths=1.2)
+            ax.scatter(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                s=110,
+                facecolors="none",
+                edgecolors="tab:red",
+                linewidths=1.2,
+            )
     return ax
 
 

@@ -34,7 +34,9 @@ class Config:
 def config() -> Config:
     """The active profile's sizes."""
     return Config(
-        dims=pick(ci=(2, 8, 32, 128, 512, 2048), cpu=(2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)),
+        dims=pick(
+            ci=(2, 8, 32, 128, 512, 2048), cpu=(2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+        ),
         hist_dims=(4, 64, 1024),
         n_pairs=pick(ci=2_000, cpu=8_000),
         n_keys=16,
@@ -48,8 +50,9 @@ def config() -> Config:
     )
 
 
-def recall_batch(n: int, records: int, d_key: int, d_value: int, mix: Tensor,
-                 generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def recall_batch(
+    n: int, records: int, d_key: int, d_value: int, mix: Tensor, generator: torch.Generator
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Episodes of a key -> value lookup ("which record has this key? return its value").
 
     Each episode holds ``records`` data vectors x_i = [key_i, value_i] @ mix (the key and the

@@ -31,9 +31,17 @@ class Config:
 
 def config() -> Config:
     """The active profile's sizes."""
-    return Config(vocab=16, seq_len=24, d_model=32, lag=2,
-                  steps=pick(ci=150, cpu=400), batch=32, lr=0.01, max_distance=8,
-                  n_test=pick(ci=256, cpu=1024))
+    return Config(
+        vocab=16,
+        seq_len=24,
+        d_model=32,
+        lag=2,
+        steps=pick(ci=150, cpu=400),
+        batch=32,
+        lr=0.01,
+        max_distance=8,
+        n_test=pick(ci=256, cpu=1024),
+    )
 
 
 def lag_batch(n: int, cfg: Config, generator: torch.Generator) -> tuple[Tensor, Tensor]:

@@ -35,9 +35,16 @@ class Config:
 
 def config() -> Config:
     """The active profile's sizes."""
-    return Config(n_sentences=3000, seq_len=32, d_model=48,
-                  steps=pick(ci=200, cpu=800), batch=32, lr=1e-2,
-                  n_eval=pick(ci=32, cpu=128), sample_len=48)
+    return Config(
+        n_sentences=3000,
+        seq_len=32,
+        d_model=48,
+        steps=pick(ci=200, cpu=800),
+        batch=32,
+        lr=1e-2,
+        n_eval=pick(ci=32, cpu=128),
+        sample_len=48,
+    )
 
 
 def char_corpus(n_sentences: int, seed: int = 0) -> tuple[str, list[str]]:
@@ -47,7 +54,9 @@ def char_corpus(n_sentences: int, seed: int = 0) -> tuple[str, list[str]]:
     return text, sorted(set(text))
 
 
-def windows(data: Tensor, n: int, seq_len: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+def windows(
+    data: Tensor, n: int, seq_len: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
     """Random training windows of a 1-D token tensor: (inputs (n, seq_len), targets (n, seq_len)),
     targets shifted by one (the next character)."""
     start = torch.randint(0, len(data) - seq_len - 1, (n,), generator=generator)
@@ -68,8 +77,12 @@ class TinyLM(nn.Module):
         self.W_q = nn.Linear(d_model, d_model, bias=False)
         self.W_k = nn.Linear(d_model, d_model, bias=False)
         self.W_v = nn.Linear(d_model, d_model, bias=False)
-        self.mlp = nn.Sequential(nn.LayerNorm(d_model), nn.Linear(d_model, 4 * d_model), nn.GELU(),
-                                 nn.Linear(4 * d_model, vocab))
+        self.mlp = nn.Sequential(
+            nn.LayerNorm(d_model),
+            nn.Linear(d_model, 4 * d_model),
+            nn.GELU(),
+            nn.Linear(4 * d_model, vocab),
+        )
 
     def embed_tokens(self, tokens: Tensor) -> Tensor:
         """tokens (B, T) -> input vectors (B, T, D): character embedding + position."""

@@ -24,8 +24,19 @@ from torch import Tensor, nn
 from course_utils.layers import TransformerBlock
 from course_utils.profiles import pick
 
-__all__ = ["Config", "config", "LookupTask", "HeadsModel", "train_heads_model", "accuracy",
-           "attention_maps", "head_ablation", "draw_split_heads", "mha_flops", "mha_params"]
+__all__ = [
+    "Config",
+    "config",
+    "LookupTask",
+    "HeadsModel",
+    "train_heads_model",
+    "accuracy",
+    "attention_maps",
+    "head_ablation",
+    "draw_split_heads",
+    "mha_flops",
+    "mha_params",
+]
 
 
 @dataclass(frozen=True)
@@ -114,14 +125,23 @@ class HeadsModel(nn.Module):
     """Token + learned position embeddings, ``n_layers`` pre-norm Transformer blocks, a final
     LayerNorm and one classifier per lookup: x (B, T) -> logits (B, T, 3, vocab)."""
 
-    def __init__(self, vocab: int, seq_len: int, d_model: int, n_heads: int, n_layers: int,
-                 d_ff: int, n_outputs: int = 3):
+    def __init__(
+        self,
+        vocab: int,
+        seq_len: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        d_ff: int,
+        n_outputs: int = 3,
+    ):
         super().__init__()
         self.vocab, self.n_outputs = vocab, n_outputs
         self.embed = nn.Embedding(vocab, d_model)
         self.pos = nn.Parameter(torch.randn(seq_len, d_model))  # as strong as the tokens
         self.blocks = nn.ModuleList(
-            TransformerBlock(d_model, n_heads, d_ff, norm_first=True) for _ in range(n_layers))
+            TransformerBlock(d_model, n_heads, d_ff, norm_first=True) for _ in range(n_layers)
+        )
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, n_outputs * vocab)
 
@@ -157,10 +177,18 @@ def train_heads_model(cfg: Config | None = None, seed: int = 0, progress: bool |
     gen = torch.Generator().manual_seed(seed)
     val = task.sample(1024, torch.Generator().manual_seed(seed + 1))
 
-    history = train(model, lambda step: task.sample(cfg.batch, gen), steps=cfg.steps, lr=cfg.lr,
-                    loss_fn=_loss, warmup=cfg.steps // 10,
-                    eval_fn=lambda m: {"accuracy": accuracy(m, *val).min().item()},
-                    eval_every=max(cfg.steps // 5, 1), progress=progress, desc="lookup task")
+    history = train(
+        model,
+        lambda step: task.sample(cfg.batch, gen),
+        steps=cfg.steps,
+        lr=cfg.lr,
+        loss_fn=_loss,
+        warmup=cfg.steps // 10,
+        eval_fn=lambda m: {"accuracy": accuracy(m, *val).min().item()},
+        eval_every=max(cfg.steps // 5, 1),
+        progress=progress,
+        desc="lookup task",
+    )
     return model, task, history
 
 
@@ -191,9 +219,10 @@ def head_ablation(model: HeadsModel, x: Tensor, y: Tensor) -> Tensor:
     result = torch.zeros(L, H, y.shape[-1])
     for layer, block in enumerate(model.blocks):
         for head in range(H):
+
             def zero_head(module, args, head=head):
                 merged = args[0].clone()  # (B, T, D): the heads side by side
-                merged[..., head * Dh:(head + 1) * Dh] = 0
+                merged[..., head * Dh : (head + 1) * Dh] = 0
                 return (merged,)
 
             handle = block.attn.out.register_forward_pre_hook(zero_head)
@@ -229,15 +258,23 @@ def mha_params(D: int) -> dict[str, int]:
 # ----------------------------------------------------------------------------- the picture
 
 
-def _draw_grid(ax, labels: list[list[str]], colours: list[list[int]], x0: float, y0: float,
-               title: str, palette) -> None:
+def _draw_grid(
+    ax, labels: list[list[str]], colours: list[list[int]], x0: float, y0: float, title: str, palette
+) -> None:
     rows, cols = len(labels), len(labels[0])
     for r in range(rows):
         for c in range(cols):
-            ax.add_patch(Rectangle((x0 + c, y0 - r - 1), 1, 1, facecolor=palette(colours[r][c]),
-                                   edgecolor="black", linewidth=0.8))
-            ax.text(x0 + c + 0.5, y0 - r - 0.5, labels[r][c], ha="center", va="center",
-                    fontsize=8)
+            ax.add_patch(
+                Rectangle(
+                    (x0 + c, y0 - r - 1),
+                    1,
+                    1,
+                    facecolor=palette(colours[r][c]),
+                    edgecolor="black",
+                    linewidth=0.8,
+                )
+            )
+            ax.text(x0 + c + 0.5, y0 - r - 0.5, labels[r][c], ha="center", va="center", fontsize=8)
     ax.text(x0, y0 + 0.3, title, fontsize=9, va="bottom")
 
 
@@ -274,16 +311,25 @@ def draw_split_heads(T: int = 3, D: int = 6, H: int = 2):
     for h in range(H):
         y = height - h * (T + 1.2)
         _draw_grid(ax, lab(right[h]), col(right[h]), xs, y, f"head {h}: (T, Dh)", palette)
-        _draw_grid(ax, lab(wrong[h]), col(wrong[h]), xs + Dh + 4, y, f"\"head\" {h}: (T, Dh)",
-                   palette)
-    ax.text(xs, height + 1.2, "right: reshape, transpose", fontsize=10,
-            weight="bold")
-    ax.text(xs + Dh + 4, height + 1.2, "wrong: plain reshape", fontsize=10,
-            weight="bold", color="firebrick")
+        _draw_grid(
+            ax, lab(wrong[h]), col(wrong[h]), xs + Dh + 4, y, f'"head" {h}: (T, Dh)', palette
+        )
+    ax.text(xs, height + 1.2, "right: reshape, transpose", fontsize=10, weight="bold")
+    ax.text(
+        xs + Dh + 4,
+        height + 1.2,
+        "wrong: plain reshape",
+        fontsize=10,
+        weight="bold",
+        color="firebrick",
+    )
     ax.set_xlim(-0.5, xs + 2 * Dh + 5)
     ax.set_ylim(-0.5, height + 2)
     ax.set_aspect("equal")
     ax.axis("off")
-    ax.set_title(f"split_heads on one sequence, T={T}, D={D}, H={H} (cell = token,feature; "
-                 "colour = head that owns the feature)", fontsize=10)
+    ax.set_title(
+        f"split_heads on one sequence, T={T}, D={D}, H={H} (cell = token,feature; "
+        "colour = head that owns the feature)",
+        fontsize=10,
+    )
     return fig

@@ -26,9 +26,21 @@ from torch import Tensor, nn
 from course_utils.layers import MLP, MultiHeadAttention
 from course_utils.profiles import pick
 
-__all__ = ["Config", "config", "ConvStack", "conv_layers_to_cover", "sequence_models",
-           "time_vs_length", "fit_exponent", "influence", "conv_layers_needed",
-           "copy_from_torch", "VariantBlock", "VARIANTS", "gradient_norms_by_layer"]
+__all__ = [
+    "Config",
+    "config",
+    "ConvStack",
+    "conv_layers_to_cover",
+    "sequence_models",
+    "time_vs_length",
+    "fit_exponent",
+    "influence",
+    "conv_layers_needed",
+    "copy_from_torch",
+    "VariantBlock",
+    "VARIANTS",
+    "gradient_norms_by_layer",
+]
 
 
 @dataclass(frozen=True)
@@ -122,7 +134,8 @@ def sequence_models(n: int, cfg: Config | None = None) -> dict[str, nn.Module]:
         "RNN (GRU, 1 layer)": _GRU(D),
         f"CNN (1 layer, k={k})": ConvStack(D, 1, k),
         f"CNN ({conv_layers_to_cover(n, k)} layers: covers n)": ConvStack(
-            D, conv_layers_to_cover(n, k), k),
+            D, conv_layers_to_cover(n, k), k
+        ),
         "self-attention (1 layer)": MultiHeadAttention(D, cfg.n_heads),
     }
 
@@ -136,8 +149,9 @@ _CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 
 @torch.no_grad()
-def time_vs_length(cfg: Config | None = None, seed: int = 0, clock: str = "cpu"
-                   ) -> dict[str, dict[int, float]]:
+def time_vs_length(
+    cfg: Config | None = None, seed: int = 0, clock: str = "cpu"
+) -> dict[str, dict[int, float]]:
     """Seconds per forward pass, ``{contender: {n: seconds}}``, on x (B, n, D).
 
     ``clock="cpu"`` (default) measures the CPU time this process used (all its threads
@@ -154,8 +168,12 @@ def time_vs_length(cfg: Config | None = None, seed: int = 0, clock: str = "cpu"
         x = torch.randn(cfg.time_batch, n, cfg.width)
         for name, model in sequence_models(n, cfg).items():
             model.eval()
-            timer = benchmark.Timer(stmt="model(x)", globals={"model": model, "x": x},
-                                    num_threads=torch.get_num_threads(), timer=_CLOCKS[clock])
+            timer = benchmark.Timer(
+                stmt="model(x)",
+                globals={"model": model, "x": x},
+                num_threads=torch.get_num_threads(),
+                timer=_CLOCKS[clock],
+            )
             measurement = timer.blocked_autorange(min_run_time=cfg.min_run_time)
             results.setdefault(_kind(name), {})[n] = measurement.median
     return results
@@ -201,12 +219,18 @@ def copy_from_torch(block: nn.Module, layer: nn.TransformerEncoderLayer) -> nn.M
     ``norm1``, ``norm2``, ``mlp.fc1``, ``mlp.fc2``); returns ``block``."""
     sa = layer.self_attn
     pairs = {
-        "attn.qkv.weight": sa.in_proj_weight, "attn.qkv.bias": sa.in_proj_bias,
-        "attn.out.weight": sa.out_proj.weight, "attn.out.bias": sa.out_proj.bias,
-        "norm1.weight": layer.norm1.weight, "norm1.bias": layer.norm1.bias,
-        "norm2.weight": layer.norm2.weight, "norm2.bias": layer.norm2.bias,
-        "mlp.fc1.weight": layer.linear1.weight, "mlp.fc1.bias": layer.linear1.bias,
-        "mlp.fc2.weight": layer.linear2.weight, "mlp.fc2.bias": layer.linear2.bias,
+        "attn.qkv.weight": sa.in_proj_weight,
+        "attn.qkv.bias": sa.in_proj_bias,
+        "attn.out.weight": sa.out_proj.weight,
+        "attn.out.bias": sa.out_proj.bias,
+        "norm1.weight": layer.norm1.weight,
+        "norm1.bias": layer.norm1.bias,
+        "norm2.weight": layer.norm2.weight,
+        "norm2.bias": layer.norm2.bias,
+        "mlp.fc1.weight": layer.linear1.weight,
+        "mlp.fc1.bias": layer.linear1.bias,
+        "mlp.fc2.weight": layer.linear2.weight,
+        "mlp.fc2.bias": layer.linear2.bias,
     }
     with torch.no_grad():
         for name, value in pairs.items():
@@ -224,8 +248,15 @@ class VariantBlock(nn.Module):
     ``residual=False`` drops the ``x +``.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, *, residual: bool = True,
-                 norm: str | None = "post"):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        *,
+        residual: bool = True,
+        norm: str | None = "post",
+    ):
         super().__init__()
         if norm not in ("pre", "post", None):
             raise ValueError(f"expected norm 'pre', 'post' or None, got {norm!r}")
@@ -257,8 +288,9 @@ VARIANTS: dict[str, dict] = {
 }
 
 
-def gradient_norms_by_layer(variant: dict, cfg: Config | None = None, seed: int = 0
-                            ) -> tuple[Tensor, Tensor]:
+def gradient_norms_by_layer(
+    variant: dict, cfg: Config | None = None, seed: int = 0
+) -> tuple[Tensor, Tensor]:
     """Build a ``cfg.depth``-block stack of :class:`VariantBlock` (``variant`` = its kwargs),
     run one batch through it at initialisation and backpropagate a loss.
 
@@ -271,8 +303,9 @@ def gradient_norms_by_layer(variant: dict, cfg: Config | None = None, seed: int 
     cfg = cfg or config()
     torch.manual_seed(seed)
     D = cfg.stack_width
-    blocks = nn.ModuleList(VariantBlock(D, cfg.stack_heads, cfg.stack_ff, **variant)
-                           for _ in range(cfg.depth)).double()  # float64: tiny norms stay > 0
+    blocks = nn.ModuleList(
+        VariantBlock(D, cfg.stack_heads, cfg.stack_ff, **variant) for _ in range(cfg.depth)
+    ).double()  # float64: tiny norms stay > 0
     head = nn.Sequential(nn.LayerNorm(D), nn.Linear(D, D)).double()
     x = torch.randn(cfg.stack_batch, cfg.stack_len, D, dtype=torch.float64)
     target = torch.randn(cfg.stack_batch, cfg.stack_len, D, dtype=torch.float64)
@@ -283,7 +316,10 @@ def gradient_norms_by_layer(variant: dict, cfg: Config | None = None, seed: int 
         stds.append(h.detach().std())
     loss = F.mse_loss(head(h), target)
     loss.backward()
-    norms = torch.stack([
-        torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in block.parameters()]))
-        for block in blocks])
+    norms = torch.stack(
+        [
+            torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in block.parameters()]))
+            for block in blocks
+        ]
+    )
     return norms, torch.stack(stds)

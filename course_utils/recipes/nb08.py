@@ -27,8 +27,17 @@ from course_utils.models.gpt import GPT, GPTConfig
 from course_utils.profiles import current
 from course_utils.training import History
 
-__all__ = ["Config", "config", "load_dataset", "unigram_entropy", "estimate_loss",
-           "CharGPTHistory", "train_char_gpt", "lr_at", "time_generation"]
+__all__ = [
+    "Config",
+    "config",
+    "load_dataset",
+    "unigram_entropy",
+    "estimate_loss",
+    "CharGPTHistory",
+    "train_char_gpt",
+    "lr_at",
+    "time_generation",
+]
 
 
 @dataclass(frozen=True)
@@ -63,23 +72,48 @@ def config(profile: str | None = None) -> Config:
     recipes = {
         # seconds on 2 CPU cores: a small model that still learns words and line structure
         "ci": Config(
-            model=GPTConfig(block_size=32, n_layer=2, n_head=4, n_embd=64, dropout=0.0,
-                            bias=False),
-            batch_size=16, steps=400, lr=8e-3, min_lr=8e-4, warmup=40, eval_every=100,
-            eval_batches=4, final_eval_batches=10, eval_batch_size=32),
+            model=GPTConfig(block_size=32, n_layer=2, n_head=4, n_embd=64, dropout=0.0, bias=False),
+            batch_size=16,
+            steps=400,
+            lr=8e-3,
+            min_lr=8e-4,
+            warmup=40,
+            eval_every=100,
+            eval_batches=4,
+            final_eval_batches=10,
+            eval_batch_size=32,
+        ),
         # nanoGPT's CPU size; tuned (see the module docstring and the notebook's closing note)
         "cpu": Config(
-            model=GPTConfig(block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0,
-                            bias=False),
-            batch_size=24, steps=1100, lr=1.2e-2, min_lr=1e-4, warmup=70, eval_every=250,
-            eval_batches=4, final_eval_batches=50, eval_batch_size=64),
+            model=GPTConfig(
+                block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0, bias=False
+            ),
+            batch_size=24,
+            steps=1100,
+            lr=1.2e-2,
+            min_lr=1e-4,
+            warmup=70,
+            eval_every=250,
+            eval_batches=4,
+            final_eval_batches=50,
+            eval_batch_size=64,
+        ),
         # nanoGPT's config/train_shakespeare_char.py (val 1.47 in about 3 minutes on an A100)
         "gpu": Config(
-            model=GPTConfig(block_size=256, n_layer=6, n_head=6, n_embd=384, dropout=0.2,
-                            bias=False),
-            batch_size=64, steps=5000, lr=1e-3, min_lr=1e-4, warmup=100, eval_every=250,
-            eval_batches=20, final_eval_batches=100, eval_batch_size=64,
-            autocast_dtype=torch.bfloat16),
+            model=GPTConfig(
+                block_size=256, n_layer=6, n_head=6, n_embd=384, dropout=0.2, bias=False
+            ),
+            batch_size=64,
+            steps=5000,
+            lr=1e-3,
+            min_lr=1e-4,
+            warmup=100,
+            eval_every=250,
+            eval_batches=20,
+            final_eval_batches=100,
+            eval_batch_size=64,
+            autocast_dtype=torch.bfloat16,
+        ),
     }
     if name not in recipes:
         raise ValueError(f"expected profile 'ci', 'cpu' or 'gpu', got {name!r}")
@@ -105,10 +139,17 @@ def unigram_entropy(data: torch.Tensor, vocab_size: int) -> float:
 
 
 @torch.no_grad()
-def estimate_loss(model: GPT, data: CharDataset, *, batches: int = 20, batch_size: int = 64,
-                  block_size: int | None = None, seed: int = 1234,
-                  splits: tuple[str, ...] = ("train", "val"),
-                  autocast_dtype: torch.dtype | None = None) -> dict[str, float]:
+def estimate_loss(
+    model: GPT,
+    data: CharDataset,
+    *,
+    batches: int = 20,
+    batch_size: int = 64,
+    block_size: int | None = None,
+    seed: int = 1234,
+    splits: tuple[str, ...] = ("train", "val"),
+    autocast_dtype: torch.dtype | None = None,
+) -> dict[str, float]:
     """Mean next-token cross-entropy on ``batches`` random batches of each split (nanoGPT's
     ``estimate_loss``). The windows come from a fixed seed, so two models (or two points of
     one training run) are measured on the same text. Returns ``{"train": ..., "val": ...}``."""
@@ -164,12 +205,14 @@ class CharGPTHistory(History):
 
     def summary(self) -> str:
         """One line: steps, tokens, time, throughput and the final losses."""
-        return (f"{self.steps_done} steps x {self.tokens_per_step} tokens = "
-                f"{self.tokens_seen / 1e6:.2f}M tokens in {self.wall_seconds:.1f} s "
-                f"({self.train_seconds:.1f} s in optimizer steps, "
-                f"{self.tokens_per_second:,.0f} tokens/s); final loss: train "
-                f"{self.final.get('train', float('nan')):.3f}, val {self.final_val:.3f} "
-                f"(stopped by {self.stopped_by})")
+        return (
+            f"{self.steps_done} steps x {self.tokens_per_step} tokens = "
+            f"{self.tokens_seen / 1e6:.2f}M tokens in {self.wall_seconds:.1f} s "
+            f"({self.train_seconds:.1f} s in optimizer steps, "
+            f"{self.tokens_per_second:,.0f} tokens/s); final loss: train "
+            f"{self.final.get('train', float('nan')):.3f}, val {self.final_val:.3f} "
+            f"(stopped by {self.stopped_by})"
+        )
 
 
 def lr_at(progress: float, step: int, cfg: Config) -> float:
@@ -180,10 +223,18 @@ def lr_at(progress: float, step: int, cfg: Config) -> float:
     return warm * (cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * p)) * (cfg.lr - cfg.min_lr))
 
 
-def train_char_gpt(cfg: Config, data: CharDataset | TextCorpus | str, *,
-                   steps: int | None = None, time_budget_s: float | None = None,
-                   seed: int = 0, model: GPT | None = None, progress: bool = True,
-                   log_every: int = 10, desc: str = "training GPT") -> tuple[GPT, CharGPTHistory]:
+def train_char_gpt(
+    cfg: Config,
+    data: CharDataset | TextCorpus | str,
+    *,
+    steps: int | None = None,
+    time_budget_s: float | None = None,
+    seed: int = 0,
+    model: GPT | None = None,
+    progress: bool = True,
+    log_every: int = 10,
+    desc: str = "training GPT",
+) -> tuple[GPT, CharGPTHistory]:
     """Train a character-level GPT on ``data``; returns ``(model, history)``.
 
     ``steps`` (default ``cfg.steps``) and ``time_budget_s`` (default ``cfg.time_budget_s``):
@@ -205,11 +256,14 @@ def train_char_gpt(cfg: Config, data: CharDataset | TextCorpus | str, *,
         model = GPT(replace(cfg.model, vocab_size=ds.vocab_size))
     model.to(device).train()
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     groups = [g for g in groups if g["params"]]
-    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas,
-                            fused=device.type in ("cuda", "cpu"))
+    opt = torch.optim.AdamW(
+        groups, lr=cfg.lr, betas=cfg.betas, fused=device.type in ("cuda", "cpu")
+    )
     T, B = model.config.block_size, cfg.batch_size
     hist = CharGPTHistory(tokens_per_step=B * T)
 
@@ -252,13 +306,18 @@ def train_char_gpt(cfg: Config, data: CharDataset | TextCorpus | str, *,
                 bar.set_postfix(loss=f"{hist.train_loss[-1]:.3f}", refresh=False)
             if cfg.eval_every and step % cfg.eval_every == 0 and step < steps:
                 t0 = time.perf_counter()
-                losses = estimate_loss(model, ds, batches=cfg.eval_batches,
-                                       batch_size=cfg.eval_batch_size,
-                                       autocast_dtype=cfg.autocast_dtype)
+                losses = estimate_loss(
+                    model,
+                    ds,
+                    batches=cfg.eval_batches,
+                    batch_size=cfg.eval_batch_size,
+                    autocast_dtype=cfg.autocast_dtype,
+                )
                 eval_seconds += time.perf_counter() - t0
                 _record_eval(hist, step, time.perf_counter() - start, losses)
-                bar.set_postfix(loss=f"{hist.train_loss[-1]:.3f}", val=f"{losses['val']:.3f}",
-                                refresh=False)
+                bar.set_postfix(
+                    loss=f"{hist.train_loss[-1]:.3f}", val=f"{losses['val']:.3f}", refresh=False
+                )
             bar.update(1)
     finally:
         bar.close()
@@ -273,8 +332,13 @@ def train_char_gpt(cfg: Config, data: CharDataset | TextCorpus | str, *,
         hist.lr.append(lr)
         hist.grad_norm.append(float("nan"))
         hist.time.append(hist.wall_seconds)
-    hist.final = estimate_loss(model, ds, batches=cfg.final_eval_batches,
-                               batch_size=cfg.eval_batch_size, autocast_dtype=cfg.autocast_dtype)
+    hist.final = estimate_loss(
+        model,
+        ds,
+        batches=cfg.final_eval_batches,
+        batch_size=cfg.eval_batch_size,
+        autocast_dtype=cfg.autocast_dtype,
+    )
     _record_eval(hist, step, hist.wall_seconds, hist.final)
     model.eval()
     return model, hist
@@ -288,8 +352,15 @@ def _record_eval(hist: History, step: int, t: float, losses: dict[str, float]) -
 
 
 @torch.no_grad()
-def time_generation(model: GPT, prompt: torch.Tensor, max_new_tokens: int, *,
-                    use_cache: bool, repeats: int = 3, seed: int = 0) -> tuple[float, torch.Tensor]:
+def time_generation(
+    model: GPT,
+    prompt: torch.Tensor,
+    max_new_tokens: int,
+    *,
+    use_cache: bool,
+    repeats: int = 3,
+    seed: int = 0,
+) -> tuple[float, torch.Tensor]:
     """Best-of-``repeats`` wall time (s) of ``model.generate`` and the generated ids (B, T + new).
 
     Greedy decoding (temperature 0) so that the runs with and without the cache can be
@@ -297,15 +368,20 @@ def time_generation(model: GPT, prompt: torch.Tensor, max_new_tokens: int, *,
     best, out = float("inf"), prompt
     for _ in range(repeats):
         t0 = time.perf_counter()
-        out = model.generate(prompt, max_new_tokens, temperature=0.0, use_cache=use_cache,
-                             generator=torch.Generator().manual_seed(seed))
+        out = model.generate(
+            prompt,
+            max_new_tokens,
+            temperature=0.0,
+            use_cache=use_cache,
+            generator=torch.Generator().manual_seed(seed),
+        )
         best = min(best, time.perf_counter() - t0)
     return best, out
 
 
 def next_token_distribution(model: GPT, ids: torch.Tensor) -> torch.Tensor:
     """Logits (V,) of the token after the 1-D prompt ``ids`` (cropped to the block size)."""
-    ctx = ids[-model.config.block_size:][None, :]
+    ctx = ids[-model.config.block_size :][None, :]
     with torch.no_grad():
         logits, _ = model(ctx)
     return logits[0, -1]
@@ -314,12 +390,23 @@ def next_token_distribution(model: GPT, ids: torch.Tensor) -> torch.Tensor:
 def describe(cfg: Config) -> dict[str, Any]:
     """The recipe as a flat dict for printing."""
     m = cfg.model
-    return {"layers": m.n_layer, "heads": m.n_head, "width": m.n_embd, "context": m.block_size,
-            "bias": m.bias, "dropout": m.dropout, "batch": cfg.batch_size, "steps": cfg.steps,
-            "tokens/step": cfg.tokens_per_step, "lr": cfg.lr, "min_lr": cfg.min_lr,
-            "warmup": cfg.warmup, "weight_decay": cfg.weight_decay, "betas": cfg.betas,
-            "time_budget_s": cfg.time_budget_s}
+    return {
+        "layers": m.n_layer,
+        "heads": m.n_head,
+        "width": m.n_embd,
+        "context": m.block_size,
+        "bias": m.bias,
+        "dropout": m.dropout,
+        "batch": cfg.batch_size,
+        "steps": cfg.steps,
+        "tokens/step": cfg.tokens_per_step,
+        "lr": cfg.lr,
+        "min_lr": cfg.min_lr,
+        "warmup": cfg.warmup,
+        "weight_decay": cfg.weight_decay,
+        "betas": cfg.betas,
+        "time_budget_s": cfg.time_budget_s,
+    }
 
 
 __all__ += ["next_token_distribution", "describe"]
-

@@ -49,12 +49,32 @@ from course_utils.models.vit import ViT, ViTConfig
 from course_utils.profiles import current
 from course_utils.training import History, train
 
-__all__ = ["Augment", "TrainConfig", "CNNConfig", "SpectrogramConfig", "Config", "config",
-           "load_images", "init_vit_", "augment_affine", "augment_batch", "ImageRun", "accuracy",
-           "run_model", "train_vit",
-           "train_vit_digits", "SmallCNN", "train_small_cnn", "fit_svc",
-           "SPECTROGRAM_CLASSES", "make_spectrograms", "spectrogram_split",
-           "train_vit_spectrograms", "attention_rollout", "position_similarity"]
+__all__ = [
+    "Augment",
+    "TrainConfig",
+    "CNNConfig",
+    "SpectrogramConfig",
+    "Config",
+    "config",
+    "load_images",
+    "init_vit_",
+    "augment_affine",
+    "augment_batch",
+    "ImageRun",
+    "accuracy",
+    "run_model",
+    "train_vit",
+    "train_vit_digits",
+    "SmallCNN",
+    "train_small_cnn",
+    "fit_svc",
+    "SPECTROGRAM_CLASSES",
+    "make_spectrograms",
+    "spectrogram_split",
+    "train_vit_spectrograms",
+    "attention_rollout",
+    "position_similarity",
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -133,23 +153,50 @@ class Config:
 
 def _digits_vit(profile: str) -> ViTConfig:
     """8x8 digits in 2x2 patches: 16 patch tokens and a class token."""
-    return ViTConfig(image_size=8, patch_size=2, in_channels=1, num_classes=10, d_model=64,
-                     n_layers={"ci": 2, "cpu": 2, "gpu": 4}[profile], n_heads=4, d_ff=128,
-                     pool="cls", activation="gelu")
+    return ViTConfig(
+        image_size=8,
+        patch_size=2,
+        in_channels=1,
+        num_classes=10,
+        d_model=64,
+        n_layers={"ci": 2, "cpu": 2, "gpu": 4}[profile],
+        n_heads=4,
+        d_ff=128,
+        pool="cls",
+        activation="gelu",
+    )
 
 
 def _spectrogram(profile: str) -> SpectrogramConfig:
     """16 frequency bins x 24 frames in 4x4 patches: 24 tokens and a class token."""
     return SpectrogramConfig(
-        n_train={"ci": 450, "cpu": 1500, "gpu": 3000}[profile], n_test=600, n_freq=16,
-        n_time=24, noise=0.25,
-        vit=ViTConfig(image_size=(16, 24), patch_size=4, in_channels=1,
-                      num_classes=len(SPECTROGRAM_CLASSES), d_model=48, n_layers=2, n_heads=4,
-                      d_ff=96, pool="cls"),
-        train=TrainConfig(epochs={"ci": 12, "cpu": 15, "gpu": 30}[profile],
-                          batch_size={"ci": 32, "cpu": 64, "gpu": 64}[profile], lr=3e-3,
-                          min_lr=3e-5, warmup_epochs=0.5, weight_decay=0.1,
-                          augment=Augment(kind="none"), eval_every_epochs=100))
+        n_train={"ci": 450, "cpu": 1500, "gpu": 3000}[profile],
+        n_test=600,
+        n_freq=16,
+        n_time=24,
+        noise=0.25,
+        vit=ViTConfig(
+            image_size=(16, 24),
+            patch_size=4,
+            in_channels=1,
+            num_classes=len(SPECTROGRAM_CLASSES),
+            d_model=48,
+            n_layers=2,
+            n_heads=4,
+            d_ff=96,
+            pool="cls",
+        ),
+        train=TrainConfig(
+            epochs={"ci": 12, "cpu": 15, "gpu": 30}[profile],
+            batch_size={"ci": 32, "cpu": 64, "gpu": 64}[profile],
+            lr=3e-3,
+            min_lr=3e-5,
+            warmup_epochs=0.5,
+            weight_decay=0.1,
+            augment=Augment(kind="none"),
+            eval_every_epochs=100,
+        ),
+    )
 
 
 def config(profile: str | None = None, dataset: str | None = None) -> Config:
@@ -171,20 +218,61 @@ def config(profile: str | None = None, dataset: str | None = None) -> Config:
     digits_aug = Augment(kind="affine", rotate=10.0, zoom=0.1, shift=0.5)
     train_cfg = {
         # seconds on 2 cores, >= 93%: too short a run for augmentation to pay off
-        "ci": TrainConfig(epochs=6, batch_size=64, lr=3e-3, min_lr=3e-5, warmup_epochs=0.5,
-                          weight_decay=0.1, augment=Augment(kind="none"), eval_every_epochs=3),
+        "ci": TrainConfig(
+            epochs=6,
+            batch_size=64,
+            lr=3e-3,
+            min_lr=3e-5,
+            warmup_epochs=0.5,
+            weight_decay=0.1,
+            augment=Augment(kind="none"),
+            eval_every_epochs=3,
+        ),
         # the quality bar: >= 98% in <= 30 s on 2 cores (see the module docstring)
-        "cpu": TrainConfig(epochs=30, batch_size=64, lr=3e-3, min_lr=3e-5, warmup_epochs=1.5,
-                           weight_decay=0.1, augment=digits_aug, eval_every_epochs=10),
+        "cpu": TrainConfig(
+            epochs=30,
+            batch_size=64,
+            lr=3e-3,
+            min_lr=3e-5,
+            warmup_epochs=1.5,
+            weight_decay=0.1,
+            augment=digits_aug,
+            eval_every_epochs=10,
+        ),
         # digits on a GPU (when CIFAR-10 is absent): bigger and longer, still seconds
-        "gpu": TrainConfig(epochs=60, batch_size=128, lr=2e-3, min_lr=2e-5, warmup_epochs=3,
-                           weight_decay=0.1, augment=digits_aug, eval_every_epochs=20),
+        "gpu": TrainConfig(
+            epochs=60,
+            batch_size=128,
+            lr=2e-3,
+            min_lr=2e-5,
+            warmup_epochs=3,
+            weight_decay=0.1,
+            augment=digits_aug,
+            eval_every_epochs=20,
+        ),
     }[name]
-    cnn = CNNConfig(width=32, train=TrainConfig(
-        epochs={"ci": 3, "cpu": 15, "gpu": 30}[name], batch_size=64, lr=3e-3, min_lr=3e-5,
-        warmup_epochs=0.5, weight_decay=0.01, augment=digits_aug, eval_every_epochs=100))
-    return Config(profile=name, dataset="digits", vit=_digits_vit(name), train=train_cfg,
-                  cnn=cnn, svc={"gamma": 0.256, "C": 1.0}, spectrogram=_spectrogram(name))
+    cnn = CNNConfig(
+        width=32,
+        train=TrainConfig(
+            epochs={"ci": 3, "cpu": 15, "gpu": 30}[name],
+            batch_size=64,
+            lr=3e-3,
+            min_lr=3e-5,
+            warmup_epochs=0.5,
+            weight_decay=0.01,
+            augment=digits_aug,
+            eval_every_epochs=100,
+        ),
+    )
+    return Config(
+        profile=name,
+        dataset="digits",
+        vit=_digits_vit(name),
+        train=train_cfg,
+        cnn=cnn,
+        svc={"gamma": 0.256, "C": 1.0},
+        spectrogram=_spectrogram(name),
+    )
 
 
 def _cifar10_config(name: str) -> Config:
@@ -195,18 +283,54 @@ def _cifar10_config(name: str) -> Config:
     regime in which small ViTs trained from scratch reach the mid-to-high 80s on CIFAR-10.
     """
     crop_flip = Augment(kind="crop_flip", pad=4)
-    vit = ViTConfig(image_size=32, patch_size=4, in_channels=3, num_classes=10, d_model=256,
-                    n_layers=7, n_heads=4, d_ff=512, pool="cls", dropout=0.0)
-    train_cfg = TrainConfig(epochs=200, batch_size=256, lr=1e-3, min_lr=1e-5, warmup_epochs=10,
-                            weight_decay=0.05, label_smoothing=0.1, augment=crop_flip,
-                            eval_every_epochs=10, autocast_dtype=torch.bfloat16)
-    cnn = CNNConfig(width=64, train=TrainConfig(
-        epochs=40, batch_size=256, lr=2e-3, min_lr=2e-5, warmup_epochs=2, weight_decay=0.05,
-        label_smoothing=0.1, augment=crop_flip, eval_every_epochs=10,
-        autocast_dtype=torch.bfloat16))
-    return Config(profile=name, dataset="cifar10", vit=vit, train=train_cfg, cnn=cnn,
-                  svc={"gamma": "scale", "C": 10.0, "max_train": 5000},
-                  spectrogram=_spectrogram(name))
+    vit = ViTConfig(
+        image_size=32,
+        patch_size=4,
+        in_channels=3,
+        num_classes=10,
+        d_model=256,
+        n_layers=7,
+        n_heads=4,
+        d_ff=512,
+        pool="cls",
+        dropout=0.0,
+    )
+    train_cfg = TrainConfig(
+        epochs=200,
+        batch_size=256,
+        lr=1e-3,
+        min_lr=1e-5,
+        warmup_epochs=10,
+        weight_decay=0.05,
+        label_smoothing=0.1,
+        augment=crop_flip,
+        eval_every_epochs=10,
+        autocast_dtype=torch.bfloat16,
+    )
+    cnn = CNNConfig(
+        width=64,
+        train=TrainConfig(
+            epochs=40,
+            batch_size=256,
+            lr=2e-3,
+            min_lr=2e-5,
+            warmup_epochs=2,
+            weight_decay=0.05,
+            label_smoothing=0.1,
+            augment=crop_flip,
+            eval_every_epochs=10,
+            autocast_dtype=torch.bfloat16,
+        ),
+    )
+    return Config(
+        profile=name,
+        dataset="cifar10",
+        vit=vit,
+        train=train_cfg,
+        cnn=cnn,
+        svc={"gamma": "scale", "C": 10.0, "max_train": 5000},
+        spectrogram=_spectrogram(name),
+    )
 
 
 def load_images(cfg: Config | None = None) -> ImageSplit:
@@ -253,8 +377,14 @@ def init_vit_(model: ViT, pos_std: float = 0.2) -> ViT:
     return model
 
 
-def augment_affine(x: Tensor, generator: torch.Generator | None = None, *,
-                   rotate: float = 10.0, zoom: float = 0.1, shift: float = 0.5) -> Tensor:
+def augment_affine(
+    x: Tensor,
+    generator: torch.Generator | None = None,
+    *,
+    rotate: float = 10.0,
+    zoom: float = 0.1,
+    shift: float = 0.5,
+) -> Tensor:
     """A random small affine map per image: (B, C, H, W) -> (B, C, H, W).
 
     Rotation uniform in +-``rotate`` degrees, scale in 1 +- ``zoom``, translation in +-``shift``
@@ -271,8 +401,9 @@ def augment_affine(x: Tensor, generator: torch.Generator | None = None, *,
     scale = 1 + uniform(B) * zoom
     move = uniform(B, 2) * shift * 2 / torch.tensor([W, H])  # pixels -> [-1, 1] units
     cos, sin = torch.cos(angle) / scale, torch.sin(angle) / scale
-    theta = torch.stack([torch.stack([cos, -sin, move[:, 0]], -1),
-                         torch.stack([sin, cos, move[:, 1]], -1)], 1)  # (B, 2, 3)
+    theta = torch.stack(
+        [torch.stack([cos, -sin, move[:, 0]], -1), torch.stack([sin, cos, move[:, 1]], -1)], 1
+    )  # (B, 2, 3)
     grid = F.affine_grid(theta.to(x.device, x.dtype), list(x.shape), align_corners=False)
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
 
@@ -314,22 +445,36 @@ class ImageRun:
 
     def summary(self) -> str:
         """One line: name, test accuracy, parameters, wall and CPU time."""
-        return (f"{self.name:<22} test accuracy {100 * self.accuracy:6.2f}%  "
-                f"{self.n_params:>9,} parameters  {self.wall_s:6.1f} s wall  "
-                f"{self.cpu_s:6.1f} s CPU")
+        return (
+            f"{self.name:<22} test accuracy {100 * self.accuracy:6.2f}%  "
+            f"{self.n_params:>9,} parameters  {self.wall_s:6.1f} s wall  "
+            f"{self.cpu_s:6.1f} s CPU"
+        )
 
 
-def accuracy(model: nn.Module, x: Tensor, y: Tensor, *, batch_size: int = 1024,
-             autocast_dtype: torch.dtype | None = None) -> float:
+def accuracy(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    *,
+    batch_size: int = 1024,
+    autocast_dtype: torch.dtype | None = None,
+) -> float:
     """Fraction of ``x`` (N, C, H, W) that ``model`` classifies as ``y`` (N,), in eval mode."""
     logits = run_model(model, x, batch_size=batch_size, autocast_dtype=autocast_dtype)
     return int((logits.argmax(dim=-1) == y).sum()) / len(x)
 
 
 @torch.no_grad()
-def run_model(model: nn.Module, images: Tensor, *, need_weights: bool = False,
-              forward: Any = None, batch_size: int = 500,
-              autocast_dtype: torch.dtype | None = None) -> Any:
+def run_model(
+    model: nn.Module,
+    images: Tensor,
+    *,
+    need_weights: bool = False,
+    forward: Any = None,
+    batch_size: int = 500,
+    autocast_dtype: torch.dtype | None = None,
+) -> Any:
     """Run ``model`` (or ``forward(model, batch)``) on ``images`` (N, C, H, W) in eval mode,
     in batches on the model's device (under autocast to ``autocast_dtype`` when given);
     results come back on the CPU in float32.
@@ -343,9 +488,12 @@ def run_model(model: nn.Module, images: Tensor, *, need_weights: bool = False,
     logits, weights = [], []
     try:
         for i in range(0, len(images), batch_size):
-            xb = images[i:i + batch_size].to(device)
-            with torch.autocast(device.type, dtype=autocast_dtype or torch.float32,
-                                enabled=autocast_dtype is not None):
+            xb = images[i : i + batch_size].to(device)
+            with torch.autocast(
+                device.type,
+                dtype=autocast_dtype or torch.float32,
+                enabled=autocast_dtype is not None,
+            ):
                 if need_weights:
                     out, w = model(xb, need_weights=True)
                     weights.append([a.float().cpu() for a in w])
@@ -362,8 +510,16 @@ def run_model(model: nn.Module, images: Tensor, *, need_weights: bool = False,
     return out
 
 
-def _fit(name: str, model: nn.Module, data: ImageSplit, tc: TrainConfig, *, seed: int,
-         device: torch.device | str | None, progress: bool | str) -> ImageRun:
+def _fit(
+    name: str,
+    model: nn.Module,
+    data: ImageSplit,
+    tc: TrainConfig,
+    *,
+    seed: int,
+    device: torch.device | str | None,
+    progress: bool | str,
+) -> ImageRun:
     """Train ``model`` on ``data`` with ``tc``: epochs of shuffled, augmented mini-batches."""
     device = torch.device(device) if device is not None else current().device
     model.to(device)
@@ -389,7 +545,7 @@ def _fit(name: str, model: nn.Module, data: ImageSplit, tc: TrainConfig, *, seed
         epoch, i = divmod(step, per_epoch)
         if i == 0 or "perm" not in order:  # a new shuffle every epoch
             order["perm"] = torch.randperm(n, generator=gen).to(device)
-        idx = order["perm"][i * tc.batch_size:(i + 1) * tc.batch_size]
+        idx = order["perm"][i * tc.batch_size : (i + 1) * tc.batch_size]
         return augment_batch(x_train[idx], tc.augment, gen), y_train[idx]
 
     def loss_fn(net: nn.Module, b: tuple[Tensor, Tensor]) -> Tensor:
@@ -397,30 +553,60 @@ def _fit(name: str, model: nn.Module, data: ImageSplit, tc: TrainConfig, *, seed
 
     def evaluate(net: nn.Module) -> dict[str, float]:
         net = average if average is not None else net
-        return {"test accuracy": accuracy(net, data.x_test, data.y_test,
-                                          autocast_dtype=tc.autocast_dtype)}
+        return {
+            "test accuracy": accuracy(
+                net, data.x_test, data.y_test, autocast_dtype=tc.autocast_dtype
+            )
+        }
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    history = train(model, batch, steps=steps, lr=tc.lr, min_lr=tc.min_lr, loss_fn=loss_fn,
-                    warmup=round(tc.warmup_epochs * per_epoch), schedule="cosine",
-                    weight_decay=tc.weight_decay, grad_clip=tc.grad_clip, eval_fn=evaluate,
-                    eval_every=tc.eval_every_epochs * per_epoch, log_every=per_epoch,
-                    seed=seed, autocast_dtype=tc.autocast_dtype, progress=progress,
-                    desc=f"training {name}")
+    history = train(
+        model,
+        batch,
+        steps=steps,
+        lr=tc.lr,
+        min_lr=tc.min_lr,
+        loss_fn=loss_fn,
+        warmup=round(tc.warmup_epochs * per_epoch),
+        schedule="cosine",
+        weight_decay=tc.weight_decay,
+        grad_clip=tc.grad_clip,
+        eval_fn=evaluate,
+        eval_every=tc.eval_every_epochs * per_epoch,
+        log_every=per_epoch,
+        seed=seed,
+        autocast_dtype=tc.autocast_dtype,
+        progress=progress,
+        desc=f"training {name}",
+    )
     if average is not None:  # the average (with the last step) is the model we keep
         update_average()
         history.eval["test accuracy"][-1] = evaluate(average)["test accuracy"]
         model = average.eval()
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-    return ImageRun(name=name, model=model, accuracy=history.last("test accuracy"), wall_s=wall,
-                    cpu_s=cpu, n_params=sum(p.numel() for p in model.parameters()),
-                    steps=steps, history=history)
+    return ImageRun(
+        name=name,
+        model=model,
+        accuracy=history.last("test accuracy"),
+        wall_s=wall,
+        cpu_s=cpu,
+        n_params=sum(p.numel() for p in model.parameters()),
+        steps=steps,
+        history=history,
+    )
 
 
-def train_vit(cfg: Config | None = None, data: ImageSplit | None = None, *, seed: int = 0,
-              vit: ViTConfig | None = None, train_cfg: TrainConfig | None = None,
-              device: torch.device | str | None = None, progress: bool | str = "auto",
-              name: str = "ViT") -> ImageRun:
+def train_vit(
+    cfg: Config | None = None,
+    data: ImageSplit | None = None,
+    *,
+    seed: int = 0,
+    vit: ViTConfig | None = None,
+    train_cfg: TrainConfig | None = None,
+    device: torch.device | str | None = None,
+    progress: bool | str = "auto",
+    name: str = "ViT",
+) -> ImageRun:
     """Train a course :class:`ViT` (Xavier init, see :func:`init_vit_`) on ``data``.
 
     ``cfg`` defaults to :func:`config`, ``data`` to :func:`load_images`; ``vit`` and
@@ -432,12 +618,14 @@ def train_vit(cfg: Config | None = None, data: ImageSplit | None = None, *, seed
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = init_vit_(ViT(vit or cfg.vit))
-    return _fit(name, model, data, train_cfg or cfg.train, seed=seed, device=device,
-                progress=progress)
+    return _fit(
+        name, model, data, train_cfg or cfg.train, seed=seed, device=device, progress=progress
+    )
 
 
-def train_vit_digits(cfg: Config | None = None, *, seed: int = 0, split_seed: int = 0,
-                     progress: bool | str = "auto") -> ImageRun:
+def train_vit_digits(
+    cfg: Config | None = None, *, seed: int = 0, split_seed: int = 0, progress: bool | str = "auto"
+) -> ImageRun:
     """The tuned digits run: :func:`train_vit` on ``load_digits_split(split_seed)``.
 
     ``cfg`` defaults to the active profile's digits recipe (``config(dataset="digits")``).
@@ -458,11 +646,19 @@ class SmallCNN(nn.Module):
         super().__init__()
         w = width
         self.features = nn.Sequential(
-            nn.Conv2d(in_channels, w, 3, padding=1), nn.BatchNorm2d(w), nn.ReLU(),
-            nn.Conv2d(w, 2 * w, 3, padding=1), nn.BatchNorm2d(2 * w), nn.ReLU(),
+            nn.Conv2d(in_channels, w, 3, padding=1),
+            nn.BatchNorm2d(w),
+            nn.ReLU(),
+            nn.Conv2d(w, 2 * w, 3, padding=1),
+            nn.BatchNorm2d(2 * w),
+            nn.ReLU(),
             nn.MaxPool2d(2),
-            nn.Conv2d(2 * w, 2 * w, 3, padding=1), nn.BatchNorm2d(2 * w), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten())
+            nn.Conv2d(2 * w, 2 * w, 3, padding=1),
+            nn.BatchNorm2d(2 * w),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        )
         self.head = nn.Linear(2 * w, num_classes)
 
     def forward(self, images: Tensor) -> Tensor:
@@ -470,21 +666,31 @@ class SmallCNN(nn.Module):
         return self.head(self.features(images))
 
 
-def train_small_cnn(data: ImageSplit | None = None, cnn: CNNConfig | None = None, *,
-                    seed: int = 0, device: torch.device | str | None = None,
-                    progress: bool | str = "auto") -> ImageRun:
+def train_small_cnn(
+    data: ImageSplit | None = None,
+    cnn: CNNConfig | None = None,
+    *,
+    seed: int = 0,
+    device: torch.device | str | None = None,
+    progress: bool | str = "auto",
+) -> ImageRun:
     """Train the :class:`SmallCNN` baseline (``cnn`` defaults to ``config().cnn``)."""
     cnn = cnn or config().cnn
     data = data if data is not None else load_digits_split(seed=0)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = SmallCNN(data.x_train.shape[1], len(data.classes), cnn.width)
-    return _fit("small CNN", model, data, cnn.train, seed=seed, device=device,
-                progress=progress)
+    return _fit("small CNN", model, data, cnn.train, seed=seed, device=device, progress=progress)
 
 
-def fit_svc(data: ImageSplit | None = None, *, gamma: float | str = 0.256, C: float = 1.0,
-            max_train: int | None = None, seed: int = 0) -> ImageRun:
+def fit_svc(
+    data: ImageSplit | None = None,
+    *,
+    gamma: float | str = 0.256,
+    C: float = 1.0,
+    max_train: int | None = None,
+    seed: int = 0,
+) -> ImageRun:
     """An RBF support-vector classifier on the raw pixels (scikit-learn's ``SVC``).
 
     The defaults are the classic digits setting (``gamma=0.001`` on pixel values 0..16, i.e.
@@ -500,22 +706,34 @@ def fit_svc(data: ImageSplit | None = None, *, gamma: float | str = 0.256, C: fl
         x, y = x[idx], y[idx]
     cpu0, wall0 = time.process_time(), time.perf_counter()
     model = SVC(gamma=gamma, C=C).fit(x.reshape(len(x), -1).numpy(), y.numpy())
-    acc = float(model.score(data.x_test.reshape(len(data.x_test), -1).numpy(),
-                            data.y_test.numpy()))
+    acc = float(model.score(data.x_test.reshape(len(data.x_test), -1).numpy(), data.y_test.numpy()))
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-    return ImageRun(name="SVC (RBF kernel)", model=model, accuracy=acc, wall_s=wall, cpu_s=cpu,
-                    n_params=int(model.support_vectors_.size + model.dual_coef_.size))
+    return ImageRun(
+        name="SVC (RBF kernel)",
+        model=model,
+        accuracy=acc,
+        wall_s=wall,
+        cpu_s=cpu,
+        n_params=int(model.support_vectors_.size + model.dual_coef_.size),
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # One architecture, many modalities: generated spectrograms
 # --------------------------------------------------------------------------------------------
-SPECTROGRAM_CLASSES = ["steady tone", "rising chirp", "falling chirp", "two tones",
-                       "pulsed tone", "click train"]
+SPECTROGRAM_CLASSES = [
+    "steady tone",
+    "rising chirp",
+    "falling chirp",
+    "two tones",
+    "pulsed tone",
+    "click train",
+]
 
 
-def make_spectrograms(n: int, *, n_freq: int = 16, n_time: int = 24, noise: float = 0.25,
-                      seed: int = 0) -> tuple[Tensor, Tensor]:
+def make_spectrograms(
+    n: int, *, n_freq: int = 16, n_time: int = 24, noise: float = 0.25, seed: int = 0
+) -> tuple[Tensor, Tensor]:
     """Audio-like magnitude spectrograms of six kinds of sound, with noise.
 
     Returns x (n, 1, n_freq, n_time) float (row 0 = the lowest frequency) and y (n,) long, an
@@ -554,14 +772,17 @@ def make_spectrograms(n: int, *, n_freq: int = 16, n_time: int = 24, noise: floa
 
     clicks = (((t - onset.view(-1, 1, 1)) % period) < 1).float() * torch.ones(n, F_, T)
     clicks = clicks * torch.exp(-0.5 * ((f - f0) / u(3, 6).view(-1, 1, 1)) ** 2).clamp(min=0.3)
-    shapes = torch.stack([
-        line(f0).expand(n, F_, T),
-        line(rising),
-        line(falling),
-        torch.maximum(line(f0).expand(n, F_, T), line(f_second).expand(n, F_, T)),
-        line(f0).expand(n, F_, T) * pulses,
-        clicks,
-    ], dim=1)  # (n, 6, F, T)
+    shapes = torch.stack(
+        [
+            line(f0).expand(n, F_, T),
+            line(rising),
+            line(falling),
+            torch.maximum(line(f0).expand(n, F_, T), line(f_second).expand(n, F_, T)),
+            line(f0).expand(n, F_, T) * pulses,
+            clicks,
+        ],
+        dim=1,
+    )  # (n, 6, F, T)
     signal = shapes[torch.arange(n), y] * on * u(0.7, 1.2).view(-1, 1, 1)
     background = noise * torch.randn(n, F_, T, generator=g).abs()
     return (signal + background).unsqueeze(1), y
@@ -576,17 +797,23 @@ def spectrogram_split(cfg: SpectrogramConfig | None = None, *, seed: int = 0) ->
     return ImageSplit(x_tr, y_tr, x_te, y_te, list(SPECTROGRAM_CLASSES))
 
 
-def train_vit_spectrograms(cfg: SpectrogramConfig | None = None, data: ImageSplit | None = None,
-                           *, seed: int = 0, progress: bool | str = "auto",
-                           device: torch.device | str | None = "cpu") -> ImageRun:
+def train_vit_spectrograms(
+    cfg: SpectrogramConfig | None = None,
+    data: ImageSplit | None = None,
+    *,
+    seed: int = 0,
+    progress: bool | str = "auto",
+    device: torch.device | str | None = "cpu",
+) -> ImageRun:
     """The same ViT (blocks, patches, class token) on spectrogram patches."""
     cfg = cfg or config().spectrogram
     data = data if data is not None else spectrogram_split(cfg, seed=seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = init_vit_(ViT(cfg.vit))
-    return _fit("ViT on spectrograms", model, data, cfg.train, seed=seed, device=device,
-                progress=progress)
+    return _fit(
+        "ViT on spectrograms", model, data, cfg.train, seed=seed, device=device, progress=progress
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -36,9 +36,22 @@ from course_utils.models.transformer import EncoderDecoderTransformer
 from course_utils.profiles import pick
 from course_utils.training import History, sequence_cross_entropy, train
 
-__all__ = ["TaskConfig", "TransformerConfig", "RNNConfig", "Config", "config", "make_data",
-           "build_model", "seq2seq_loss", "decode", "evaluate", "Run", "train_model",
-           "MODEL_NAMES", "with_decoder_layers"]
+__all__ = [
+    "TaskConfig",
+    "TransformerConfig",
+    "RNNConfig",
+    "Config",
+    "config",
+    "make_data",
+    "build_model",
+    "seq2seq_loss",
+    "decode",
+    "evaluate",
+    "Run",
+    "train_model",
+    "MODEL_NAMES",
+    "with_decoder_layers",
+]
 
 MODEL_NAMES = ("rnn", "rnn+attention", "transformer")
 
@@ -95,10 +108,12 @@ def config() -> Config:
 
     r = nb01.recipe()
     return Config(
-        task=TaskConfig(n_train=r.n_train, n_test=r.n_test, min_len=r.min_len,
-                        max_len=r.max_len, seed=r.seed),
-        transformer=TransformerConfig(d_model=64, n_heads=4, n_layers=2,
-                                      d_ff=pick(ci=128, cpu=256)),
+        task=TaskConfig(
+            n_train=r.n_train, n_test=r.n_test, min_len=r.min_len, max_len=r.max_len, seed=r.seed
+        ),
+        transformer=TransformerConfig(
+            d_model=64, n_heads=4, n_layers=2, d_ff=pick(ci=128, cpu=256)
+        ),
         rnn=RNNConfig(emb_dim=r.emb_dim, hidden_dim=r.hidden_dim),
         batch_size=64,
         steps=pick(ci=200, cpu=800),
@@ -122,13 +137,30 @@ def build_model(name: str, cfg: Config, data: TaskData) -> nn.Module:
     V_src, V_tgt = len(data.src_vocab), len(data.tgt_vocab)
     if name == "transformer":
         c = cfg.transformer
-        max_len = int(max(data.train.src.shape[1], data.test.src.shape[1],
-                          data.train.tgt_in.shape[1], data.test.tgt_in.shape[1])) + 8
-        return EncoderDecoderTransformer(V_src, V_tgt, d_model=c.d_model, n_heads=c.n_heads,
-                                         n_layers=c.n_layers, d_ff=c.d_ff, max_len=max_len)
+        max_len = (
+            int(
+                max(
+                    data.train.src.shape[1],
+                    data.test.src.shape[1],
+                    data.train.tgt_in.shape[1],
+                    data.test.tgt_in.shape[1],
+                )
+            )
+            + 8
+        )
+        return EncoderDecoderTransformer(
+            V_src,
+            V_tgt,
+            d_model=c.d_model,
+            n_heads=c.n_heads,
+            n_layers=c.n_layers,
+            d_ff=c.d_ff,
+            max_len=max_len,
+        )
     if name in ("rnn", "rnn+attention"):
-        return Seq2SeqRNN(V_src, V_tgt, cfg.rnn.emb_dim, cfg.rnn.hidden_dim,
-                          attention=name == "rnn+attention")
+        return Seq2SeqRNN(
+            V_src, V_tgt, cfg.rnn.emb_dim, cfg.rnn.hidden_dim, attention=name == "rnn+attention"
+        )
     raise ValueError(f"expected a model name in {MODEL_NAMES}, got {name!r}")
 
 
@@ -142,8 +174,9 @@ DecodeFn = Callable[[nn.Module, torch.Tensor, torch.Tensor, int], Any]
 
 
 @torch.no_grad()
-def decode(model: nn.Module, data: Any, *, batch_size: int = 500,
-           decode_fn: DecodeFn | None = None) -> torch.Tensor:
+def decode(
+    model: nn.Module, data: Any, *, batch_size: int = 500, decode_fn: DecodeFn | None = None
+) -> torch.Tensor:
     """Greedy translations of every row of ``data`` (a Seq2SeqData) -> (N, T') token ids.
 
     ``decode_fn(model, src, src_lengths, max_len)`` returns tokens or ``(tokens, extra)``;
@@ -155,7 +188,7 @@ def decode(model: nn.Module, data: Any, *, batch_size: int = 500,
     outs = []
     try:
         for start in range(0, len(data), batch_size):
-            part = data[start:start + batch_size]
+            part = data[start : start + batch_size]
             if decode_fn is None:
                 out = model.greedy_decode(part.src, part.src_lengths, max_len)
             else:
@@ -167,8 +200,9 @@ def decode(model: nn.Module, data: Any, *, batch_size: int = 500,
     return torch.cat([nn.functional.pad(o, (0, width - o.shape[1])) for o in outs])
 
 
-def evaluate(model: nn.Module, data: Any, *, decode_fn: DecodeFn | None = None
-             ) -> tuple[float, dict[Any, float]]:
+def evaluate(
+    model: nn.Module, data: Any, *, decode_fn: DecodeFn | None = None
+) -> tuple[float, dict[Any, float]]:
     """(exact-match accuracy, {source length: exact-match accuracy}) with greedy decoding."""
     pred = decode(model, data, decode_fn=decode_fn)
     em = exact_match(pred, data.tgt_out).float().mean().item()
@@ -191,12 +225,15 @@ class Run:
     n_params: int = 0
 
     def __repr__(self) -> str:
-        return (f"Run({self.name!r}: exact match {self.exact_match:.3f}, "
-                f"{self.train_time_s:.1f} s wall, {self.n_params:,} parameters)")
+        return (
+            f"Run({self.name!r}: exact match {self.exact_match:.3f}, "
+            f"{self.train_time_s:.1f} s wall, {self.n_params:,} parameters)"
+        )
 
 
-def train_model(name: str, cfg: Config, data: TaskData, *, seed: int = 0,
-                progress: bool | str = "auto") -> Run:
+def train_model(
+    name: str, cfg: Config, data: TaskData, *, seed: int = 0, progress: bool | str = "auto"
+) -> Run:
     """Train model ``name`` for ``cfg.steps`` steps on ``data.train`` and evaluate it.
 
     Evaluations (greedy exact match on ``cfg.eval_subset`` test pairs) run ``cfg.eval_points``
@@ -218,16 +255,34 @@ def train_model(name: str, cfg: Config, data: TaskData, *, seed: int = 0,
         return {"exact_match": em}
 
     g = torch.Generator().manual_seed(seed)
-    history = train(model, batches(data.train, cfg.batch_size, g), steps=cfg.steps,
-                    lr=cfg.lr[name], warmup=cfg.warmup, loss_fn=seq2seq_loss,
-                    eval_fn=eval_fn, eval_every=max(1, cfg.steps // cfg.eval_points),
-                    seed=seed, progress=progress, desc=name)
+    history = train(
+        model,
+        batches(data.train, cfg.batch_size, g),
+        steps=cfg.steps,
+        lr=cfg.lr[name],
+        warmup=cfg.warmup,
+        loss_fn=seq2seq_loss,
+        eval_fn=eval_fn,
+        eval_every=max(1, cfg.steps // cfg.eval_points),
+        seed=seed,
+        progress=progress,
+        desc=name,
+    )
     wall = time.perf_counter() - start["wall"] - spent["wall"]
     cpu = time.process_time() - start["cpu"] - spent["cpu"]
     em, by_len = evaluate(model, data.test)
-    return Run(name, model, history, em, by_len, wall, cpu, curve_time,
-               list(history.eval.get("exact_match", [])),
-               sum(p.numel() for p in model.parameters()))
+    return Run(
+        name,
+        model,
+        history,
+        em,
+        by_len,
+        wall,
+        cpu,
+        curve_time,
+        list(history.eval.get("exact_match", [])),
+        sum(p.numel() for p in model.parameters()),
+    )
 
 
 class _LayerAdapter(nn.Module):
@@ -242,8 +297,9 @@ class _LayerAdapter(nn.Module):
         return self.layer(x, memory, memory_key_padding_mask=memory_key_padding_mask)
 
 
-def with_decoder_layers(model: EncoderDecoderTransformer, layer_cls: Callable[..., nn.Module]
-                        ) -> EncoderDecoderTransformer:
+def with_decoder_layers(
+    model: EncoderDecoderTransformer, layer_cls: Callable[..., nn.Module]
+) -> EncoderDecoderTransformer:
     """A copy of a trained ``model`` whose decoder blocks are ``layer_cls(d_model, n_heads,
     d_ff, norm_first=...)`` (e.g. notebook 10's DecoderLayer) carrying the trained weights.
 
@@ -255,8 +311,9 @@ def with_decoder_layers(model: EncoderDecoderTransformer, layer_cls: Callable[..
     new = copy.deepcopy(model)
     for i, block in enumerate(model.decoder):
         mha = block.self_attn
-        layer = layer_cls(mha.d_model, mha.n_heads, block.mlp.fc1.out_features,
-                          norm_first=block.norm_first)
+        layer = layer_cls(
+            mha.d_model, mha.n_heads, block.mlp.fc1.out_features, norm_first=block.norm_first
+        )
         layer.load_state_dict(block.state_dict())
         new.decoder[i] = _LayerAdapter(layer.to(block.mlp.fc1.weight.device).eval())
     return new

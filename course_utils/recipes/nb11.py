@@ -28,9 +28,21 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from course_utils.memory import PeakMemory, peak_extra_memory
 from course_utils.profiles import pick
 
-__all__ = ["Config", "config", "one_thread", "PeakMemory", "peak_extra_memory", "measure", "scaling",
-           "fit_exponent", "flash_style", "sdpa_backends", "sdpa_kernel_used",
-           "compare_backends", "BACKEND_KERNELS"]
+__all__ = [
+    "Config",
+    "config",
+    "one_thread",
+    "PeakMemory",
+    "peak_extra_memory",
+    "measure",
+    "scaling",
+    "fit_exponent",
+    "flash_style",
+    "sdpa_backends",
+    "sdpa_kernel_used",
+    "compare_backends",
+    "BACKEND_KERNELS",
+]
 
 
 @dataclass(frozen=True)
@@ -57,8 +69,11 @@ class Config:
 def config() -> Config:
     """The active profile's sizes."""
     return Config(
-        lengths=pick(ci=(128, 256, 512, 1024), cpu=(128, 256, 512, 1024, 2048, 4096),
-                     gpu=(256, 512, 1024, 2048, 4096, 8192, 16384)),
+        lengths=pick(
+            ci=(128, 256, 512, 1024),
+            cpu=(128, 256, 512, 1024, 2048, 4096),
+            gpu=(256, 512, 1024, 2048, 4096, 8192, 16384),
+        ),
         batch=1,
         heads=8,
         head_dim=64,
@@ -96,9 +111,16 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(fn: Callable[[Tensor, Tensor, Tensor], Tensor], n: int, cfg: Config, *,
-            device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-            seed: int = 0, clock: str = "cpu") -> tuple[float, int]:
+def measure(
+    fn: Callable[[Tensor, Tensor, Tensor], Tensor],
+    n: int,
+    cfg: Config,
+    *,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+    clock: str = "cpu",
+) -> tuple[float, int]:
     """(median seconds, peak extra bytes) of ``fn(q, k, v)`` on q, k, v (B, H, n, Dh).
 
     ``clock="cpu"`` counts this process's CPU time (all threads; honest on a shared machine,
@@ -132,10 +154,15 @@ def _measure(fn, q, k, v, repeats: int, tick, device: torch.device) -> tuple[flo
     return statistics.median(times), memory
 
 
-def scaling(functions: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]], cfg: Config, *,
-            device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-            skip: dict[str, int] | None = None, clock: str = "cpu"
-            ) -> dict[str, dict[str, dict[int, float]]]:
+def scaling(
+    functions: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]],
+    cfg: Config,
+    *,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    skip: dict[str, int] | None = None,
+    clock: str = "cpu",
+) -> dict[str, dict[str, dict[int, float]]]:
     """Time and memory of each function at every n of ``cfg.lengths``.
 
     Returns ``{name: {"seconds": {n: s}, "bytes": {n: b}}}``; ``skip[name] = n_max`` measures
@@ -168,8 +195,9 @@ def fit_exponent(curve: dict[int, float], last: int = 3) -> float:
 # ----------------------------------------------------------------------------- flash-style
 
 
-def flash_style(tiled: Callable[..., Tensor], block_q: int, block_k: int
-                ) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+def flash_style(
+    tiled: Callable[..., Tensor], block_q: int, block_k: int
+) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
     """Tile the queries too (FlashAttention's outer loop) around a key-tiled attention.
 
     ``tiled(q, k, v, block_size)`` handles one block of queries against all keys in key
@@ -181,8 +209,9 @@ def flash_style(tiled: Callable[..., Tensor], block_q: int, block_k: int
     def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         out = q.new_empty(*q.shape[:-1], v.shape[-1])
         for start in range(0, q.shape[-2], block_q):
-            out[..., start:start + block_q, :] = tiled(q[..., start:start + block_q, :], k, v,
-                                                        block_k)
+            out[..., start : start + block_q, :] = tiled(
+                q[..., start : start + block_q, :], k, v, block_k
+            )
         return out
 
     return attend
@@ -250,8 +279,9 @@ def sdpa_kernel_used(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> str:
     return "MATH (decomposed into matmul + softmax: " + ", ".join(dict.fromkeys(mode.names)) + ")"
 
 
-def compare_backends(cfg: Config, *, device: torch.device | str = "cpu",
-                     dtype: torch.dtype = torch.float32) -> dict[str, dict[int, float | str]]:
+def compare_backends(
+    cfg: Config, *, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+) -> dict[str, dict[int, float | str]]:
     """Force each SDPA backend in turn (``torch.nn.attention.sdpa_kernel``) and time it.
 
     Returns ``{backend: {n: seconds or the reason it cannot run}}`` (median of ``cfg.repeats``;
@@ -269,8 +299,9 @@ def compare_backends(cfg: Config, *, device: torch.device | str = "cpu",
         for n in cfg.backend_lengths:
             try:
                 with sdpa_kernel(backend):
-                    s, _ = measure(F.scaled_dot_product_attention, n, cfg, device=device,
-                                   dtype=dtype)
+                    s, _ = measure(
+                        F.scaled_dot_product_attention, n, cfg, device=device, dtype=dtype
+                    )
                 results[name][n] = s
             except RuntimeError as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -1,4 +1,4 @@
-"""The ``course`` command: ``doctor``, ``release``, ``grade``, ``bench``.
+"""The ``course`` command: ``doctor``, ``release``, ``grade``, ``bench``, ``claims``.
 
 Each subcommand lives in its own module and exposes ``add_arguments(parser)`` and
 ``main(args) -> int``; this file only wires them together, importing lazily so that
@@ -17,6 +17,7 @@ SUBCOMMANDS = {
     "release": ("course_utils.release", "write notebooks/ (student versions) from solutions/"),
     "grade": ("course_utils.grading.cli", "grade submitted notebooks (the official grader)"),
     "bench": ("course_utils.bench", "run the benchmarks and print ratios against references"),
+    "claims": ("course_utils.claims", "run solution notebooks and check every claim of the prose"),
 }
 
 

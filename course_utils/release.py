@@ -565,26 +565,11 @@ def execute_solution(path: str | Path, *, profile: str | None = None, timeout: i
     is this interpreter's (as ``pytest --nbval-current-env``) and runs in the notebook's
     folder, as under nbval and in JupyterLab.
     """
-    from jupyter_client.manager import KernelManager
-    from nbclient import NotebookClient
-    from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
-
-    from course_utils.profiles import using_profile
+    from course_utils.execute import run_notebook
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
-    with using_profile(profile):
-        # this interpreter's kernel, whatever "python3" kernelspec the machine has installed
-        km = KernelManager(
-            kernel_name=CURRENT_ENV_KERNEL_NAME, kernel_spec_manager=NbvalKernelspecManager()
-        )
-        NotebookClient(
-            nb,
-            km=km,
-            timeout=timeout,
-            record_timing=False,
-            resources={"metadata": {"path": str(path.parent.resolve())}},
-        ).execute()
+    run_notebook(nb, folder=path.parent, profile=profile, timeout=timeout)
     for cell in nb.cells:
         for key in _VOLATILE_CELL_METADATA:
             cell.metadata.pop(key, None)

@@ -1,0 +1,37 @@
+"""Run a notebook top to bottom in a fresh kernel of this interpreter (as nbval does)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+
+
+def run_notebook(
+    nb: nbformat.NotebookNode, *, folder: str | Path, profile: str | None = None, timeout: int = 600
+) -> nbformat.NotebookNode:
+    """Execute ``nb`` in place in a fresh kernel whose working directory is ``folder``.
+
+    ``profile`` sets ``COURSE_PROFILE`` for the run (default: the current environment's). The
+    kernel is this interpreter's (as ``pytest --nbval-current-env``) whatever "python3"
+    kernelspec the machine has, and inherits this process's environment. Cell timings are not
+    recorded. Raises nbclient's ``CellExecutionError`` at the first failing cell.
+    """
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+    from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
+
+    from course_utils.profiles import using_profile
+
+    with using_profile(profile):
+        km = KernelManager(
+            kernel_name=CURRENT_ENV_KERNEL_NAME, kernel_spec_manager=NbvalKernelspecManager()
+        )
+        NotebookClient(
+            nb,
+            km=km,
+            timeout=timeout,
+            record_timing=False,
+            resources={"metadata": {"path": str(Path(folder).resolve())}},
+        ).execute()
+    return nb

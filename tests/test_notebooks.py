@@ -1,13 +1,17 @@
-"""The nbval contract, for every ``solutions/NN_*.ipynb`` (new notebooks are picked up
-automatically):
+"""The nbval contract and the official grader, for every ``solutions/NN_*.ipynb`` (new notebooks
+are picked up automatically). Each notebook is executed twice per test session, no more:
 
 (a) ``pytest --nbval`` passes on the solution under ``COURSE_PROFILE=ci``: every cell runs and
-    every output not tagged ``nbval-ignore-output`` matches the stored one;
-(b) the official grader gives the solution full marks, and the untouched student version in
-    ``notebooks/`` zero: it runs top to bottom, no non-check cell raises, and every check is
-    "not attempted" (a check that passes on a stub is vacuous and fails the suite).
+    every output not tagged ``nbval-ignore-output`` matches the stored one (the check cells'
+    verdict lines included, so every exercise of the solution passes its check);
+(b) the official grader, end to end, on the untouched student version in ``notebooks/``: it
+    runs top to bottom, no non-check cell raises, and every check is "not attempted" (a check
+    that passes on a stub is vacuous and fails the suite).
+Full marks for a solution through the grader are tested end to end on one notebook
+(``FULL_MARKS_NOTEBOOK``, several kinds of exercise); for every exercise of every notebook the
+grader's harvest-and-judge path is tested without a kernel in ``test_checks_machinery.py``.
 
-Each notebook is executed once per test (three times in all: nbval, two gradings). What nbval compares (nbval 0.11): stream text
+What nbval compares (nbval 0.11): stream text
 (stdout and stderr, after folding ``\\r`` progress-bar updates) and every output MIME type
 except ``image/png`` / ``image/jpeg`` (so a figure's ``text/plain`` "<Figure size ... with 1
 Axes>" is compared, its pixels are not); markdown cells and unexecuted cells are not compared.
@@ -135,18 +139,14 @@ def _describe(report: dict) -> str:
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=_ids)
-def test_grader_gives_the_solution_full_marks_and_the_student_version_zero(
+def test_grader_gives_the_untouched_student_version_zero_and_runs_it_to_the_end(
     solution: Path, tmp_path: Path
 ):
     student = REPO / "notebooks" / solution.name
-    assert student.exists(), f"{student} is missing: run `course release`"
-    sol, stu = _grade([solution, student], tmp_path / "grades.json")
+    assert student.exists(), f"{student} is missing (`course release --check` names what drifted)"
+    (stu,) = _grade([student], tmp_path / "grades.json")
 
-    assert sol["max"] > 0 and sol["total"] == sol["max"], (
-        f"{solution.name} should get full marks:\n{_describe(sol)}"
-    )
-    assert all(e["status"] == "passed" and not e.get("flags") for e in sol["exercises"])
-
+    assert stu["max"] > 0, _describe(stu)
     # the untouched student version runs top to bottom: no non-check cell raises, and every
     # check says "not attempted" (one that passes on a stub would be vacuous)
     assert stu["total"] == 0, f"{student.name} scores on stubs (vacuous check):\n{_describe(stu)}"
@@ -154,3 +154,15 @@ def test_grader_gives_the_solution_full_marks_and_the_student_version_zero(
     assert stu["cells"]["errors"] == [], (
         f"{student.name}: cells fail on the untouched stubs:\n{_describe(stu)}"
     )
+
+
+FULL_MARKS_NOTEBOOK = "03_scaled_dot_product"
+
+
+def test_grader_gives_a_solution_full_marks_end_to_end(tmp_path: Path):
+    (solution,) = [p for p in SOLUTIONS if p.stem == FULL_MARKS_NOTEBOOK]
+    (sol,) = _grade([solution], tmp_path / "grades.json")
+    assert sol["max"] > 0 and sol["total"] == sol["max"], (
+        f"{solution.name} should get full marks:\n{_describe(sol)}"
+    )
+    assert all(e["status"] == "passed" and not e.get("flags") for e in sol["exercises"])

@@ -42,10 +42,10 @@ class _StudentViT(ViT):
     def _refuse(self, name: str):
         raise RuntimeError(_SHORTCUT.format(name=name))
 
-    def forward(self, images, *, need_weights=False):  # noqa: D102
+    def forward(self, images):  # noqa: D102
         self._refuse("forward (model(images))")
 
-    def forward_features(self, images, *, need_weights=False):  # noqa: D102
+    def forward_features(self, images):  # noqa: D102
         self._refuse("forward_features")
 
     def embed(self, images):  # noqa: D102

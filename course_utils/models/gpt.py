@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from course_utils.layers import KVCache, pre_norm_stack
+from course_utils.layers import KVCache, pre_norm_stack, record_attention
 
 __all__ = ["GPT", "GPTConfig", "sample_next_token"]
 
@@ -218,11 +218,8 @@ class GPT(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            x = self.embed(idx)
-            maps = []
-            for block in self.blocks:
-                x, w = block(x, is_causal=True, need_weights=True)
-                maps.append(w)
+            with record_attention(self) as maps:
+                self(idx)
         finally:
             self.train(was_training)
         return maps

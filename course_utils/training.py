@@ -318,7 +318,7 @@ def _eval(model: nn.Module, eval_fn: Callable[[nn.Module], Any]) -> dict[str, fl
     return {"eval": float(result)}
 
 
-def train(
+def train(  # noqa: C901 -- the taught loop: one branch per documented option
     model: nn.Module,
     data: Any,
     *,

@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 
 from course_utils import distributed
+from course_utils.recipes import nb11
 from course_utils.data.tasks import batches, exact_match, make_reverse_data
 from course_utils.training import (
     History,
@@ -272,7 +273,7 @@ def test_without_a_process_group_everything_is_single_process(monkeypatch):
 
 @pytest.mark.slow
 def test_data_parallel_training_on_two_gloo_processes_equals_full_batch_training():
-    result = distributed.data_parallel_demo(world_size=2, steps=12, batch_size=16)
+    result = nb11.data_parallel_demo(world_size=2, steps=12, batch_size=16)
     assert [r["rank"] for r in result.ranks] == [0, 1]
     assert all(r["world_size"] == 2 for r in result.ranks)
     assert result.max_abs_diff < 1e-10  # float64: equal up to summation order
@@ -287,7 +288,7 @@ def test_data_parallel_training_on_two_gloo_processes_equals_full_batch_training
 @pytest.mark.slow
 def test_demo_under_torchrun_matches_the_single_process_run(tmp_path):
     steps = 6
-    single = distributed.demo_worker(
+    single = nb11.demo_worker(
         distributed.DistInfo(0, 1, 0, torch.device("cpu"), None), steps
     )
     checksum = sum(float(v.double().sum()) for v in single["state"].values())
@@ -299,7 +300,7 @@ def test_demo_under_torchrun_matches_the_single_process_run(tmp_path):
         "--standalone",
         "--nproc_per_node=2",
         "-m",
-        "course_utils.distributed",
+        "course_utils.recipes.nb11",
         "--steps",
         str(steps),
         "--backend",

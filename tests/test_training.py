@@ -12,8 +12,8 @@ import torch
 import torch.nn as nn
 
 from course_utils import distributed
-from course_utils.recipes import nb11
 from course_utils.data.tasks import batches, exact_match, make_reverse_data
+from course_utils.recipes import nb11
 from course_utils.training import (
     History,
     default_loss,
@@ -288,9 +288,7 @@ def test_data_parallel_training_on_two_gloo_processes_equals_full_batch_training
 @pytest.mark.slow
 def test_demo_under_torchrun_matches_the_single_process_run(tmp_path):
     steps = 6
-    single = nb11.demo_worker(
-        distributed.DistInfo(0, 1, 0, torch.device("cpu"), None), steps
-    )
+    single = nb11.demo_worker(distributed.DistInfo(0, 1, 0, torch.device("cpu"), None), steps)
     checksum = sum(float(v.double().sum()) for v in single["state"].values())
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [

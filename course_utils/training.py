@@ -39,6 +39,7 @@ __all__ = [
     "default_loss",
     "sequence_cross_entropy",
     "make_optimizer",
+    "param_groups",
     "to_device",
     "evaluate_loss",
 ]
@@ -146,25 +147,30 @@ def lr_schedule(
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
 
 
+def param_groups(model: nn.Module, weight_decay: float = 0.0) -> list[dict[str, Any]]:
+    """AdamW parameter groups (nanoGPT's rule): weight decay on matrices only (dim >= 2:
+    Linear weights, embeddings), never on biases, norms or scalars. Tied parameters appear
+    once, empty groups are left out; with ``weight_decay == 0`` one group holds everything."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no trainable parameters")
+    if not weight_decay:
+        return [{"params": params, "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return [g for g in groups if g["params"]]
+
+
 def make_optimizer(
     model: nn.Module,
     lr: float,
     weight_decay: float = 0.0,
     betas: tuple[float, float] = (0.9, 0.999),
 ) -> torch.optim.Optimizer:
-    """AdamW; weight decay only on matrices (dim >= 2), never on biases, norms or scalars."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("the model has no trainable parameters")
-    if weight_decay:
-        groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-        ]
-        groups = [g for g in groups if g["params"]]
-    else:
-        groups = [{"params": params, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=betas)
+    """AdamW over :func:`param_groups` (weight decay on matrices only)."""
+    return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas)
 
 
 def sequence_cross_entropy(

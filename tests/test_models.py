@@ -21,6 +21,7 @@ from course_utils.models import (
     sample_next_token,
     unpatchify,
 )
+from course_utils.training import make_optimizer
 
 DTYPES = [torch.float32, torch.float64]
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -277,9 +278,9 @@ def test_gpt_head_is_tied_to_token_embedding():
     assert model.lm_head.weight is model.tok_emb.weight
 
 
-def test_gpt_configure_optimizers_decays_only_matrices():
+def test_gpt_optimizer_decays_only_matrices():
     model = tiny_gpt()
-    opt = model.configure_optimizers(weight_decay=0.1, learning_rate=1e-3)
+    opt = make_optimizer(model, lr=1e-3, weight_decay=0.1)
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert all(p.dim() == 2 for p in decay["params"])
@@ -516,7 +517,7 @@ def test_gpt_learns_a_repeating_pattern():
     pattern = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7])  # period 14
     stream = pattern.repeat(60)
     model = GPT(GPTConfig(vocab_size=10, block_size=16, n_layer=2, n_head=2, n_embd=32))
-    opt = model.configure_optimizers(weight_decay=0.0, learning_rate=3e-3)
+    opt = make_optimizer(model, lr=3e-3, betas=(0.9, 0.99))
     g = torch.Generator().manual_seed(0)
     losses = []
     for _ in range(150):

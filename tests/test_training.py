@@ -19,6 +19,8 @@ from course_utils.training import (
     default_loss,
     evaluate_loss,
     lr_schedule,
+    make_optimizer,
+    param_groups,
     sequence_cross_entropy,
     train,
 )
@@ -50,6 +52,22 @@ def test_lr_schedule_warms_up_linearly_then_decays_by_cosine_to_min_lr():
     assert lr_schedule(500, **kw) == pytest.approx(0.1)
     decay = [lr_schedule(s, **kw) for s in range(10, 111)]
     assert all(a >= b for a, b in zip(decay, decay[1:]))
+
+
+def test_param_groups_decay_matrices_only_and_count_tied_weights_once():
+    emb = nn.Embedding(7, 4)
+    model = nn.Sequential(emb, nn.LayerNorm(4), nn.Linear(4, 7))
+    model[2].weight = emb.weight  # tied, as GPT's head
+    decay, no_decay = param_groups(model, 0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert [p.shape for p in decay["params"]] == [(7, 4)]  # the tied matrix, once
+    assert all(p.dim() == 1 for p in no_decay["params"]) and len(no_decay["params"]) == 3
+    (only,) = param_groups(model, 0.0)
+    assert len(only["params"]) == 4 and only["weight_decay"] == 0.0
+    opt = make_optimizer(model, lr=1e-3, weight_decay=0.1)
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0]
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        param_groups(nn.Sequential(nn.Linear(2, 2).requires_grad_(False)), 0.1)
 
 
 def test_lr_schedule_min_lr_defaults_to_a_tenth_and_other_shapes():

@@ -25,7 +25,7 @@ import torch
 from course_utils.data.text import CharDataset, TextCorpus, load_text_corpus
 from course_utils.models.gpt import GPT, GPTConfig
 from course_utils.profiles import current
-from course_utils.training import History
+from course_utils.training import History, param_groups
 
 __all__ = [
     "Config",
@@ -256,13 +256,11 @@ def train_char_gpt(
         model = GPT(replace(cfg.model, vocab_size=ds.vocab_size))
     model.to(device).train()
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    groups = [g for g in groups if g["params"]]
     opt = torch.optim.AdamW(
-        groups, lr=cfg.lr, betas=cfg.betas, fused=device.type in ("cuda", "cpu")
+        param_groups(model, cfg.weight_decay),
+        lr=cfg.lr,
+        betas=cfg.betas,
+        fused=device.type in ("cuda", "cpu"),
     )
     T, B = model.config.block_size, cfg.batch_size
     hist = CharGPTHistory(tokens_per_step=B * T)

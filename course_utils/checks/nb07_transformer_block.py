@@ -37,11 +37,16 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from course_utils import layers
-from course_utils.checks._common import as_tensor, build_module, close, random_weights, size
+from course_utils.checks._common import (
+    FormulaOnly,
+    as_tensor,
+    build_module,
+    close,
+    random_weights,
+    size,
+)
 from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator, randn
 
 NOTEBOOK = "07_transformer_block.ipynb"
@@ -288,7 +293,6 @@ BLOCK = Exercise(
 
 # ----------------------------------------------------------------------------- 07.2 parameter count
 # A formula needs no tensor at all; a module being built is caught at its first weight.
-_LARGEST_TENSOR_ALLOWED = 4096
 
 
 def block_param_count(d_model: int, n_heads: int, d_ff: int) -> int:
@@ -450,19 +454,14 @@ def make_cases(seed: int) -> list[Case]:
     return cases
 
 
-class _FormulaOnly(TorchDispatchMode):
-    """Raise as soon as the candidate creates a tensor bigger than a formula could need."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, Tensor) and t.numel() > _LARGEST_TENSOR_ALLOWED:
-                raise ValueError(
-                    f"block_param_count created a tensor of shape {tuple(t.shape)}: exercise "
-                    "07.2 asks for a formula in d_model, n_heads and d_ff (plain arithmetic), "
-                    "not for building a block and counting its parameters"
-                )
-        return out
+def _formula_only() -> FormulaOnly:
+    return FormulaOnly(
+        lambda shape: (
+            f"block_param_count created a tensor of shape {shape}: exercise 07.2 asks "
+            "for a formula in d_model, n_heads and d_ff (plain arithmetic), not for building a "
+            "block and counting its parameters"
+        )
+    )
 
 
 def _as_count(value: Any) -> int:
@@ -496,7 +495,7 @@ def call(candidate: Any, case: Case) -> Outputs:
     if candidate is block_param_count:
         value = candidate(*args)
     else:
-        with _FormulaOnly():
+        with _formula_only():
             value = candidate(*args)
     return {"count": torch.tensor(_as_count(value), dtype=torch.int64)}
 

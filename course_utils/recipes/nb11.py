@@ -39,6 +39,7 @@ from course_utils.distributed import (
 )
 from course_utils.memory import PeakMemory, peak_extra_memory
 from course_utils.profiles import pick
+from course_utils.scaling import fit_exponent
 from course_utils.training import train
 
 __all__ = [
@@ -196,20 +197,6 @@ def scaling(
             results[name]["seconds"][n] = s
             results[name]["bytes"][n] = b
     return results
-
-
-def fit_exponent(curve: dict[int, float], last: int = 3) -> float:
-    """Slope p of log(y) against log(n) over the ``last`` largest n (y ~ n^p)."""
-    ns = sorted(curve)[-last:]
-    if len(ns) < 2:
-        return float("nan")
-    xs = [math.log(n) for n in ns]
-    ys = [math.log(max(curve[n], 1e-12)) for n in ns]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-
-
-# ----------------------------------------------------------------------------- flash-style
 
 
 def flash_style(

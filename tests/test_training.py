@@ -70,6 +70,29 @@ def test_param_groups_decay_matrices_only_and_count_tied_weights_once():
         param_groups(nn.Sequential(nn.Linear(2, 2).requires_grad_(False)), 0.1)
 
 
+def test_lr_schedule_follows_the_time_used_when_it_is_ahead_of_the_steps():
+    kw = dict(lr=1.0, steps=110, warmup=10, min_lr=0.1)
+    assert lr_schedule(20, **kw, time_fraction=0.5) == pytest.approx(0.55)  # half the time
+    assert lr_schedule(60, **kw, time_fraction=0.1) == pytest.approx(0.55)  # steps are ahead
+    assert lr_schedule(20, **kw, time_fraction=1.0) == pytest.approx(0.1)
+
+
+def test_a_time_budget_stops_training_and_records_why(monkeypatch):
+    clock = iter(range(10**4))  # every reading of the clock is one second later
+    monkeypatch.setattr("course_utils.training.time.perf_counter", lambda: float(next(clock)))
+    x, y = _regression()
+    model = nn.Linear(3, 1)
+    h = train(
+        model, [(x, y)], loss_fn=_mse, steps=100, lr=0.1, time_budget_s=6.5,
+        eval_fn=lambda m: 1.0, eval_every=50, log_every=4, progress=False,
+    )  # fmt: skip
+    assert h.stopped_by == "time budget" and 0 < h.steps_done < 100
+    assert h.step[-1] == h.steps_done - 1 and h.eval_step == [h.steps_done - 1]
+    assert h.lr[-1] < 0.1  # the decay followed the clock, not the 100 steps
+    full = train(nn.Linear(3, 1), [(x, y)], loss_fn=_mse, steps=3, progress=False)
+    assert full.stopped_by == "steps" and full.steps_done == 3 and full.wall_seconds > 0
+
+
 def test_lr_schedule_min_lr_defaults_to_a_tenth_and_other_shapes():
     assert lr_schedule(100, lr=3e-3, steps=100) == pytest.approx(3e-4)
     assert lr_schedule(50, lr=1.0, steps=100, schedule="constant") == 1.0

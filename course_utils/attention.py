@@ -25,6 +25,7 @@ __all__ = [
     "padding_mask",
     "masked_softmax",
     "combine_masks",
+    "check_mask",
     "scaled_dot_product_attention",
     "fast_attention",
     "additive_scores",
@@ -76,8 +77,10 @@ def padding_mask(lengths: Tensor | list[int], S: int) -> Tensor:
     return positions[None, :] < lengths[:, None]  # (B, S)
 
 
-def _check_mask(mask: Tensor, scores_shape: torch.Size, name: str = "attn_mask") -> None:
-    """Raise a ValueError unless ``mask`` broadcasts to ``scores_shape`` (..., T, S)."""
+def check_mask(mask: Tensor, scores_shape: torch.Size, name: str = "attn_mask") -> None:
+    """Raise a ValueError unless ``mask`` broadcasts to ``scores_shape`` (..., T, S).
+
+    Used wherever a mask meets scores (here and in :mod:`course_utils.layers`)."""
     try:
         shape = torch.broadcast_shapes(mask.shape, scores_shape)
     except RuntimeError:
@@ -99,7 +102,7 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None, dim: int = -1) ->
     if mask is not None:
         if mask.dtype != torch.bool:
             raise ValueError(f"expected a bool mask (True = may attend), got dtype {mask.dtype}")
-        _check_mask(mask, scores.shape, "mask")
+        check_mask(mask, scores.shape, "mask")
         scores = scores.masked_fill(~mask, float("-inf"))
     x_max = scores.amax(dim=dim, keepdim=True).detach()
     # A fully masked row has max -inf; shift it by 0 instead so exp(-inf - 0) = 0, not NaN.
@@ -210,7 +213,7 @@ def scaled_dot_product_attention(
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, Dk) @ (..., Dk, S) -> (..., T, S)
     if attn_mask is not None:
-        _check_mask(attn_mask, scores.shape)
+        check_mask(attn_mask, scores.shape)
         if attn_mask.dtype != torch.bool:
             scores = scores + attn_mask  # float mask: added, -inf blocks
             attn_mask = None
@@ -242,7 +245,7 @@ def fast_attention(
     T, S = q.shape[-2], k.shape[-2]
     if attn_mask is not None:
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-        _check_mask(attn_mask, torch.Size((*batch, T, S)))
+        check_mask(attn_mask, torch.Size((*batch, T, S)))
     if is_causal and attn_mask is None and T == S:
         return F.scaled_dot_product_attention(
             q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale

@@ -9,17 +9,16 @@ Two ways to start the processes:
 - ``torchrun --nproc_per_node=2 my_script.py`` sets ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...;
   the script calls :func:`init_distributed` and then :func:`course_utils.training.train`,
   which wraps the model in ``DistributedDataParallel`` and shards the batches by rank.
-  ``torchrun --nproc_per_node=2 -m course_utils.distributed`` runs a small demo.
+  ``torchrun --nproc_per_node=2 -m course_utils.recipes.nb11`` runs notebook 11's small demo.
 - :func:`spawn_data_parallel` starts them from Python (e.g. a notebook) with
   ``torch.multiprocessing``'s ``spawn``. The function it runs must be importable (defined in a
-  module, not in the notebook), like :func:`demo_worker`.
+  module, not in the notebook), like :func:`course_utils.recipes.nb11.demo_worker`.
 
 Backends: ``gloo`` on CPU, ``nccl`` on CUDA GPUs (one GPU per process).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import pickle
 import queue as queue_module
@@ -32,7 +31,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 
 __all__ = [
     "DistInfo",
@@ -44,10 +42,6 @@ __all__ = [
     "shard",
     "all_reduce_mean",
     "spawn_data_parallel",
-    "demo_problem",
-    "demo_worker",
-    "DataParallelDemo",
-    "data_parallel_demo",
 ]
 
 
@@ -126,14 +120,14 @@ def shard(batch: Any, rank: int | None = None, world_size: int | None = None) ->
     ``Seq2SeqData``). Equal slices (B divisible by W) make data-parallel training equal to
     full-batch training; otherwise the first slices get one row more.
     """
-    from course_utils.data.tasks import _length, take
+    from course_utils.data.tasks import batch_length, take
 
     initialised = dist.is_available() and dist.is_initialized()
     r = (dist.get_rank() if initialised else 0) if rank is None else rank
     w = (dist.get_world_size() if initialised else 1) if world_size is None else world_size
     if not 0 <= r < w:
         raise ValueError(f"expected 0 <= rank < world_size, got rank={r}, world_size={w}")
-    n = _length(batch)
+    n = batch_length(batch)
     if n < w:
         raise ValueError(f"a batch of {n} rows cannot be split across {w} processes")
     idx = torch.tensor_split(torch.arange(n), w)[r]
@@ -217,7 +211,7 @@ def spawn_data_parallel(
         if not getattr(main, "__file__", None):
             raise ValueError(
                 f"{fn.__name__} is defined in this notebook; spawned processes cannot import it. "
-                "Put it in a .py file and import it, or use course_utils.distributed.demo_worker"
+                "Put it in a .py file and import it, or use course_utils.recipes.nb11.demo_worker"
             )
     backend = backend or _default_backend(world_size)
     ctx = mp.get_context("spawn")
@@ -271,133 +265,3 @@ def spawn_data_parallel(
         r, tb = failures[0]
         raise RuntimeError(f"data-parallel worker rank {r} failed:\n{tb}")
     return [pickle.loads(collected[r][1]) for r in range(world_size)]
-
-
-# --------------------------------------------------------------------------------------------
-# A small demo (notebook 11 and the tests): data-parallel == single-process on the full batch
-# --------------------------------------------------------------------------------------------
-def demo_problem(
-    seed: int = 0,
-    n: int = 64,
-    d_in: int = 8,
-    d_hidden: int = 32,
-    dtype: torch.dtype = torch.float64,
-) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
-    """A seeded MLP regression problem: ``(model, (x (n, d_in), y (n, 1)))``."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, d_in, generator=g, dtype=dtype)
-    w = torch.randn(d_in, 1, generator=g, dtype=dtype)
-    y = torch.sin(x @ w) + 0.1 * torch.randn(n, 1, generator=g, dtype=dtype)
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(d_in, d_hidden), nn.Tanh(), nn.Linear(d_hidden, 1)).to(dtype)
-    return model, (x, y)
-
-
-def _mse(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    x, y = batch
-    return ((model(x) - y) ** 2).mean()
-
-
-def demo_worker(
-    info: DistInfo, steps: int = 20, batch_size: int = 16, lr: float = 1e-2, seed: int = 0
-) -> dict[str, Any]:
-    """Train :func:`demo_problem` with :func:`course_utils.training.train` in this process.
-
-    Under a process group each rank takes its shard of every batch (same batches on every
-    rank: the generator is seeded alike). Returns ``{"rank", "world_size", "state", "loss"}``.
-    """
-    from course_utils.data.tasks import batches
-    from course_utils.training import train
-
-    model, (x, y) = demo_problem(seed)
-    model.to(info.device)
-    data = batches((x, y), batch_size, torch.Generator().manual_seed(seed), drop_last=True)
-    history = train(
-        model,
-        data,
-        loss_fn=_mse,
-        steps=steps,
-        lr=lr,
-        warmup=2,
-        grad_clip=1.0,
-        progress=False,
-        data_parallel=info.world_size > 1,
-    )
-    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    return {
-        "rank": info.rank,
-        "world_size": info.world_size,
-        "state": state,
-        "loss": history.train_loss,
-    }
-
-
-@dataclass
-class DataParallelDemo:
-    """Result of :func:`data_parallel_demo`: per-rank results, the single-process reference and
-    the largest parameter difference between them (``max_abs_diff``), plus timings."""
-
-    ranks: list[dict[str, Any]]
-    single: dict[str, Any]
-    max_abs_diff: float
-    parallel_seconds: float
-    single_seconds: float
-
-    def __repr__(self) -> str:
-        return (
-            f"DataParallelDemo({len(self.ranks)} processes; final loss "
-            f"{self.ranks[0]['loss'][-1]:.5f} vs single process {self.single['loss'][-1]:.5f}; "
-            f"largest parameter difference {self.max_abs_diff:.2e})"
-        )
-
-
-def data_parallel_demo(
-    world_size: int = 2, steps: int = 20, batch_size: int = 16, lr: float = 1e-2, seed: int = 0
-) -> DataParallelDemo:
-    """Train the demo MLP data-parallel in ``world_size`` processes and in this one alone.
-
-    ``batch_size`` is the global batch (each process gets ``batch_size / world_size`` rows).
-    """
-    if batch_size % world_size:
-        raise ValueError(
-            f"expected batch_size divisible by world_size, got {batch_size} and {world_size}"
-        )
-    t0 = time.perf_counter()
-    ranks = spawn_data_parallel(
-        demo_worker, world_size, (steps, batch_size, lr, seed), backend="gloo"
-    )
-    t1 = time.perf_counter()
-    single = demo_worker(DistInfo(0, 1, 0, torch.device("cpu"), None), steps, batch_size, lr, seed)
-    t2 = time.perf_counter()
-    diff = max(
-        (r["state"][k] - single["state"][k]).abs().max().item()
-        for r in ranks
-        for k in single["state"]
-    )
-    return DataParallelDemo(ranks, single, diff, t1 - t0, t2 - t1)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``torchrun --nproc_per_node=2 -m course_utils.distributed``: the demo under torchrun."""
-    parser = argparse.ArgumentParser(description="data-parallel demo (run it under torchrun)")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--backend", default=None)
-    args = parser.parse_args(argv)
-    info = init_distributed(args.backend)
-    try:
-        result = demo_worker(info, steps=args.steps, batch_size=args.batch_size)
-        if info.is_main:
-            print(
-                f"rank 0 of {info.world_size} ({info.backend or 'single process'}): "
-                f"loss {result['loss'][0]:.5f} -> {result['loss'][-1]:.5f}"
-            )
-            checksum = sum(float(v.double().sum()) for v in result["state"].values())
-            print(f"parameter checksum {checksum:.10f}")
-    finally:
-        cleanup()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

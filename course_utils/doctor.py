@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import platform
+from pathlib import Path
 
 PACKAGES = ("torch", "numpy", "matplotlib", "sklearn", "jupyterlab", "ipywidgets", "nbval", "tqdm")
 
@@ -39,11 +40,40 @@ def report() -> list[str]:
 
 
 def _data_lines() -> list[str]:
-    try:
-        from course_utils.data import cache
-    except ImportError:
-        return ["data        (course_utils.data not available)"]
-    return [f"data        {line}" for line in cache.describe_optional_data()]
+    return [f"data        {line}" for line in describe_optional_data()]
+
+
+def _size(path: Path) -> str:
+    """A file's size for humans (kB or MB)."""
+    n = path.stat().st_size
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
+
+
+def describe_optional_data() -> list[str]:
+    """Lines for ``course doctor``: the cache folder and whether each optional data set is here."""
+    from course_utils.data import images, text
+    from course_utils.data.cache import ENV_VAR, cache_dir
+
+    lines = [f"cache folder: {cache_dir()} (set {ENV_VAR} to change it)"]
+    shakespeare = text.find_tinyshakespeare()
+    if shakespeare is not None:
+        lines.append(f"tiny-shakespeare: found at {shakespeare} ({_size(shakespeare)})")
+    else:
+        lines.append(
+            "tiny-shakespeare: not found (notebook 08 then uses a generated corpus); get it with "
+            '`python -c "from course_utils.data.text import load_text_corpus; '
+            'load_text_corpus(download=True)"` or put tinyshakespeare.txt in the cache folder'
+        )
+    cifar = images.find_cifar10()
+    if cifar is not None:
+        lines.append(f"CIFAR-10: cached at {cifar} ({_size(cifar)})")
+    else:
+        lines.append(
+            "CIFAR-10: not cached (only the gpu profile of notebook 09 uses it; "
+            "load_cifar10(download=True) fetches 170 MB)"
+        )
+    lines.append("digits: bundled with scikit-learn (always available)")
+    return lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,17 +14,21 @@ tested to give the same outputs.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import _check_mask, combine_masks, fast_attention, scaled_dot_product_attention
+from .attention import check_mask, combine_masks, fast_attention, scaled_dot_product_attention
 
 __all__ = [
     "split_heads",
     "merge_heads",
     "KVCache",
     "MultiHeadAttention",
+    "record_attention",
     "MLP",
     "TransformerBlock",
     "TransformerDecoderBlock",
@@ -102,6 +106,8 @@ class MultiHeadAttention(nn.Module):
     Parameters: ``qkv`` = Linear(D, 3D) whose weight rows are [W_q; W_k; W_v] (the layout of
     ``nn.MultiheadAttention.in_proj_weight``), ``out`` = Linear(D, D) (W_O).
     ``dropout`` is applied to the attention weights in training mode.
+    ``fast`` (default True) attends through ``F.scaled_dot_product_attention``; False, or
+    recording with :func:`record_attention`, uses the taught manual path (same result).
     """
 
     def __init__(self, d_model: int, n_heads: int, *, bias: bool = True, dropout: float = 0.0):
@@ -114,8 +120,50 @@ class MultiHeadAttention(nn.Module):
         self.n_heads = n_heads
         self.head_dim = d_model // n_heads
         self.dropout = dropout
+        self.fast = True
+        self.recorded: list[Tensor] | None = None  # set by record_attention
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """x (B, T, D), context (B, S, D) or None (self attention) -> out (B, T, D).
+
+        attn_mask: bool (True = may attend) or float (added), broadcastable to (B, H, T, S).
+        key_padding_mask: (B, S) bool, True = real token. is_causal: query i sees keys <= i
+        (offset by the cache length when decoding with ``cache``, a :class:`KVCache`).
+        """
+        self._check_inputs(x, context, cache)
+        q, k, v = self._project(x, context)  # (B, T, D), (B, S, D), (B, S, D)
+        q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))  # (B, H, L, Dh)
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, H, S_past + T, Dh)
+        y = self._attend(q, k, v, attn_mask, key_padding_mask, is_causal)  # (B, H, T, Dh)
+        return self.out(merge_heads(y))  # (B, T, D)
+
+    def _check_inputs(self, x: Tensor, context: Tensor | None, cache: KVCache | None) -> None:
+        """Raise a ValueError unless x is (B, T, D) and context is None or (B, S, D)."""
+        if x.ndim != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"expected x of shape (B, T, D) with D == {self.d_model}, got {tuple(x.shape)}"
+            )
+        if context is None:
+            return
+        if context.ndim != 3 or context.shape[0] != x.shape[0] or context.shape[-1] != self.d_model:
+            raise ValueError(
+                f"expected context of shape (B, S, D) = ({x.shape[0]}, S, {self.d_model}), "
+                f"got {tuple(context.shape)}"
+            )
+        if cache is not None:
+            raise ValueError("cache is for self attention: pass context=None with a KVCache")
 
     def _project(self, x: Tensor, context: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """q from x (B, T, D); k, v from context (B, S, D) (x itself for self attention)."""
@@ -128,70 +176,30 @@ class MultiHeadAttention(nn.Module):
         k, v = F.linear(context, w_kv, b_kv).split(D, dim=-1)  # 2 x (B, S, D)
         return q, k, v
 
-    def forward(
+    def _attend(
         self,
-        x: Tensor,
-        context: Tensor | None = None,
-        *,
-        attn_mask: Tensor | None = None,
-        key_padding_mask: Tensor | None = None,
-        is_causal: bool = False,
-        need_weights: bool = False,
-        cache: KVCache | None = None,
-        fast: bool | None = None,
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """x (B, T, D), context (B, S, D) or None (self attention) -> out (B, T, D).
-
-        attn_mask: bool (True = may attend) or float (added), broadcastable to (B, H, T, S).
-        key_padding_mask: (B, S) bool, True = real token. is_causal: query i sees keys <= i
-        (offset by the cache length when decoding with ``cache``).
-        need_weights: also return the per-head weights (B, H, T, S); average over dim 1 for
-        ``nn.MultiheadAttention``'s default. fast: None = F.scaled_dot_product_attention unless
-        weights are needed; False = the manual path.
-        """
-        if x.ndim != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(
-                f"expected x of shape (B, T, D) with D == {self.d_model}, got {tuple(x.shape)}"
-            )
-        if context is not None:
-            if (
-                context.ndim != 3
-                or context.shape[0] != x.shape[0]
-                or context.shape[-1] != self.d_model
-            ):
-                raise ValueError(
-                    f"expected context of shape (B, S, D) = ({x.shape[0]}, S, {self.d_model}), "
-                    f"got {tuple(context.shape)}"
-                )
-            if cache is not None:
-                raise ValueError("cache is for self attention: pass context=None with a KVCache")
-        B, T, _ = x.shape
-        q, k, v = self._project(x, context)
-        q = split_heads(q, self.n_heads)  # (B, H, T, Dh)
-        k = split_heads(k, self.n_heads)  # (B, H, S, Dh)
-        v = split_heads(v, self.n_heads)  # (B, H, S, Dh)
-        if cache is not None:
-            k, v = cache.update(k, v)  # (B, H, S_past + T, Dh)
-        S = k.shape[-2]
-
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        attn_mask: Tensor | None,
+        key_padding_mask: Tensor | None,
+        is_causal: bool,
+    ) -> Tensor:
+        """q (B, H, T, Dh), k, v (B, H, S, Dh) -> (B, H, T, Dh): SDPA, or the manual path
+        (which appends its weights (B, H, T, S) to ``self.recorded`` while recording)."""
+        B, H, T, S = *q.shape[:-1], k.shape[-2]
         if attn_mask is not None:
-            _check_mask(attn_mask, torch.Size((B, self.n_heads, T, S)))
-        mask = combine_masks(
-            attn_mask, key_padding_mask, is_causal=is_causal, T=T, S=S, device=x.device
-        )  # None, or broadcastable to (B, H, T, S)
+            check_mask(attn_mask, torch.Size((B, H, T, S)))
+        mask = combine_masks(attn_mask, key_padding_mask, S=S)  # causality is applied below
         dropout_p = self.dropout if self.training else 0.0
-        plain_causal = is_causal and T == S and attn_mask is None and key_padding_mask is None
-        if fast is not False and not need_weights and plain_causal:
-            # No explicit mask: lets SDPA pick its causal kernel (faster than a (T, T) mask).
-            y = fast_attention(q, k, v, None, is_causal=True, dropout_p=dropout_p)
-            weights = None
-        elif fast is not False and not need_weights:
-            y = fast_attention(q, k, v, mask, dropout_p=dropout_p)  # (B, H, T, Dh)
-            weights = None
-        else:
-            y, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p)
-        y = self.out(merge_heads(y))  # (B, T, D)
-        return (y, weights) if need_weights else y
+        if self.fast and self.recorded is None:
+            return fast_attention(q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p)
+        y, weights = scaled_dot_product_attention(
+            q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p
+        )
+        if self.recorded is not None:
+            self.recorded.append(weights.detach())
+        return y
 
     @classmethod
     def from_torch(cls, mha: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -213,6 +221,32 @@ class MultiHeadAttention(nn.Module):
                 ours.qkv.bias.copy_(mha.in_proj_bias)
                 ours.out.bias.copy_(mha.out_proj.bias)
         return ours
+
+
+@contextmanager
+def record_attention(*modules: nn.Module) -> Iterator[list[Tensor]]:
+    """Record the attention weights of every :class:`MultiHeadAttention` inside ``modules``.
+
+    ``with record_attention(model) as maps: model(x)`` leaves in ``maps`` one weights tensor
+    (B, H, T, S) per attention call, in call order (so for a stack of blocks, one per layer).
+    While recording the layers attend through the manual path (same outputs as SDPA) and
+    the weights are detached; pass e.g. ``*(b.cross_attn for b in model.decoder)`` to record
+    only some layers. Forwards return one tensor; this is how the weights come out.
+    """
+    layers = [
+        m for module in modules for m in module.modules() if isinstance(m, MultiHeadAttention)
+    ]
+    if not layers:
+        raise ValueError("record_attention found no MultiHeadAttention in the given modules")
+    maps: list[Tensor] = []
+    previous = [m.recorded for m in layers]
+    for m in layers:
+        m.recorded = maps
+    try:
+        yield maps
+    finally:
+        for m, old in zip(layers, previous, strict=True):
+            m.recorded = old
 
 
 _ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
@@ -317,11 +351,6 @@ class TransformerBlock(nn.Module):
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
-    def _sa(self, x: Tensor, need_weights: bool, **kwargs) -> tuple[Tensor, Tensor | None]:
-        out = self.attn(x, need_weights=need_weights, **kwargs)
-        y, w = out if need_weights else (out, None)
-        return self.dropout1(y), w
-
     def forward(
         self,
         x: Tensor,
@@ -330,29 +359,17 @@ class TransformerBlock(nn.Module):
         key_padding_mask: Tensor | None = None,
         is_causal: bool = False,
         cache: KVCache | None = None,
-        need_weights: bool = False,
-        fast: bool | None = None,
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """x (B, T, D) -> (B, T, D), or (out, weights (B, H, T, S)) with ``need_weights``.
-
-        Masks as in :class:`MultiHeadAttention` (key_padding_mask: True = real token).
-        """
+    ) -> Tensor:
+        """x (B, T, D) -> (B, T, D). Masks as in :class:`MultiHeadAttention`
+        (key_padding_mask: True = real token)."""
         kw = dict(
-            attn_mask=attn_mask,
-            key_padding_mask=key_padding_mask,
-            is_causal=is_causal,
-            cache=cache,
-            fast=fast,
+            attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal, cache=cache
         )
         if self.norm_first:
-            a, w = self._sa(self.norm1(x), need_weights, **kw)
-            x = x + a
-            x = x + self.dropout2(self.mlp(self.norm2(x)))
-        else:
-            a, w = self._sa(x, need_weights, **kw)
-            x = self.norm1(x + a)
-            x = self.norm2(x + self.dropout2(self.mlp(x)))
-        return (x, w) if need_weights else x
+            x = x + self.dropout1(self.attn(self.norm1(x), **kw))
+            return x + self.dropout2(self.mlp(self.norm2(x)))
+        x = self.norm1(x + self.dropout1(self.attn(x, **kw)))
+        return self.norm2(x + self.dropout2(self.mlp(x)))
 
     @classmethod
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> TransformerBlock:
@@ -440,55 +457,35 @@ class TransformerDecoderBlock(nn.Module):
         memory_key_padding_mask: Tensor | None = None,
         is_causal: bool = True,
         cache: KVCache | None = None,
-        need_weights: bool = False,
-        fast: bool | None = None,
-    ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
+    ) -> Tensor:
         """x (B, T, D), memory (B, S, D) -> (B, T, D).
 
         tgt_mask / tgt_key_padding_mask (B, T) apply to self attention (causal by default;
         ``cache`` caches its keys/values); memory_mask / memory_key_padding_mask (B, S) to cross
-        attention. True = may attend / real token. With ``need_weights`` returns
-        (out, {"self": (B, H, T, T), "cross": (B, H, T, S)}).
+        attention. True = may attend / real token.
         """
 
-        def self_block(h: Tensor) -> tuple[Tensor, Tensor | None]:
-            out = self.self_attn(
+        def sa(h: Tensor) -> Tensor:
+            return self.self_attn(
                 h,
                 attn_mask=tgt_mask,
                 key_padding_mask=tgt_key_padding_mask,
                 is_causal=is_causal,
                 cache=cache,
-                need_weights=need_weights,
-                fast=fast,
             )
-            y, w = out if need_weights else (out, None)
-            return self.dropout1(y), w
 
-        def cross_block(h: Tensor) -> tuple[Tensor, Tensor | None]:
-            out = self.cross_attn(
-                h,
-                memory,
-                attn_mask=memory_mask,
-                key_padding_mask=memory_key_padding_mask,
-                need_weights=need_weights,
-                fast=fast,
+        def ca(h: Tensor) -> Tensor:
+            return self.cross_attn(
+                h, memory, attn_mask=memory_mask, key_padding_mask=memory_key_padding_mask
             )
-            y, w = out if need_weights else (out, None)
-            return self.dropout2(y), w
 
         if self.norm_first:
-            a, w_self = self_block(self.norm1(x))
-            x = x + a
-            c, w_cross = cross_block(self.norm2(x))
-            x = x + c
-            x = x + self.dropout3(self.mlp(self.norm3(x)))
-        else:
-            a, w_self = self_block(x)
-            x = self.norm1(x + a)
-            c, w_cross = cross_block(x)
-            x = self.norm2(x + c)
-            x = self.norm3(x + self.dropout3(self.mlp(x)))
-        return (x, {"self": w_self, "cross": w_cross}) if need_weights else x
+            x = x + self.dropout1(sa(self.norm1(x)))
+            x = x + self.dropout2(ca(self.norm2(x)))
+            return x + self.dropout3(self.mlp(self.norm3(x)))
+        x = self.norm1(x + self.dropout1(sa(x)))
+        x = self.norm2(x + self.dropout2(ca(x)))
+        return self.norm3(x + self.dropout3(self.mlp(x)))
 
     @classmethod
     def from_torch(cls, layer: nn.TransformerDecoderLayer) -> TransformerDecoderBlock:

@@ -107,32 +107,7 @@ def show_heatmaps(
     (ticks on the outer panels only); ``titles`` name the panels in reading order.
     ``share_scale``: one colour scale (and one colour bar) for every panel.
     """
-    if isinstance(matrices, (list, tuple)):
-        mats = [_numpy(m) for m in matrices]
-        grid = None
-    else:
-        arr = _numpy(matrices)
-        if arr.ndim == 4:
-            grid = arr.shape[:2]
-            mats = [arr[i, j] for i in range(arr.shape[0]) for j in range(arr.shape[1])]
-        elif arr.ndim == 3:
-            grid = None
-            mats = list(arr)
-        elif arr.ndim == 2:
-            grid, mats = None, [arr]
-        else:
-            raise ValueError(
-                f"expected matrices of shape (R, C, T, S) or (N, T, S), got {arr.shape}"
-            )
-    if not mats:
-        raise ValueError("expected at least one matrix")
-    for m in mats:
-        if m.ndim != 2:
-            raise ValueError(f"expected every matrix to be 2-D (T, S), got shape {m.shape}")
-    if grid is None:
-        cols = ncols or min(len(mats), 4)
-        grid = (math.ceil(len(mats) / cols), cols)
-    rows, cols = grid
+    mats, (rows, cols) = _panel_grid(matrices, ncols)
     if titles is not None and len(titles) != len(mats):
         raise ValueError(f"expected {len(mats)} titles, got {len(titles)}")
     t, s = mats[0].shape
@@ -168,6 +143,32 @@ def show_heatmaps(
     if share_scale and im is not None:
         fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6)
     return fig
+
+
+def _panel_grid(matrices: Any, ncols: int | None) -> tuple[list[Any], tuple[int, int]]:
+    """The 2-D panels of ``show_heatmaps`` in reading order and their (rows, cols) grid:
+    (R, C, T, S) is R x C; (N, T, S), (T, S) or a list of (T, S) fill ``ncols`` columns."""
+    grid = None
+    if isinstance(matrices, (list, tuple)):
+        mats = [_numpy(m) for m in matrices]
+    else:
+        arr = _numpy(matrices)
+        if arr.ndim not in (2, 3, 4):
+            raise ValueError(
+                f"expected matrices of shape (R, C, T, S) or (N, T, S), got {arr.shape}"
+            )
+        if arr.ndim == 4:
+            grid = arr.shape[:2]
+        mats = list(arr.reshape(-1, *arr.shape[-2:]))
+    if not mats:
+        raise ValueError("expected at least one matrix")
+    for m in mats:
+        if m.ndim != 2:
+            raise ValueError(f"expected every matrix to be 2-D (T, S), got shape {m.shape}")
+    if grid is None:
+        cols = ncols or min(len(mats), 4)
+        grid = (math.ceil(len(mats) / cols), cols)
+    return mats, grid
 
 
 def _as_series(curves: Any) -> dict[str, tuple[list[float], list[float]]]:

@@ -39,6 +39,7 @@ __all__ = [
     "default_loss",
     "sequence_cross_entropy",
     "make_optimizer",
+    "param_groups",
     "to_device",
     "evaluate_loss",
 ]
@@ -54,6 +55,8 @@ class History:
     ``step``, ``train_loss`` (mean over the steps since the previous entry), ``lr``,
     ``grad_norm`` (before clipping; NaN when not clipping), ``time`` (seconds since the start);
     evaluations: ``eval_step``, ``eval_time`` and ``eval`` (metric name -> list of values).
+    The run: ``steps_done``, ``stopped_by`` ("steps" or "time budget"), ``wall_seconds``
+    (evaluations included) and ``eval_seconds`` (spent in ``eval_fn``).
     """
 
     step: list[int] = field(default_factory=list)
@@ -64,6 +67,15 @@ class History:
     eval_step: list[int] = field(default_factory=list)
     eval_time: list[float] = field(default_factory=list)
     eval: dict[str, list[float]] = field(default_factory=dict)
+    steps_done: int = 0
+    stopped_by: str = "steps"
+    wall_seconds: float = 0.0
+    eval_seconds: float = 0.0
+
+    @property
+    def train_seconds(self) -> float:
+        """Seconds spent in training steps (the wall time less the evaluations)."""
+        return self.wall_seconds - self.eval_seconds
 
     @property
     def total_time(self) -> float:
@@ -124,12 +136,15 @@ def lr_schedule(
     warmup: int = 0,
     min_lr: float | None = None,
     schedule: str = "cosine",
+    time_fraction: float = 0.0,
 ) -> float:
     """Learning rate at ``step`` (0-based): linear warmup to ``lr``, then decay to ``min_lr``.
 
     Warmup: ``lr * (step + 1) / warmup`` for ``step < warmup``. Then ``schedule``:
     ``"cosine"`` (half a cosine from ``lr`` at ``warmup`` to ``min_lr`` at ``steps``),
     ``"linear"`` or ``"constant"``. ``min_lr`` defaults to ``lr / 10`` (as nanoGPT).
+    ``time_fraction``: the share of a time budget used so far; the decay follows the larger
+    of it and the share of steps done, so a run stopped by time still ends its decay.
     """
     if steps < 1 or warmup < 0:
         raise ValueError(f"expected steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
@@ -140,10 +155,26 @@ def lr_schedule(
         return lr * (step + 1) / warmup
     if schedule == "constant":
         return lr
-    ratio = min(1.0, max(0.0, (step - warmup) / max(1, steps - warmup)))
+    ratio = min(1.0, max(0.0, (step - warmup) / max(1, steps - warmup), time_fraction))
     if schedule == "linear":
         return lr + ratio * (min_lr - lr)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
+
+
+def param_groups(model: nn.Module, weight_decay: float = 0.0) -> list[dict[str, Any]]:
+    """AdamW parameter groups (nanoGPT's rule): weight decay on matrices only (dim >= 2:
+    Linear weights, embeddings), never on biases, norms or scalars. Tied parameters appear
+    once, empty groups are left out; with ``weight_decay == 0`` one group holds everything."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no trainable parameters")
+    if not weight_decay:
+        return [{"params": params, "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return [g for g in groups if g["params"]]
 
 
 def make_optimizer(
@@ -151,20 +182,11 @@ def make_optimizer(
     lr: float,
     weight_decay: float = 0.0,
     betas: tuple[float, float] = (0.9, 0.999),
+    fused: bool = False,
 ) -> torch.optim.Optimizer:
-    """AdamW; weight decay only on matrices (dim >= 2), never on biases, norms or scalars."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("the model has no trainable parameters")
-    if weight_decay:
-        groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-        ]
-        groups = [g for g in groups if g["params"]]
-    else:
-        groups = [{"params": params, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=betas)
+    """AdamW over :func:`param_groups` (weight decay on matrices only); ``fused``: PyTorch's
+    single-kernel implementation (faster on CPU and CUDA, rounding may differ slightly)."""
+    return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, fused=fused)
 
 
 def sequence_cross_entropy(
@@ -318,7 +340,7 @@ def _eval(model: nn.Module, eval_fn: Callable[[nn.Module], Any]) -> dict[str, fl
     return {"eval": float(result)}
 
 
-def train(
+def train(  # noqa: C901 -- the taught loop: one branch per documented option
     model: nn.Module,
     data: Any,
     *,
@@ -332,9 +354,12 @@ def train(
     schedule: str = "cosine",
     grad_clip: float | None = 1.0,
     optimizer: torch.optim.Optimizer | None = None,
+    fused: bool = False,
     eval_fn: Callable[[nn.Module], float | dict[str, float]] | None = None,
     eval_every: int | None = None,
+    eval_at_end: bool = True,
     log_every: int = 1,
+    time_budget_s: float | None = None,
     seed: int | None = None,
     device: torch.device | str | None = None,
     autocast_dtype: torch.dtype | None = None,
@@ -342,7 +367,8 @@ def train(
     progress: bool | str = True,
     desc: str = "training",
 ) -> History:
-    """Train ``model`` for ``steps`` optimizer steps; returns a :class:`History`.
+    """Train ``model`` for ``steps`` optimizer steps (or until ``time_budget_s``); returns a
+    :class:`History`.
 
     Args:
         model: any ``nn.Module``; trained in place (moved to ``device`` if given).
@@ -351,11 +377,15 @@ def train(
             (e.g. ``lambda step: ds.get_batch("train", 64, 12, g)``).
         loss_fn: ``loss_fn(model, batch) -> scalar``; default :func:`default_loss`.
         lr, warmup, min_lr, schedule: see :func:`lr_schedule` (AdamW peak learning rate).
-        weight_decay, betas: AdamW's (decay on matrices only); ignored with ``optimizer``.
+        weight_decay, betas, fused: AdamW's (:func:`make_optimizer`); ignored with ``optimizer``.
         grad_clip: clip the global gradient norm to this (None or 0: no clipping).
         eval_fn: ``eval_fn(model) -> float | dict`` run in eval mode without gradients every
-            ``eval_every`` steps (None: only at the end) and after the last step.
+            ``eval_every`` steps (None: only at the end) and, with ``eval_at_end``, after the
+            last step (a caller with its own, larger final evaluation turns it off).
         log_every: record the mean training loss every this many steps.
+        time_budget_s: stop before a step that would start after this many seconds (the
+            evaluations count, as in nanoGPT); the learning-rate decay then follows the time
+            used (``lr_schedule(time_fraction=...)``) so it still ends on time.
         seed: if given, :func:`course_utils.profiles.seed_everything` first (dropout, sampling).
         autocast_dtype: e.g. ``torch.bfloat16`` to run forward passes under autocast.
         data_parallel: wrap in DDP and shard batches by rank; default: when
@@ -390,7 +420,7 @@ def train(
 
         net = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None)
 
-    opt = optimizer or make_optimizer(model, lr, weight_decay, betas)
+    opt = optimizer or make_optimizer(model, lr, weight_decay, betas, fused=fused)
     params = [p for g in opt.param_groups for p in g["params"]]
     source = _BatchSource(data)
     history = History()
@@ -412,15 +442,61 @@ def train(
     )
     running: torch.Tensor | None = None  # sum of the losses since the last log, on the device
     n_running = 0
-    last_norm = float("nan")
+    norm: torch.Tensor | float = float("nan")
+    current_lr: float | None = None
     start = time.perf_counter()
+
+    def log(step: int) -> None:
+        """Record the mean loss of the steps since the last log, ending at ``step``."""
+        nonlocal running, n_running
+        assert running is not None
+        if data_parallel and world > 1:
+            running = distributed.all_reduce_mean(running)
+        mean_loss = running.item() / n_running
+        if not math.isfinite(mean_loss):
+            raise FloatingPointError(
+                f"the training loss became {mean_loss} at step {step}; try a smaller lr "
+                f"(now {current_lr if current_lr is not None else 'set by the optimizer'}), "
+                "warmup, or grad_clip"
+            )
+        history.step.append(step)
+        history.train_loss.append(mean_loss)
+        history.lr.append(float(opt.param_groups[0]["lr"]))
+        history.grad_norm.append(float(norm) if grad_clip else float("nan"))
+        history.time.append(time.perf_counter() - start)
+        running, n_running = None, 0
+        bar.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{history.lr[-1]:.2e}", refresh=False)
+
+    def evaluate(step: int) -> None:
+        t0 = time.perf_counter()
+        metrics = _eval(model, eval_fn)
+        history.eval_seconds += time.perf_counter() - t0
+        history.eval_step.append(step)
+        history.eval_time.append(time.perf_counter() - start)
+        for k, v in metrics.items():
+            history.eval.setdefault(k, []).append(v)
+        train_loss = f"{history.train_loss[-1]:.4f}" if history.train_loss else ""
+        bar.set_postfix(
+            {"loss": train_loss, **{k: f"{v:.4f}" for k, v in metrics.items()}}, refresh=False
+        )
+
     model.train()
     try:
         for step in range(steps):
-            current_lr = None
+            elapsed = time.perf_counter() - start
+            if time_budget_s is not None and elapsed >= time_budget_s:
+                history.stopped_by = "time budget"
+                break
             if optimizer is None:
+                used = elapsed / time_budget_s if time_budget_s else 0.0
                 current_lr = lr_schedule(
-                    step, lr=lr, steps=steps, warmup=warmup, min_lr=min_lr, schedule=schedule
+                    step,
+                    lr=lr,
+                    steps=steps,
+                    warmup=warmup,
+                    min_lr=min_lr,
+                    schedule=schedule,
+                    time_fraction=used,
                 )
                 for group in opt.param_groups:
                     group["lr"] = current_lr
@@ -441,44 +517,25 @@ def train(
                 detached = detached.float()
             running = detached if running is None else running + detached
             n_running += 1
-
-            if (step + 1) % log_every == 0 or step == steps - 1:
-                assert running is not None
-                if data_parallel and world > 1:
-                    running = distributed.all_reduce_mean(running)
-                mean_loss = running.item() / n_running
-                if not math.isfinite(mean_loss):
-                    raise FloatingPointError(
-                        f"the training loss became {mean_loss} at step {step}; try a smaller lr "
-                        f"(now {current_lr if current_lr is not None else 'set by the optimizer'}), "
-                        "warmup, or grad_clip"
-                    )
-                if grad_clip:
-                    last_norm = float(norm)
-                history.step.append(step)
-                history.train_loss.append(mean_loss)
-                history.lr.append(float(opt.param_groups[0]["lr"]))
-                history.grad_norm.append(last_norm)
-                history.time.append(time.perf_counter() - start)
-                running, n_running = None, 0
-                bar.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{history.lr[-1]:.2e}", refresh=False)
+            history.steps_done = step + 1
 
             last = step == steps - 1
-            if eval_fn is not None and (last or (eval_every and (step + 1) % eval_every == 0)):
-                metrics = _eval(model, eval_fn)
-                history.eval_step.append(step)
-                history.eval_time.append(time.perf_counter() - start)
-                for k, v in metrics.items():
-                    history.eval.setdefault(k, []).append(v)
-                bar.set_postfix(
-                    {
-                        "loss": f"{history.train_loss[-1]:.4f}" if history.train_loss else "",
-                        **{k: f"{v:.4f}" for k, v in metrics.items()},
-                    },
-                    refresh=False,
-                )
+            if (step + 1) % log_every == 0 or last:
+                log(step)
+            periodic = eval_every and (step + 1) % eval_every == 0 and not last
+            if eval_fn is not None and (periodic or (last and eval_at_end)):
+                evaluate(step)
             bar.update(1)
+        stopped_early = history.stopped_by != "steps" and history.steps_done > 0
+        if stopped_early and n_running:
+            log(history.steps_done - 1)
+        if stopped_early and eval_fn is not None and eval_at_end:
+            if not history.eval_step or history.eval_step[-1] != history.steps_done - 1:
+                evaluate(history.steps_done - 1)
     finally:
         bar.close()
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    history.wall_seconds = time.perf_counter() - start
     model.eval()
     return history

@@ -8,10 +8,13 @@ the machine it ran on.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from course_utils import bench
 from course_utils.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,6 +44,34 @@ def _bench(tmp_path: Path, *names: str, extra: tuple[str, ...] = ()) -> dict:
 def test_bench_records_the_machine_and_rejects_unknown_names(tmp_path, capsys):
     assert main(["bench", "no-such-benchmark"]) == 2
     assert "unknown benchmark" in capsys.readouterr().err
+
+
+def test_quick_run_without_out_never_writes_into_the_committed_results(
+    tmp_path, monkeypatch, capsys
+):
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    (results / "attention.png").write_bytes(b"committed")
+    monkeypatch.chdir(tmp_path)
+    seen = []
+
+    def fake_run(opts):  # stands in for a benchmark that saves a plot into opts.out
+        seen.append(Path(opts.out).resolve())
+        (Path(opts.out) / "attention.png").write_bytes(b"new")
+        return {"rows": [], "summary": {}}
+
+    monkeypatch.setitem(bench.BENCHMARKS, "fake", "fake_bench_module")
+    monkeypatch.setitem(sys.modules, "fake_bench_module", SimpleNamespace(run=fake_run))
+    assert main(["bench", "fake", "--quick", "--threads", "1"]) == 0
+    assert (results / "attention.png").read_bytes() == b"committed"
+    assert seen[0] != results.resolve() and not seen[0].is_relative_to(tmp_path)
+    # a full run, or --quick with an explicit --out, does write where it is told
+    assert main(["bench", "fake", "--threads", "1"]) == 0
+    assert seen[1] == results.resolve()
+    assert (results / "attention.png").read_bytes() == b"new"
+    assert main(["bench", "fake", "--quick", "--threads", "1", "--out", str(results)]) == 0
+    assert seen[2] == results.resolve()
+    capsys.readouterr()
 
 
 @pytest.mark.slow

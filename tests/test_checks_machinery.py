@@ -274,3 +274,17 @@ def test_an_exception_in_the_first_case_is_an_error():
 
     result = core_check(_toy_exercise(), crash)
     assert result.status == "error" and "RuntimeError: shape trouble" in result.message
+
+
+def test_formula_only_refuses_big_tensors_before_and_after_they_are_built():
+    from course_utils.checks._common import FormulaOnly
+
+    def guard():
+        return FormulaOnly(lambda shape: f"built {shape}", limit=100)
+
+    with guard():
+        assert int(torch.tensor(7) * 6) == 42  # plain arithmetic on small tensors is fine
+    with pytest.raises(ValueError, match=r"built \(1000, 1000\)"), guard():
+        torch.zeros(1000, 1000)  # refused before the factory allocates
+    with pytest.raises(ValueError, match=r"built \(20, 20\)"), guard():
+        torch.ones(20, 1) @ torch.ones(1, 20)  # any op's big result

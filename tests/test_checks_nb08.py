@@ -420,8 +420,10 @@ def test_train_char_gpt_runs_its_steps_records_curves_and_is_deterministic():
     data = CharDataset("to be or not to be, that is the question\n" * 20)
     _, h1 = nb08.train_char_gpt(_tiny_recipe(), data, progress=False, log_every=2)
     _, h2 = nb08.train_char_gpt(_tiny_recipe(), data, progress=False, log_every=2)
-    assert h1.steps_done == 6 and h1.stopped_by == "steps" and h1.step == [2, 4, 6]
-    assert h1.eval_step == [3, 6] and set(h1.final) == {"train", "val"}
+    assert h1.steps_done == 6 and h1.stopped_by == "steps" and h1.step == [1, 3, 5]
+    assert h1.eval_step == [2, 5] and set(h1.final) == {"train", "val"}
+    assert h1.eval["val loss"][-1] == h1.final["val"]  # the final estimate closes the curve
+    assert 0 < h1.train_seconds <= h1.wall_seconds
     assert h1.train_loss == h2.train_loss and h1.final == h2.final
     assert h1.tokens_seen == 6 * 4 * 8
 
@@ -434,5 +436,6 @@ def test_a_time_budget_stops_training_and_still_ends_the_schedule():
     _, h = nb08.train_char_gpt(_tiny_recipe(), data, steps=10**6, time_budget_s=0.0, progress=False)
     assert h.stopped_by == "time budget" and h.steps_done == 0
     cfg = _tiny_recipe()
-    assert nb08.lr_at(1.0, 100, cfg) == pytest.approx(cfg.min_lr)
-    assert nb08.lr_at(0.0, 0, cfg) == pytest.approx(cfg.lr / cfg.warmup)
+    assert nb08.lr_at(cfg.steps, cfg) == pytest.approx(cfg.min_lr)
+    assert nb08.lr_at(cfg.warmup, cfg, time_fraction=1.0) == pytest.approx(cfg.min_lr)
+    assert nb08.lr_at(0, cfg) == pytest.approx(cfg.lr / cfg.warmup)

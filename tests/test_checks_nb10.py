@@ -49,9 +49,10 @@ class LayerExplicitMasks(Given):
         def ln(norm, t):
             return F.layer_norm(t, t.shape[-1:], norm.weight, norm.bias, norm.eps)
 
+        self.self_attn.fast = self.cross_attn.fast = False  # the manual attention path
         subs = [
-            (self.norm1, lambda h: self.self_attn(h, attn_mask=causal_mask(T), fast=False)),
-            (self.norm2, lambda h: self.cross_attn(h, memory, attn_mask=cross_mask, fast=False)),
+            (self.norm1, lambda h: self.self_attn(h, attn_mask=causal_mask(T))),
+            (self.norm2, lambda h: self.cross_attn(h, memory, attn_mask=cross_mask)),
             (self.norm3, lambda h: self.mlp.fc2(torch.relu(self.mlp.fc1(h)))),
         ]
         for norm, sub in subs:

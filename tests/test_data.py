@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from course_utils import doctor
 from course_utils.data import cache, images, tasks, text
 from course_utils.data.tasks import (
     BOS,
@@ -318,14 +319,14 @@ def test_download_failure_is_a_clear_error_saying_where_to_put_the_file(tmp_path
 
 
 def test_describe_optional_data_reports_missing_and_present_data(tmp_path):
-    lines = cache.describe_optional_data()
+    lines = doctor.describe_optional_data()
     assert any("tiny-shakespeare: not found" in line for line in lines)
     assert any("CIFAR-10: not cached" in line for line in lines)
     assert not any("MISSING" in line for line in lines)  # `course doctor` treats MISSING as failure
     folder = cache.cache_dir(create=True)
     (folder / text.TINYSHAKESPEARE_FILE).write_text("First Citizen:\n")
     (folder / images.CIFAR10_FILE).write_bytes(b"x")
-    lines = cache.describe_optional_data()
+    lines = doctor.describe_optional_data()
     assert any(line.startswith("tiny-shakespeare: found at") for line in lines)
     assert any(line.startswith("CIFAR-10: cached at") for line in lines)
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from tensors_testing import DEVICES, F64, gen, randn
 from torch import nn
 
-from course_utils.attention import causal_mask, padding_mask
+from course_utils.attention import causal_mask, padding_mask, scaled_dot_product_attention
 from course_utils.layers import (
     MLP,
     KVCache,
@@ -18,6 +18,7 @@ from course_utils.layers import (
     TransformerBlock,
     TransformerDecoderBlock,
     merge_heads,
+    record_attention,
     split_heads,
 )
 
@@ -32,6 +33,25 @@ def torch_mha(D, H, seed, bias=True):
             mha.in_proj_bias.normal_()
             mha.out_proj.bias.normal_()
     return mha
+
+
+def call(m, *args, fast=True, **kwargs):
+    """m(*args, **kwargs) with every MultiHeadAttention's ``fast`` set as given."""
+    layers = [a for a in m.modules() if isinstance(a, MultiHeadAttention)]
+    for a in layers:
+        a.fast = fast
+    try:
+        return m(*args, **kwargs)
+    finally:
+        for a in layers:
+            a.fast = True
+
+
+def with_weights(m, *args, **kwargs):
+    """(output, recorded weights) of one call of m; one map per attention call."""
+    with record_attention(m) as maps:
+        out = m(*args, **kwargs)
+    return out, maps
 
 
 # ----------------------------------------------------------------------------- heads
@@ -62,22 +82,22 @@ def test_split_heads_rejects_width_not_divisible_by_heads():
 
 
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("fast", [None, False])
+@pytest.mark.parametrize("fast", [True, False])
 def test_mha_self_attention_matches_torch(bias, fast):
     mha = torch_mha(12, 3, seed=0, bias=bias)
     ours = MultiHeadAttention.from_torch(mha)
     x = randn(2, 7, 12, g=gen(1))
     expected, w_avg = mha(x, x, x)
     _, w_heads = mha(x, x, x, average_attn_weights=False)
-    torch.testing.assert_close(ours(x, fast=fast), expected)
-    out, w = ours(x, need_weights=True)
+    torch.testing.assert_close(call(ours, x, fast=fast), expected)
+    out, (w,) = with_weights(ours, x)
     assert w.shape == (2, 3, 7, 7)
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(w, w_heads)
     torch.testing.assert_close(w.mean(dim=1), w_avg)
 
 
-@pytest.mark.parametrize("fast", [None, False])
+@pytest.mark.parametrize("fast", [True, False])
 def test_mha_cross_attention_with_key_padding_matches_torch(fast):
     mha = torch_mha(16, 4, seed=2)
     ours = MultiHeadAttention.from_torch(mha)
@@ -85,15 +105,15 @@ def test_mha_cross_attention_with_key_padding_matches_torch(fast):
     x, ctx = randn(3, 5, 16, g=g), randn(3, 9, 16, g=g)
     kpm = padding_mask([9, 4, 1], 9)  # ours: True = real token
     expected, w_heads = mha(x, ctx, ctx, key_padding_mask=~kpm, average_attn_weights=False)
-    torch.testing.assert_close(ours(x, ctx, key_padding_mask=kpm, fast=fast), expected)
-    out, w = ours(x, ctx, key_padding_mask=kpm, need_weights=True)
+    torch.testing.assert_close(call(ours, x, ctx, key_padding_mask=kpm, fast=fast), expected)
+    out, (w,) = with_weights(ours, x, ctx, key_padding_mask=kpm)
     assert w.shape == (3, 4, 5, 9)
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(w, w_heads)
     assert (w[1, :, :, 4:] == 0).all()
 
 
-@pytest.mark.parametrize("fast", [None, False])
+@pytest.mark.parametrize("fast", [True, False])
 def test_mha_causal_and_explicit_masks_match_torch(fast):
     mha = torch_mha(8, 2, seed=4)
     ours = MultiHeadAttention.from_torch(mha)
@@ -101,18 +121,20 @@ def test_mha_causal_and_explicit_masks_match_torch(fast):
     x = randn(2, 6, 8, g=g)
     kpm = padding_mask([6, 4], 6)
     expected, w_avg = mha(x, x, x, attn_mask=~causal_mask(6), key_padding_mask=~kpm)
-    got = ours(x, is_causal=True, key_padding_mask=kpm, fast=fast)
+    got = call(ours, x, is_causal=True, key_padding_mask=kpm, fast=fast)
     torch.testing.assert_close(got, expected)
-    out, w = ours(x, attn_mask=causal_mask(6), key_padding_mask=kpm, need_weights=True)
+    out, (w,) = with_weights(ours, x, attn_mask=causal_mask(6), key_padding_mask=kpm)
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(w.mean(1), w_avg)
     bias = randn(6, 6, g=g)  # float masks are added to the scores, as in torch
-    torch.testing.assert_close(ours(x, attn_mask=bias, fast=fast), mha(x, x, x, attn_mask=bias)[0])
+    torch.testing.assert_close(
+        call(ours, x, attn_mask=bias, fast=fast), mha(x, x, x, attn_mask=bias)[0]
+    )
     per_batch = torch.rand(2, 1, 6, 6, generator=g) < 0.7
     per_batch[..., 0] = True
     torch_mask = (~per_batch).expand(2, 2, 6, 6).reshape(4, 6, 6)  # torch: (B*H, T, S)
     torch.testing.assert_close(
-        ours(x, attn_mask=per_batch, fast=fast), mha(x, x, x, attn_mask=torch_mask)[0]
+        call(ours, x, attn_mask=per_batch, fast=fast), mha(x, x, x, attn_mask=torch_mask)[0]
     )
 
 
@@ -125,9 +147,9 @@ def test_mha_fast_path_equals_manual_path_including_fully_masked_rows(training):
     ctx = randn(3, 6, 12, g=g)
     kpm = padding_mask([6, 2, 0], 6)  # the last sequence has no real key at all
     fast = ours(x, ctx, key_padding_mask=kpm)
-    manual = ours(x, ctx, key_padding_mask=kpm, fast=False)
+    manual = call(ours, x, ctx, key_padding_mask=kpm, fast=False)
     torch.testing.assert_close(fast, manual)
-    y_w, _ = ours(x, ctx, key_padding_mask=kpm, need_weights=True)
+    y_w, _ = with_weights(ours, x, ctx, key_padding_mask=kpm)
     torch.testing.assert_close(y_w, manual)
     # a query that may attend nothing outputs just the output bias, and no NaN anywhere
     torch.testing.assert_close(fast[2], ours.out.bias.expand(5, 12))
@@ -140,9 +162,9 @@ def test_mha_dropout_acts_only_in_training_mode():
     ours = MultiHeadAttention(8, 2, dropout=0.5).double()
     x = randn(2, 6, 8, g=gen(9))
     ours.eval()
-    torch.testing.assert_close(ours(x), ours(x, fast=False))
+    torch.testing.assert_close(ours(x), call(ours, x, fast=False))
     ours.train()
-    assert not torch.allclose(ours(x, fast=False), ours.eval()(x))
+    assert not torch.allclose(call(ours, x, fast=False), ours.eval()(x))
 
 
 def test_mha_shape_errors_name_the_argument():
@@ -223,7 +245,7 @@ def test_mlp_is_fc2_act_fc1():
 
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
-@pytest.mark.parametrize("fast", [None, False])
+@pytest.mark.parametrize("fast", [True, False])
 def test_transformer_block_matches_torch_encoder_layer(norm_first, activation, fast):
     torch.manual_seed(16)
     layer = nn.TransformerEncoderLayer(
@@ -237,17 +259,21 @@ def test_transformer_block_matches_torch_encoder_layer(norm_first, activation, f
     assert ours.norm_first == norm_first
     g = gen(17)
     x = randn(3, 7, 16, g=g)
-    torch.testing.assert_close(ours(x, fast=fast), layer(x))
+    torch.testing.assert_close(call(ours, x, fast=fast), layer(x))
     kpm = padding_mask([7, 5, 2], 7)
     expected = layer(x, src_key_padding_mask=~kpm)
-    got = ours(x, key_padding_mask=kpm, fast=fast)
+    got = call(ours, x, key_padding_mask=kpm, fast=fast)
     torch.testing.assert_close(got[kpm], expected[kpm])  # torch may zero padded rows
     expected_causal = layer(x, src_mask=~causal_mask(7), is_causal=True)
-    torch.testing.assert_close(ours(x, is_causal=True, fast=fast), expected_causal)
+    torch.testing.assert_close(call(ours, x, is_causal=True, fast=fast), expected_causal)
+    out, (w,) = with_weights(ours, x, key_padding_mask=kpm)  # torch's per-head weights
+    h = layer.norm1(x) if norm_first else x
+    _, w_torch = layer.self_attn(h, h, h, key_padding_mask=~kpm, average_attn_weights=False)
+    torch.testing.assert_close(w, w_torch)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-@pytest.mark.parametrize("fast", [None, False])
+@pytest.mark.parametrize("fast", [True, False])
 def test_decoder_block_matches_torch_decoder_layer(norm_first, fast):
     torch.manual_seed(18)
     layer = nn.TransformerDecoderLayer(
@@ -262,21 +288,59 @@ def test_decoder_block_matches_torch_decoder_layer(norm_first, fast):
         x, memory, tgt_mask=~causal_mask(6), tgt_is_causal=True,
         tgt_key_padding_mask=~tgt_kpm, memory_key_padding_mask=~mem_kpm,
     )  # fmt: skip
-    got = ours(x, memory, tgt_key_padding_mask=tgt_kpm, memory_key_padding_mask=mem_kpm, fast=fast)
+    got = call(
+        ours, x, memory, tgt_key_padding_mask=tgt_kpm, memory_key_padding_mask=mem_kpm, fast=fast
+    )
     torch.testing.assert_close(got, expected)
-    out, w = ours(x, memory, memory_key_padding_mask=mem_kpm, need_weights=True)
-    assert w["self"].shape == (3, 2, 6, 6) and w["cross"].shape == (3, 2, 6, 8)
-    assert (w["self"][..., ~causal_mask(6)] == 0).all()
-    assert (w["cross"][2, ..., 5:] == 0).all()
+    out, (w_self, w_cross) = with_weights(ours, x, memory, memory_key_padding_mask=mem_kpm)
+    assert w_self.shape == (3, 2, 6, 6) and w_cross.shape == (3, 2, 6, 8)
+    assert (w_self[..., ~causal_mask(6)] == 0).all()
+    assert (w_cross[2, ..., 5:] == 0).all()
+    # the recorded weights are torch's per-head weights for the same inputs
+    causal, kpm_t = ~causal_mask(6), ~mem_kpm
+    h0 = layer.norm1(x) if norm_first else x
+    sa, w_torch_self = layer.self_attn(h0, h0, h0, attn_mask=causal, average_attn_weights=False)
+    h1 = layer.norm2(x + sa) if norm_first else layer.norm1(x + sa)
+    _, w_torch_cross = layer.multihead_attn(
+        h1, memory, memory, key_padding_mask=kpm_t, average_attn_weights=False
+    )
+    torch.testing.assert_close(w_self, w_torch_self)
+    torch.testing.assert_close(w_cross, w_torch_cross)
     no_mask = layer(x, memory)
-    torch.testing.assert_close(ours(x, memory, is_causal=False, fast=fast), no_mask)
+    torch.testing.assert_close(call(ours, x, memory, is_causal=False, fast=fast), no_mask)
+
+
+def test_record_attention_maps_equal_the_manual_paths_weights_and_leave_outputs_unchanged():
+    torch.manual_seed(30)
+    blocks = nn.Sequential(*(TransformerBlock(8, 2, 16, norm_first=True) for _ in range(3)))
+    blocks = blocks.double().eval()
+    x = randn(2, 5, 8, g=gen(31))
+    plain = blocks(x)
+    with record_attention(blocks) as maps:
+        recorded = blocks(x)
+    torch.testing.assert_close(recorded, plain)
+    assert len(maps) == 3 and all(m.shape == (2, 2, 5, 5) for m in maps)
+    h = x
+    for block, w in zip(blocks, maps, strict=True):  # the taught manual path, layer by layer
+        q, k, v = (split_heads(t, 2) for t in block.attn.qkv(block.norm1(h)).split(8, dim=-1))
+        _, expected = scaled_dot_product_attention(q, k, v)
+        torch.testing.assert_close(w, expected)
+        h = block(h)
+    # recording stops when the block exits; an inner recorder takes its layers over
+    assert all(b.attn.recorded is None for b in blocks)
+    with record_attention(blocks) as outer, record_attention(blocks[0]) as inner:
+        blocks(x)
+    assert len(inner) == 1 and len(outer) == 2  # the innermost recorder gets layer 0
+    with pytest.raises(ValueError, match="no MultiHeadAttention"):
+        with record_attention(nn.Linear(2, 2)):
+            pass
 
 
 def test_transformer_block_returns_per_head_weights():
     torch.manual_seed(20)
     block = TransformerBlock(8, 2, 16).double()
     x = randn(2, 5, 8, g=gen(21))
-    out, w = block(x, is_causal=True, need_weights=True)
+    out, (w,) = with_weights(block, x, is_causal=True)
     torch.testing.assert_close(out, block(x, is_causal=True))
     assert w.shape == (2, 2, 5, 5)
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 2, 5, dtype=F64))
@@ -340,7 +404,7 @@ def test_layers_run_in_float32_float64_and_on_cuda(device, dtype):
             out = m(x, key_padding_mask=kpm, is_causal=True)
             tol = dict(atol=1e-5, rtol=1e-4) if dtype == torch.float32 else {}
             torch.testing.assert_close(
-                out, m(x, key_padding_mask=kpm, is_causal=True, fast=False), **tol
+                out, call(m, x, key_padding_mask=kpm, is_causal=True, fast=False), **tol
             )
         assert out.shape == x.shape and out.dtype == dtype and out.device.type == device
         assert torch.isfinite(out).all()

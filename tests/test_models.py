@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from course_utils.layers import record_attention
 from course_utils.models import (
     GPT,
     EncoderDecoderTransformer,
@@ -16,11 +17,11 @@ from course_utils.models import (
     Seq2SeqRNN,
     ViT,
     ViTConfig,
-    attention_rollout,
     patchify,
     sample_next_token,
     unpatchify,
 )
+from course_utils.training import make_optimizer
 
 DTYPES = [torch.float32, torch.float64]
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -140,7 +141,8 @@ def test_vit_shapes_and_attention_maps_for_cls_and_mean_pooling(pool):
     logits = model(x)
     assert logits.shape == (4, 3)
     L = 16 + (1 if pool == "cls" else 0)
-    logits2, maps = model(x, need_weights=True)
+    with record_attention(model) as maps:
+        logits2 = model(x)
     torch.testing.assert_close(logits2, logits)
     assert len(maps) == 2 and all(m.shape == (4, 2, L, L) for m in maps)
     torch.testing.assert_close(maps[0].sum(-1), torch.ones(4, 2, L))
@@ -168,22 +170,6 @@ def test_vit_patch_embed_is_patchify_then_linear():
     model = tiny_vit()
     x = torch.randn(2, 1, 8, 8)
     torch.testing.assert_close(model.patch_embed(x), model.patch_embed.proj(patchify(x, 2)))
-
-
-def test_attention_rollout_rows_are_distributions_and_one_layer_is_its_mixed_map():
-    model = tiny_vit().eval()
-    _, maps = model(torch.randn(3, 1, 8, 8), need_weights=True)
-    rollout = attention_rollout(maps)
-    assert rollout.shape == (3, 17, 17)
-    torch.testing.assert_close(rollout.sum(-1), torch.ones(3, 17))
-    one = attention_rollout(maps[:1], residual=False)
-    torch.testing.assert_close(one, maps[0].mean(1))
-
-
-def test_vit_position_similarity_is_a_cosine_matrix_over_patches():
-    sim = tiny_vit().position_similarity()
-    assert sim.shape == (16, 16)
-    torch.testing.assert_close(sim.diagonal(), torch.ones(16))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -292,9 +278,9 @@ def test_gpt_head_is_tied_to_token_embedding():
     assert model.lm_head.weight is model.tok_emb.weight
 
 
-def test_gpt_configure_optimizers_decays_only_matrices():
+def test_gpt_optimizer_decays_only_matrices():
     model = tiny_gpt()
-    opt = model.configure_optimizers(weight_decay=0.1, learning_rate=1e-3)
+    opt = make_optimizer(model, lr=1e-3, weight_decay=0.1)
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert all(p.dim() == 2 for p in decay["params"])
@@ -344,7 +330,8 @@ def test_transformer_shapes_and_cross_attention_maps(norm_first):
     src, lengths, tgt_in, _ = reverse_task(3, 9, 3, 6, torch.Generator().manual_seed(0))
     logits, none = model(src, lengths, tgt_in)
     assert logits.shape == (3, 7, 9) and none is None
-    logits2, cross = model(src, lengths, tgt_in, need_weights=True)
+    with record_attention(*(block.cross_attn for block in model.decoder)) as cross:
+        logits2, _ = model(src, lengths, tgt_in)
     torch.testing.assert_close(logits2, logits)
     assert len(cross) == 2 and cross[0].shape == (3, 2, 7, 6)
     torch.testing.assert_close(cross[0].sum(-1), torch.ones(3, 2, 7))
@@ -383,7 +370,9 @@ def test_transformer_greedy_decode_agrees_with_teacher_forced_argmax():
     torch.manual_seed(0)
     model = tiny_transformer().double().eval()
     src, lengths, _, _ = reverse_task(4, 9, 3, 6, torch.Generator().manual_seed(3))
-    tokens, cross = model.greedy_decode(src, lengths, max_len=7, need_weights=True)
+    tokens, none = model.greedy_decode(src, lengths, max_len=7)
+    cross = model.cross_attention_maps(src, lengths, tokens)
+    assert none is None
     assert tokens.shape[0] == 4 and tokens.shape[1] <= 7
     tgt_in = torch.cat([torch.full((4, 1), BOS), tokens[:, :-1]], dim=1)
     logits, _ = model(src, lengths, tgt_in)
@@ -391,6 +380,9 @@ def test_transformer_greedy_decode_agrees_with_teacher_forced_argmax():
     active[:, 1:] = (tokens[:, :-1] != EOS).cumprod(dim=1).bool()
     assert torch.equal(logits.argmax(-1)[active], tokens[active])
     assert len(cross) == 2 and cross[0].shape == (4, 2, tokens.shape[1], src.shape[1])
+    with record_attention(model.decoder[1].cross_attn) as last:
+        model(src, lengths, tgt_in)
+    torch.testing.assert_close(cross[1], last[0])
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -525,7 +517,7 @@ def test_gpt_learns_a_repeating_pattern():
     pattern = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7])  # period 14
     stream = pattern.repeat(60)
     model = GPT(GPTConfig(vocab_size=10, block_size=16, n_layer=2, n_head=2, n_embd=32))
-    opt = model.configure_optimizers(weight_decay=0.0, learning_rate=3e-3)
+    opt = make_optimizer(model, lr=3e-3, betas=(0.9, 0.99))
     g = torch.Generator().manual_seed(0)
     losses = []
     for _ in range(150):

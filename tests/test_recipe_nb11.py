@@ -4,6 +4,7 @@ the SDPA helpers name the kernel that runs."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -56,3 +57,14 @@ def test_sdpa_helpers_name_backends_and_the_kernel_that_runs():
     with sdpa_kernel(SDPBackend.MATH):
         assert nb11.sdpa_kernel_used(q, q, q).startswith("MATH")
     assert F.scaled_dot_product_attention(q, q, q).shape == q.shape
+
+
+def test_fit_exponent_is_one_function_shared_by_the_recipes_and_the_benchmark():
+    from course_utils import scaling
+    from course_utils.recipes import nb07
+
+    assert nb11.fit_exponent is scaling.fit_exponent is nb07.fit_exponent
+    assert scaling.fit_exponent({64: 1.0}) != scaling.fit_exponent({64: 1.0})  # NaN: one point
+    linear = {n: 3.0 * n for n in (8, 16, 32, 64)}
+    assert scaling.fit_exponent(linear) == pytest.approx(1.0)
+    assert scaling.fit_exponent({**linear, 4: 1e6}) == pytest.approx(1.0)  # only the last 3

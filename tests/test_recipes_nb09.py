@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from course_utils.data.images import CIFAR10_FILE, ImageSplit, load_digits_split
+from course_utils.layers import record_attention
 from course_utils.models import ViT, ViTConfig
 from course_utils.recipes import nb09
 
@@ -239,10 +240,11 @@ def test_gpu_profile_trains_on_cifar10_when_the_archive_is_cached(monkeypatch, t
 def test_run_model_batches_and_returns_weights_on_the_cpu():
     model = ViT(ViTConfig(d_model=16, n_heads=2, n_layers=2)).eval()
     x = torch.rand(7, 1, 8, 8)
-    logits, weights = nb09.run_model(model, x, need_weights=True, batch_size=3)
-    with torch.no_grad():
-        ref_logits, ref_weights = model(x, need_weights=True)
+    logits, weights = nb09.run_model_with_attention(model, x, batch_size=3)
+    with torch.no_grad(), record_attention(model) as ref_weights:
+        ref_logits = model(x)
     torch.testing.assert_close(logits, ref_logits)
+    torch.testing.assert_close(nb09.run_model(model, x, batch_size=3), ref_logits)
     assert len(weights) == 2 and weights[0].shape == (7, 2, 17, 17)
     torch.testing.assert_close(weights[1], ref_weights[1])
     doubled = nb09.run_model(model, x, forward=lambda m, b: 2 * m(b), batch_size=4)

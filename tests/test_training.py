@@ -13,11 +13,14 @@ import torch.nn as nn
 
 from course_utils import distributed
 from course_utils.data.tasks import batches, exact_match, make_reverse_data
+from course_utils.recipes import nb11
 from course_utils.training import (
     History,
     default_loss,
     evaluate_loss,
     lr_schedule,
+    make_optimizer,
+    param_groups,
     sequence_cross_entropy,
     train,
 )
@@ -49,6 +52,45 @@ def test_lr_schedule_warms_up_linearly_then_decays_by_cosine_to_min_lr():
     assert lr_schedule(500, **kw) == pytest.approx(0.1)
     decay = [lr_schedule(s, **kw) for s in range(10, 111)]
     assert all(a >= b for a, b in zip(decay, decay[1:]))
+
+
+def test_param_groups_decay_matrices_only_and_count_tied_weights_once():
+    emb = nn.Embedding(7, 4)
+    model = nn.Sequential(emb, nn.LayerNorm(4), nn.Linear(4, 7))
+    model[2].weight = emb.weight  # tied, as GPT's head
+    decay, no_decay = param_groups(model, 0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert [p.shape for p in decay["params"]] == [(7, 4)]  # the tied matrix, once
+    assert all(p.dim() == 1 for p in no_decay["params"]) and len(no_decay["params"]) == 3
+    (only,) = param_groups(model, 0.0)
+    assert len(only["params"]) == 4 and only["weight_decay"] == 0.0
+    opt = make_optimizer(model, lr=1e-3, weight_decay=0.1)
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0]
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        param_groups(nn.Sequential(nn.Linear(2, 2).requires_grad_(False)), 0.1)
+
+
+def test_lr_schedule_follows_the_time_used_when_it_is_ahead_of_the_steps():
+    kw = dict(lr=1.0, steps=110, warmup=10, min_lr=0.1)
+    assert lr_schedule(20, **kw, time_fraction=0.5) == pytest.approx(0.55)  # half the time
+    assert lr_schedule(60, **kw, time_fraction=0.1) == pytest.approx(0.55)  # steps are ahead
+    assert lr_schedule(20, **kw, time_fraction=1.0) == pytest.approx(0.1)
+
+
+def test_a_time_budget_stops_training_and_records_why(monkeypatch):
+    clock = iter(range(10**4))  # every reading of the clock is one second later
+    monkeypatch.setattr("course_utils.training.time.perf_counter", lambda: float(next(clock)))
+    x, y = _regression()
+    model = nn.Linear(3, 1)
+    h = train(
+        model, [(x, y)], loss_fn=_mse, steps=100, lr=0.1, time_budget_s=6.5,
+        eval_fn=lambda m: 1.0, eval_every=50, log_every=4, progress=False,
+    )  # fmt: skip
+    assert h.stopped_by == "time budget" and 0 < h.steps_done < 100
+    assert h.step[-1] == h.steps_done - 1 and h.eval_step == [h.steps_done - 1]
+    assert h.lr[-1] < 0.1  # the decay followed the clock, not the 100 steps
+    full = train(nn.Linear(3, 1), [(x, y)], loss_fn=_mse, steps=3, progress=False)
+    assert full.stopped_by == "steps" and full.steps_done == 3 and full.wall_seconds > 0
 
 
 def test_lr_schedule_min_lr_defaults_to_a_tenth_and_other_shapes():
@@ -272,7 +314,7 @@ def test_without_a_process_group_everything_is_single_process(monkeypatch):
 
 @pytest.mark.slow
 def test_data_parallel_training_on_two_gloo_processes_equals_full_batch_training():
-    result = distributed.data_parallel_demo(world_size=2, steps=12, batch_size=16)
+    result = nb11.data_parallel_demo(world_size=2, steps=12, batch_size=16)
     assert [r["rank"] for r in result.ranks] == [0, 1]
     assert all(r["world_size"] == 2 for r in result.ranks)
     assert result.max_abs_diff < 1e-10  # float64: equal up to summation order
@@ -287,9 +329,7 @@ def test_data_parallel_training_on_two_gloo_processes_equals_full_batch_training
 @pytest.mark.slow
 def test_demo_under_torchrun_matches_the_single_process_run(tmp_path):
     steps = 6
-    single = distributed.demo_worker(
-        distributed.DistInfo(0, 1, 0, torch.device("cpu"), None), steps
-    )
+    single = nb11.demo_worker(distributed.DistInfo(0, 1, 0, torch.device("cpu"), None), steps)
     checksum = sum(float(v.double().sum()) for v in single["state"].values())
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [
@@ -299,7 +339,7 @@ def test_demo_under_torchrun_matches_the_single_process_run(tmp_path):
         "--standalone",
         "--nproc_per_node=2",
         "-m",
-        "course_utils.distributed",
+        "course_utils.recipes.nb11",
         "--steps",
         str(steps),
         "--backend",

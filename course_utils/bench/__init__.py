@@ -14,6 +14,7 @@ import importlib
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         metavar="DIR",
         default=None,
-        help="folder for plots (default: benchmarks/results when it exists, else .)",
+        help="folder for plots (default: benchmarks/results when it exists, else .; "
+        "with --quick a fresh temporary folder, so a smoke test never touches the "
+        "committed results)",
     )
     parser.add_argument(
         "--data",
@@ -88,8 +91,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     threads = args.threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
-    if args.out is None:
-        args.out = "benchmarks/results" if Path("benchmarks/results").is_dir() else "."
+    args.out = output_folder(args.out, quick=args.quick)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     report = {"machine": machine_info(args.device), "quick": bool(args.quick), "benchmarks": {}}
     print("machine: " + ", ".join(f"{k}={v}" for k, v in report["machine"].items()))
@@ -107,6 +109,17 @@ def main(args: argparse.Namespace) -> int:
         Path(args.markdown).write_text(markdown_report(report))
         print(f"wrote {args.markdown}")
     return 0
+
+
+def output_folder(out: str | None, *, quick: bool) -> str:
+    """Where plots go: ``out`` when given; else a new temporary folder for ``--quick`` (a
+    smoke test must not overwrite the committed ``benchmarks/results``); else
+    ``benchmarks/results`` when it exists (a full run updates it), else ``.``."""
+    if out is not None:
+        return out
+    if quick:
+        return tempfile.mkdtemp(prefix="course-bench-quick-")
+    return "benchmarks/results" if Path("benchmarks/results").is_dir() else "."
 
 
 def markdown_report(report: dict) -> str:

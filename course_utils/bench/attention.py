@@ -10,7 +10,6 @@ blocks). Outputs are cross-checked before anything is timed.
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 import torch
@@ -19,6 +18,7 @@ import torch.nn.functional as F
 from course_utils.attention import fast_attention, scaled_dot_product_attention, tiled_attention
 from course_utils.bench.common import median_time, sync, table
 from course_utils.memory import peak_extra_memory
+from course_utils.scaling import fit_exponent
 
 IMPLS = {
     "manual": lambda q, k, v, c: scaled_dot_product_attention(q, k, v, is_causal=c)[0],
@@ -145,25 +145,20 @@ def backend_times(device, sizes, heads, dim, min_time) -> list[dict]:
     return rows
 
 
-def _slope(xs, ys) -> float:
-    """Least-squares slope of log(y) against log(x): 2 for O(n^2), 1 for O(n)."""
-    if len(xs) < 2:
-        return float("nan")
-    lx, ly = [math.log(x) for x in xs], [math.log(max(y, 1e-12)) for y in ys]
-    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
-    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+def _slope(rows: list[dict], key: str) -> float:
+    """Growth exponent of ``row[key]`` against n over all the rows (see :func:`fit_exponent`)."""
+    return fit_exponent({r["n"]: r[key] for r in rows}, last=len(rows))
 
 
 def _summary(rows) -> dict:
     plain = [r for r in rows if not r["causal"]]
     big = [r for r in plain if r["n"] >= 256]
     big = big if len(big) >= 2 else plain
-    ns = [r["n"] for r in big]
     last = plain[-1]
     return {
         "largest_n": last["n"],
-        "time_slopes": {m: _slope(ns, [r[f"{m}_fwd_ms"] for r in big]) for m in IMPLS},
-        "memory_slopes": {m: _slope(ns, [r[f"{m}_mem_mb"] for r in big]) for m in IMPLS},
+        "time_slopes": {m: _slope(big, f"{m}_fwd_ms") for m in IMPLS},
+        "memory_slopes": {m: _slope(big, f"{m}_mem_mb") for m in IMPLS},
         "at_largest_n": {
             "manual/sdpa_fwd": last["manual/sdpa_fwd"],
             "tiled/sdpa_fwd": last["tiled/sdpa_fwd"],

@@ -10,12 +10,15 @@ hand them to another process without pickle; module weights travel as ``"w:<para
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from course_utils.checks.core import Case, Outputs, allclose_compare
@@ -271,4 +274,33 @@ class AllocationTracker(TorchFunctionMode):
                     n = t.numel()
                 if n > self.largest:
                     self.largest, self.largest_shape = n, tuple(t.shape)
+        return out
+
+
+_FACTORY = re.compile(r"\b(empty|zeros|ones|full|rand|randn|normal)\b")
+
+
+class FormulaOnly(TorchDispatchMode):
+    """Guard for exercises that ask for a formula (parameter counts): raise a ValueError with
+    ``message(shape)`` before a factory op creates, or as soon as any op returns, a tensor of
+    more than ``limit`` elements -- building the model to count it would need gigabytes.
+
+    ``with FormulaOnly(lambda shape: f"... {shape} ..."): candidate(...)``
+    """
+
+    def __init__(self, message: Callable[[tuple[int, ...]], str], limit: int = 4096) -> None:
+        super().__init__()
+        self.message, self.limit = message, limit
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if _FACTORY.search(str(func)):
+            for a in [*args, *kwargs.values()]:
+                if isinstance(a, (list, tuple)) and a and all(isinstance(s, int) for s in a):
+                    if math.prod(a) > self.limit:
+                        raise ValueError(self.message(tuple(a)))
+        out = func(*args, **kwargs)
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, Tensor) and t.numel() > self.limit:
+                raise ValueError(self.message(tuple(t.shape)))
         return out

@@ -358,4 +358,4 @@ MHA = Exercise(
     "to (B, T, D); apply self.out",
 )
 
-EXERCISES = [SPLIT, MERGE, MHA]  # append this notebook's later exercises here
+EXERCISES = [SPLIT, MERGE, MHA]

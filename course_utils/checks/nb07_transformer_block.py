@@ -1,4 +1,4 @@
-"""Checks for notebook 07 (the Transformer block): 07.1 TransformerBlock.
+"""Checks for notebook 07 (the Transformer block): 07.1 TransformerBlock, 07.2 its parameter count.
 
 07.1 is a class. The notebook gives ``__init__(self, d_model, n_heads, d_ff, norm_first=False)``
 with the submodules of ``course_utils.layers.TransformerBlock``: ``attn`` (the course's
@@ -11,18 +11,43 @@ student writes ``forward(self, x)`` (B, T, D) -> (B, T, D):
 The check copies seeded weights (LayerNorm scales away from 1, so norm1 and norm2 differ) into
 both orders and compares with the course's block.
 
-To add an exercise: define its cases, call and mistakes below, then append it to ``EXERCISES``.
+07.2: the parameter count of a Transformer block.
+
+The student writes ``block_param_count(d_model, n_heads, d_ff) -> int``, a *formula* for the
+number of trainable parameters of one encoder block (multi-head self attention with biases,
+two LayerNorms, an MLP ``d_model -> d_ff -> d_model`` with biases), i.e. of
+``course_utils.layers.TransformerBlock(d_model, n_heads, d_ff)`` and of
+``nn.TransformerEncoderLayer(d_model, n_heads, d_ff)``:
+
+    attention  4 D^2 + 4 D         (W_Q, W_K, W_V, W_O and their biases; independent of H)
+    MLP        2 D d_ff + d_ff + D (fc1 and fc2 with biases)
+    LayerNorm  4 D                 (two of them, each a scale gamma and a shift beta)
+
+The reference counts ``sum(p.numel())`` of a ``TransformerBlock`` built on the ``meta``
+device (no memory), so the check compares the formula with the real module. The candidate
+runs under a guard that rejects building big tensors: the exercise asks for arithmetic, and
+the GPT-3-sized case would need gigabytes if a module were built to count.
 """
 
 from __future__ import annotations
+
+import numbers
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from course_utils import layers
-from course_utils.checks._common import as_tensor, build_module, close, random_weights, size
-from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
+from course_utils.checks._common import (
+    FormulaOnly,
+    as_tensor,
+    build_module,
+    close,
+    random_weights,
+    size,
+)
+from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator, randn
 
 NOTEBOOK = "07_transformer_block.ipynb"
 
@@ -265,4 +290,242 @@ BLOCK = Exercise(
     "x = x + attn(norm1(x)); x = x + mlp(norm2(x)). Use self.norm_first to choose",
 )
 
-EXERCISES = [BLOCK]  # append this notebook's 07.2 here
+
+# ----------------------------------------------------------------------------- 07.2 parameter count
+# A formula needs no tensor at all; a module being built is caught at its first weight.
+
+
+def block_param_count(d_model: int, n_heads: int, d_ff: int) -> int:
+    """Trainable parameters of ``TransformerBlock(d_model, n_heads, d_ff)`` (biases and
+    LayerNorms included), counted on a ``meta``-device module: ``sum(p.numel())``."""
+    from course_utils.layers import TransformerBlock
+
+    with torch.device("meta"):
+        block = TransformerBlock(d_model, n_heads, d_ff)
+    return sum(p.numel() for p in block.parameters() if p.requires_grad)
+
+
+def formula_block_param_count(d_model: int, n_heads: int, d_ff: int) -> int:
+    """The closed form: ``4 D^2 + 4 D`` (attention) ``+ 2 D d_ff + d_ff + D`` (MLP) ``+ 4 D``
+    (two LayerNorms). ``n_heads`` does not appear: the heads split D, they do not add weights."""
+    D, F = d_model, d_ff
+    attention = 4 * D * D + 4 * D
+    mlp = 2 * D * F + F + D
+    norms = 2 * 2 * D
+    return attention + mlp + norms
+
+
+# ----------------------------------------------------------------------------- mistakes
+
+
+def _forgot_biases(d_model, n_heads, d_ff):
+    D, F = d_model, d_ff
+    return 4 * D * D + 2 * D * F + 4 * D
+
+
+def _forgot_mlp_biases(d_model, n_heads, d_ff):
+    return formula_block_param_count(d_model, n_heads, d_ff) - d_ff - d_model
+
+
+def _forgot_layernorm(d_model, n_heads, d_ff):
+    return formula_block_param_count(d_model, n_heads, d_ff) - 4 * d_model
+
+
+def _layernorm_half(d_model, n_heads, d_ff):
+    return formula_block_param_count(d_model, n_heads, d_ff) - 2 * d_model
+
+
+def _w_o_twice(d_model, n_heads, d_ff):
+    D = d_model
+    return formula_block_param_count(d_model, n_heads, d_ff) + D * D + D
+
+
+def _w_o_missing(d_model, n_heads, d_ff):
+    D = d_model
+    return formula_block_param_count(d_model, n_heads, d_ff) - D * D - D
+
+
+def _swapped(d_model, n_heads, d_ff):
+    return formula_block_param_count(d_ff, n_heads, d_model)
+
+
+def _per_head_full_width(d_model, n_heads, d_ff):
+    D, H = d_model, n_heads
+    return formula_block_param_count(d_model, n_heads, d_ff) + (H - 1) * (3 * D * D + 3 * D)
+
+
+def _only_one_mlp_layer(d_model, n_heads, d_ff):
+    return formula_block_param_count(d_model, n_heads, d_ff) - d_model * d_ff - d_model
+
+
+MISTAKES = [
+    Mistake(
+        "forgot the biases",
+        "every nn.Linear has a bias vector as long as its output: qkv has 3*d_model, out "
+        "has d_model, fc1 has d_ff and fc2 has d_model.",
+        _forgot_biases,
+    ),
+    Mistake(
+        "forgot the LayerNorm parameters",
+        "each of the two LayerNorms has a learned scale gamma and shift beta, d_model "
+        "each: 4*d_model in all. (Forgetting the four attention biases, 3*d_model for "
+        "qkv and d_model for W_O, would also leave you 4*d_model short.)",
+        _forgot_layernorm,
+    ),
+    Mistake(
+        "LayerNorm parameters half counted",
+        "there are two LayerNorms (after attention and after the MLP), and each has two "
+        "vectors of length d_model (gamma and beta): 4*d_model, not 2*d_model.",
+        _layernorm_half,
+    ),
+    Mistake(
+        "forgot the MLP biases",
+        "fc1 has a bias of length d_ff and fc2 one of length d_model.",
+        _forgot_mlp_biases,
+    ),
+    Mistake(
+        "W_O counted twice",
+        "attention has four d_model x d_model matrices (W_Q, W_K, W_V and W_O), each with "
+        "a bias: 4*d_model**2 + 4*d_model. W_O appears once.",
+        _w_o_twice,
+    ),
+    Mistake(
+        "W_O not counted",
+        "after the heads are merged, the output projection W_O (d_model x d_model, plus a "
+        "bias) mixes them: attention has 4 matrices, not 3.",
+        _w_o_missing,
+    ),
+    Mistake(
+        "d_model and d_ff swapped",
+        "d_model is the width of the residual stream (attention and LayerNorm work at "
+        "this width); d_ff is only the hidden width of the MLP. Check the argument order "
+        "(d_model, n_heads, d_ff).",
+        _swapped,
+    ),
+    Mistake(
+        "each head counted with full-width projections",
+        "the heads split d_model: each head's W_Q is d_model x (d_model / n_heads), so all "
+        "heads together have d_model x d_model per projection. The count does not depend "
+        "on n_heads.",
+        _per_head_full_width,
+    ),
+    Mistake(
+        "only one MLP layer counted",
+        "the MLP has two layers: fc1 (d_model -> d_ff) and fc2 (d_ff -> d_model), "
+        "each with weights and a bias.",
+        _only_one_mlp_layer,
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- cases
+
+
+def make_cases(seed: int) -> list[Case]:
+    """Two seeded small blocks (n_heads >= 2, d_ff != d_model, not a multiple of it), then
+    BERT-base's layer (768, 12, 3072) and GPT-3's (12288, 96, 49152)."""
+    gen = generator(seed)
+    cases = []
+    for i in range(2):
+        H = int(torch.randint(2, 7, (1,), generator=gen))
+        Dh = int(torch.randint(3, 17, (1,), generator=gen))
+        D = H * Dh
+        F = D
+        while F % D == 0 or D % F == 0:  # keep d_ff apart from d_model and its multiples
+            F = int(torch.randint(8, 8 * D, (1,), generator=gen))
+        cases.append(
+            Case(
+                f"random sizes #{i + 1} (d_model={D}, n_heads={H}, d_ff={F})",
+                {"d_model": D, "n_heads": H, "d_ff": F},
+            )
+        )
+    cases.append(
+        Case(
+            "BERT-base layer (d_model=768, n_heads=12, d_ff=3072)",
+            {"d_model": 768, "n_heads": 12, "d_ff": 3072},
+        )
+    )
+    cases.append(
+        Case(
+            "GPT-3 layer (d_model=12288, n_heads=96, d_ff=49152)",
+            {"d_model": 12288, "n_heads": 96, "d_ff": 49152},
+        )
+    )
+    return cases
+
+
+def _formula_only() -> FormulaOnly:
+    return FormulaOnly(
+        lambda shape: (
+            f"block_param_count created a tensor of shape {shape}: exercise 07.2 asks "
+            "for a formula in d_model, n_heads and d_ff (plain arithmetic), not for building a "
+            "block and counting its parameters"
+        )
+    )
+
+
+def _as_count(value: Any) -> int:
+    """The candidate's return value as a Python int, or an error a student can act on."""
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise TypeError(
+                f"block_param_count should return one number, got a tensor of "
+                f"shape {tuple(value.shape)}"
+            )
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"block_param_count should return an int, got {type(value).__name__}")
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if not float(value).is_integer():
+        raise ValueError(
+            f"block_param_count returned {value}, which is not a whole number: a "
+            "parameter count is an integer (use // when you divide)"
+        )
+    return int(value)
+
+
+def call(candidate: Any, case: Case) -> Outputs:
+    """``candidate(d_model, n_heads, d_ff)`` -> ``{"count": int64 scalar}``.
+
+    The reference builds a meta-device block; every other candidate runs under a guard
+    that rejects big tensors, so the count must come from a formula.
+    """
+    args = (case.inputs["d_model"], case.inputs["n_heads"], case.inputs["d_ff"])
+    if candidate is block_param_count:
+        value = candidate(*args)
+    else:
+        with _formula_only():
+            value = candidate(*args)
+    return {"count": torch.tensor(_as_count(value), dtype=torch.int64)}
+
+
+def compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
+    """Exact integer equality; the message gives both counts and their difference."""
+    g, e = int(got["count"]), int(expected["count"])
+    if g == e:
+        return None
+    return (
+        f"case '{case.name}': your formula gives {g:,} but the block has {e:,} "
+        f"parameters ({g - e:+,})"
+    )
+
+
+PARAM_COUNT = Exercise(
+    id="07.2",
+    title="parameter count of a Transformer block",
+    points=2,
+    notebook=NOTEBOOK,
+    function="block_param_count",
+    reference=block_param_count,
+    make_cases=make_cases,
+    call=call,
+    mistakes=MISTAKES,
+    compare=compare,
+    hint="add up, per submodule: attention (W_Q, W_K, W_V, W_O with biases), the two "
+    "LayerNorms (gamma and beta each) and the MLP (fc1, fc2 with biases). Print "
+    "[(n, p.shape) for n, p in TransformerBlock(8, 2, 24).named_parameters()] to see "
+    "every tensor.",
+)
+
+EXERCISES = [BLOCK, PARAM_COUNT]

@@ -21,16 +21,14 @@ and calls the student's function on it.
 from __future__ import annotations
 
 import numbers
-import re
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from course_utils.checks._common import WEIGHT_PREFIX, as_tensor, close, size
+from course_utils.checks._common import WEIGHT_PREFIX, FormulaOnly, as_tensor, close, size
 from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator
 from course_utils.models.gpt import GPT, GPTConfig
 
@@ -117,23 +115,10 @@ def _build_gpt(inputs: dict[str, Any], cls: type[GPT] = GPT) -> GPT:
 def gpt_forward(
     model: GPT, idx: Tensor, targets: Tensor | None = None
 ) -> tuple[Tensor, Tensor | None]:
-    """The GPT forward pass from the model's parts: idx (B, T) -> (logits (B, T, V), loss).
-
-    token embedding + position embedding -> causal blocks -> final LayerNorm -> LM head;
-    ``loss`` is the mean next-token cross-entropy against ``targets`` (B, T) (already shifted:
-    ``targets[:, t]`` is the token after ``idx[:, t]``), or None without targets.
-    """
-    B, T = idx.shape
-    pos = torch.arange(T, device=idx.device)  # (T,)
-    x = model.tok_emb(idx) + model.pos_emb(pos)  # (B, T, D) + (T, D)
-    x = model.drop(x)
-    for block in model.blocks:
-        x = block(x, is_causal=True)  # (B, T, D)
-    logits = model.lm_head(model.ln_f(x))  # (B, T, V)
-    loss = None
-    if targets is not None:
-        loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))
-    return logits, loss
+    """The reference answer to 08.1: the course's own ``GPT.forward`` (token + position
+    embedding -> causal blocks -> final LayerNorm -> LM head; mean next-token cross-entropy
+    against ``targets``), called unbound so that the check's model may refuse ``model(idx)``."""
+    return GPT.forward(model, idx, targets)
 
 
 def _forward_cases(seed: int) -> list[Case]:
@@ -310,7 +295,6 @@ FORWARD = Exercise(
 # ============================================================================ 08.2 generation
 
 
-@torch.no_grad()
 def generate(
     model: GPT,
     idx: Tensor,
@@ -319,23 +303,13 @@ def generate(
     top_k: int | None = None,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """Sample ``max_new_tokens`` tokens after the prompt: idx (B, T) -> (B, T + max_new_tokens).
-
-    Each step: crop the context to the last ``block_size`` tokens, take the logits of the LAST
-    position, divide by ``temperature``, set all but the ``top_k`` largest to -inf, softmax,
-    draw one token per row with ``torch.multinomial(probs, 1, generator=generator)``, append.
-    """
-    block_size = model.config.block_size
-    for _ in range(max_new_tokens):
-        logits, _ = model(idx[:, -block_size:])  # (B, T', V)
-        logits = logits[:, -1, :] / temperature  # (B, V)
-        if top_k is not None:
-            kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        probs = F.softmax(logits, dim=-1)  # (B, V)
-        next_id = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
-        idx = torch.cat([idx, next_id], dim=1)
-    return idx
+    """The reference answer to 08.2: the course's own ``GPT.generate`` without the KV cache
+    (crop to ``block_size``, last position's logits / temperature, top-k, softmax, one
+    ``torch.multinomial`` draw per row), called unbound so the check's model may refuse
+    ``model.generate``: idx (B, T) -> (B, T + max_new_tokens)."""
+    return GPT.generate(
+        model, idx, max_new_tokens, temperature, top_k, use_cache=False, generator=generator
+    )
 
 
 def _generate_cases(seed: int) -> list[Case]:
@@ -577,43 +551,14 @@ def gpt_param_count(config: GPTConfig) -> int:
     return config.param_count()
 
 
-_LARGEST_TENSOR_ALLOWED = 4096
-_FACTORY = re.compile(r"\b(empty|zeros|ones|full|rand|randn|normal)\b")
-
-
-class _FormulaOnly(TorchDispatchMode):
-    """Raise before the candidate creates a tensor bigger than a formula could need."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        for a in list(args) + list((kwargs or {}).values()):
-            if (
-                _FACTORY.search(str(func))
-                and isinstance(a, (list, tuple))
-                and a
-                and all(isinstance(s, int) for s in a)
-                and _prod(a) > _LARGEST_TENSOR_ALLOWED
-            ):
-                self._refuse(tuple(a))
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else [out]:
-            if isinstance(t, Tensor) and t.numel() > _LARGEST_TENSOR_ALLOWED:
-                self._refuse(tuple(t.shape))
-        return out
-
-    @staticmethod
-    def _refuse(shape: tuple[int, ...]):
-        raise ValueError(
-            f"gpt_param_count created a tensor of shape {shape}: exercise 08.3 asks for a "
-            "formula in the config's numbers (plain arithmetic), not for building a model and "
-            "counting its parameters (GPT-3's would need about 700 GB)"
+def _formula_only() -> FormulaOnly:
+    return FormulaOnly(
+        lambda shape: (
+            f"gpt_param_count created a tensor of shape {shape}: exercise 08.3 asks "
+            "for a formula in the config's numbers (plain arithmetic), not for building a model "
+            "and counting its parameters (GPT-3's would need about 700 GB)"
         )
-
-
-def _prod(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
+    )
 
 
 def _param_cases(seed: int) -> list[Case]:
@@ -677,7 +622,7 @@ def _as_count(value: Any) -> int:
 
 def _param_call(candidate, case: Case) -> Outputs:
     cfg = GPTConfig(**{k: int(case.inputs[k]) for k in _CONFIG_KEYS})
-    with _FormulaOnly():
+    with _formula_only():
         value = candidate(cfg)
     return {"count": torch.tensor(_as_count(value), dtype=torch.int64)}
 

@@ -1,10 +1,27 @@
-"""Checks for notebook 09 (the Vision Transformer): 09.1 patchify.
+"""Checks for notebook 09 (the Vision Transformer): 09.1 patchify, 09.2 the ViT forward pass.
 
 Convention (``course_utils.models.patchify``): images (B, C, H, W) -> patches (B, N, C*p*p),
 patches numbered row-major (left to right, then top to bottom), each flattened in (C, p, p)
 order -- exactly ``F.unfold(images, p, stride=p).transpose(1, 2)``.
 
-To add an exercise: define its cases, call and mistakes below, then append it to ``EXERCISES``.
+09.2: the ViT forward pass.
+
+The student writes ``vit_forward(model, images) -> logits`` from the submodules of the course's
+:class:`course_utils.models.ViT` (slide 51)::
+
+    x = model.patch_embed(images)                  # (B, N, D)  patchify + linear projection
+    prepend model.cls_token (when not None)        # (B, N+1, D)
+    x = x + model.pos_embed                        # learned positions, one per token
+    for block in model.blocks: x = block(x)        # the same pre-norm blocks as for text
+    x = model.norm(x)                              # final LayerNorm, on every token
+    pooled = x[:, 0] (pool "cls") or x.mean(1) (pool "mean")
+    logits = model.head(pooled)                    # (B, num_classes)
+
+The check builds seeded float64 ViTs (a class-token model whose width equals the patch length,
+so that forgetting the projection still runs, larger class-token models, a mean-pooling model
+and a single image) and compares with the course's forward. The model handed to the student
+refuses ``model(images)``, ``forward_features``, ``embed`` and ``pool``: the exercise is to
+write those steps. (Patchify itself, 09.1, lives in ``nb09_vit.py``.)
 """
 
 from __future__ import annotations
@@ -12,9 +29,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from course_utils.checks._common import as_tensor, close, size
+from course_utils.checks._common import as_tensor, build_module, close, random_weights, size
 from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
-from course_utils.models import patchify
+from course_utils.models.vit import ViT, ViTConfig, patchify
 
 NOTEBOOK = "09_vit.ipynb"
 
@@ -119,4 +136,307 @@ PATCHIFY = Exercise(
     "reshape (B, N, C*p*p); F.unfold(images, p, stride=p).transpose(1, 2) is the same",
 )
 
-EXERCISES = [PATCHIFY]  # append this notebook's 09.2 here
+
+# ----------------------------------------------------------------------------- 09.2 the ViT forward pass
+_SHORTCUT = (
+    "vit_forward should build the forward pass from the model's submodules "
+    "(patch_embed, cls_token, pos_embed, blocks, norm, head); calling model.{name} "
+    "skips the exercise"
+)
+
+
+class _StudentViT(ViT):
+    """The course ViT with its whole-model shortcuts disabled (submodules unchanged)."""
+
+    def _refuse(self, name: str):
+        raise RuntimeError(_SHORTCUT.format(name=name))
+
+    def forward(self, images):  # noqa: D102
+        self._refuse("forward (model(images))")
+
+    def forward_features(self, images):  # noqa: D102
+        self._refuse("forward_features")
+
+    def embed(self, images):  # noqa: D102
+        self._refuse("embed")
+
+    def pool(self, tokens):  # noqa: D102
+        self._refuse("pool")
+
+
+# ----------------------------------------------------------------------------- reference
+
+
+def vit_forward(model: ViT, images: Tensor) -> Tensor:
+    """The ViT forward pass from ``model``'s submodules: images (B, C, H, W) -> logits (B, K)."""
+    x = model.patch_embed(images)  # (B, N, D)
+    if model.cls_token is not None:
+        cls = model.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, D)
+        x = torch.cat([cls, x], dim=1)  # (B, N+1, D): the class token is token 0
+    x = model.pos_drop(x + model.pos_embed)  # (B, L, D)
+    for block in model.blocks:
+        x = block(x)
+    x = model.norm(x)  # (B, L, D)
+    pooled = x[:, 0] if model.config.pool == "cls" else x.mean(dim=1)  # (B, D)
+    return model.head(pooled)  # (B, num_classes)
+
+
+# ----------------------------------------------------------------------------- cases
+
+
+def _config(i: dict) -> ViTConfig:
+    return ViTConfig(
+        image_size=(i["height"], i["width"]),
+        patch_size=i["patch_size"],
+        in_channels=i["in_channels"],
+        num_classes=i["num_classes"],
+        d_model=i["d_model"],
+        n_layers=i["n_layers"],
+        n_heads=i["n_heads"],
+        d_ff=i["d_ff"],
+        pool="cls" if i["cls_token"] else "mean",
+    )
+
+
+def _vit_cases(seed: int) -> list[Case]:
+    g = generator(seed)
+
+    def case(
+        name: str,
+        *,
+        B: int,
+        C: int,
+        p: int,
+        gh: int,
+        gw: int,
+        H: int,
+        Dh: int,
+        layers: int,
+        cls_token: bool,
+    ) -> Case:
+        D = H * Dh
+        inputs = {
+            "height": gh * p,
+            "width": gw * p,
+            "patch_size": p,
+            "in_channels": C,
+            "num_classes": size(g, 3, 6),
+            "d_model": D,
+            "n_layers": layers,
+            "n_heads": H,
+            "d_ff": 2 * D,
+            "cls_token": cls_token,
+        }
+        with torch.random.fork_rng(devices=[]):
+            shapes = {n: tuple(w.shape) for n, w in ViT(_config(inputs)).named_parameters()}
+        inputs.update(random_weights(g, shapes))
+        inputs["images"] = randn(g, B, C, gh * p, gw * p)
+        return Case(name, inputs)
+
+    gh = size(g, 2, 3)
+    gw = gh + 1  # wider than tall
+    return [
+        # first: the width equals the patch length C*p*p (3*2*2 = 12), so an answer that
+        # forgets the projection still runs and can be named
+        case(
+            "class token, width = patch length",
+            B=size(g, 2, 3),
+            C=3,
+            p=2,
+            gh=gh,
+            gw=gw,
+            H=3,
+            Dh=4,
+            layers=2,
+            cls_token=True,
+        ),
+        case(
+            "class token, deeper",
+            B=size(g, 2, 3),
+            C=size(g, 1, 3),
+            p=size(g, 2, 3),
+            gh=gw,
+            gw=gh,
+            H=size(g, 2, 3),
+            Dh=size(g, 3, 5),
+            layers=3,
+            cls_token=True,
+        ),
+        case(
+            "mean pooling (no class token)",
+            B=size(g, 2, 3),
+            C=1,
+            p=2,
+            gh=gh,
+            gw=gw,
+            H=2,
+            Dh=size(g, 3, 5),
+            layers=2,
+            cls_token=False,
+        ),
+        case("one image", B=1, C=2, p=2, gh=2, gw=2, H=2, Dh=3, layers=1, cls_token=True),
+    ]
+
+
+def _vit_call(candidate, case: Case) -> dict[str, Tensor]:
+    i = case.inputs
+    model = build_module(_StudentViT, (_config(i),), {}, i, "ViT")
+    with torch.no_grad():
+        logits = candidate(model, i["images"])
+    return {"logits": as_tensor(logits, "vit_forward(model, images)")}
+
+
+# ----------------------------------------------------------------------------- mistakes
+
+
+def _variant(*, tokens="prepend", positions=True, norm="tokens", pool="config", project=True):
+    """A wrong ``vit_forward``: each keyword switches one step away from the reference.
+
+    tokens: "prepend" | "append" (class token after the patches) | "none" (no class token,
+    positions of the patches only) | "no_cls_position" (class token prepended after the
+    positions were added to the patches). positions: add pos_embed. norm: "tokens" (final
+    LayerNorm on every token) | "none" | "after_pool". pool: "config" | "first" | "last" |
+    "mean" | "mean_patches" (mean without the class token). project: apply the projection.
+    """
+
+    def impl(model: ViT, images: Tensor) -> Tensor:
+        if project:
+            x = model.patch_embed(images)
+        else:
+            x = patchify(images, model.config.patch_size)  # (B, N, C*p*p), no Linear
+        B = x.shape[0]
+        has_cls = model.cls_token is not None
+        cls = model.cls_token.expand(B, -1, -1) if has_cls else None
+        pe = model.pos_embed if positions else torch.zeros_like(model.pos_embed)
+        if not has_cls:
+            x = x + pe
+        elif tokens == "prepend":
+            x = torch.cat([cls, x], dim=1) + pe
+        elif tokens == "append":
+            x = torch.cat([x, cls], dim=1) + pe
+        elif tokens == "none":
+            x = x + pe[:, 1:]
+        elif tokens == "no_cls_position":
+            x = torch.cat([cls, x + pe[:, 1:]], dim=1)
+        for block in model.blocks:
+            x = block(x)
+        if norm == "tokens":
+            x = model.norm(x)
+        mode = pool if pool != "config" else ("first" if model.config.pool == "cls" else "mean")
+        pooled = {
+            "first": lambda: x[:, 0],
+            "last": lambda: x[:, -1],
+            "mean": lambda: x.mean(dim=1),
+            "mean_patches": lambda: x[:, 1:].mean(dim=1) if has_cls else x.mean(dim=1),
+        }[mode]()
+        if norm == "after_pool":
+            pooled = model.norm(pooled)
+        return model.head(pooled)
+
+    return impl
+
+
+def _pool_by_kind(on_cls: str, on_mean: str):
+    """A wrong vit_forward that pools ``on_cls`` for a class-token model, ``on_mean`` else."""
+    cls_impl, mean_impl = _variant(pool=on_cls), _variant(pool=on_mean)
+
+    def impl(model: ViT, images: Tensor) -> Tensor:
+        return (cls_impl if model.cls_token is not None else mean_impl)(model, images)
+
+    return impl
+
+
+VIT_MISTAKES = [
+    Mistake(
+        "class token not prepended",
+        "put the class token in front of the patch tokens: torch.cat([cls, x], dim=1) with "
+        "cls = model.cls_token.expand(B, -1, -1), giving (B, N+1, D), then add "
+        "model.pos_embed (N+1 rows) and read the class token at position 0",
+        _variant(tokens="none"),
+    ),
+    Mistake(
+        "class token appended after the patches",
+        "the class token is token 0: torch.cat([cls, x], dim=1), not torch.cat([x, cls]); "
+        "pos_embed row 0 belongs to it",
+        _variant(tokens="append"),
+    ),
+    Mistake(
+        "class token appended after the patches and read from the last position",
+        "the class token is token 0: torch.cat([cls, x], dim=1), then pool x[:, 0]; "
+        "pos_embed row 0 belongs to it",
+        _variant(tokens="append", pool="last"),
+    ),
+    Mistake(
+        "class token taken from the last position",
+        "after the blocks the class token is still at position 0: pool x[:, 0], not "
+        "x[:, -1] (the last patch)",
+        _pool_by_kind("last", "mean"),
+    ),
+    Mistake(
+        "class token without its position embedding",
+        "add model.pos_embed after prepending the class token: its row 0 is the class "
+        "token's position embedding",
+        _variant(tokens="no_cls_position"),
+    ),
+    Mistake(
+        "position embeddings missing",
+        "add the learned positions, x = x + model.pos_embed (shape (1, L, D)), after "
+        "prepending the class token; without them the blocks see a bag of patches",
+        _variant(positions=False),
+    ),
+    Mistake(
+        "no final LayerNorm",
+        "the pre-norm blocks leave the residual stream unnormalised: apply model.norm(x) "
+        "after the last block, before pooling",
+        _variant(norm="none"),
+    ),
+    Mistake(
+        "final LayerNorm applied after pooling",
+        "apply model.norm to every token after the last block, then pool "
+        "(for mean pooling, normalising the average is not the same)",
+        _variant(norm="after_pool"),
+    ),
+    Mistake(
+        "mean pooling on a class-token model",
+        "with model.config.pool == 'cls' the image is summarised by the class token: "
+        "pooled = x[:, 0]; average the tokens only when pool == 'mean'",
+        _pool_by_kind("mean", "mean"),
+    ),
+    Mistake(
+        "mean pooling over the patches on a class-token model",
+        "with model.config.pool == 'cls' the image is summarised by the class token: "
+        "pooled = x[:, 0]; average the tokens only when pool == 'mean'",
+        _pool_by_kind("mean_patches", "mean"),
+    ),
+    Mistake(
+        "class-token pooling on a mean-pooling model",
+        "with model.config.pool == 'mean' there is no class token (model.cls_token is "
+        "None): pooled = x.mean(dim=1), not x[:, 0] (the first patch)",
+        _pool_by_kind("first", "first"),
+    ),
+    Mistake(
+        "patchify without projection",
+        "the patches (B, N, C*p*p) must be projected to the model width: "
+        "model.patch_embed(images) does patchify and the linear map "
+        "(model.patch_embed.proj) together",
+        _variant(project=False),
+    ),
+]
+
+VIT_FORWARD = Exercise(
+    id="09.2",
+    title="The ViT forward pass",
+    points=3,
+    notebook=NOTEBOOK,
+    function="vit_forward",
+    reference=vit_forward,
+    make_cases=_vit_cases,
+    call=_vit_call,
+    mistakes=VIT_MISTAKES,
+    compare=close(),
+    hint="x = model.patch_embed(images); prepend model.cls_token (if not None); "
+    "x = x + model.pos_embed; every block in model.blocks; x = model.norm(x); pool "
+    "x[:, 0] (pool 'cls') or x.mean(1) (pool 'mean'); return model.head(pooled)",
+)
+
+EXERCISES = [PATCHIFY, VIT_FORWARD]

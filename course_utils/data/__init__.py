@@ -11,7 +11,7 @@ Nothing is downloaded at import time or unless a loader is called with ``downloa
 """
 
 from course_utils.data import cache, images, tasks, text
-from course_utils.data.cache import cache_dir, describe_optional_data, download
+from course_utils.data.cache import cache_dir, download
 from course_utils.data.images import ImageSplit, load_cifar10, load_digits_split
 from course_utils.data.tasks import (
     BOS,
@@ -49,7 +49,6 @@ __all__ = [
     "tasks",
     "text",
     "cache_dir",
-    "describe_optional_data",
     "download",
     "ImageSplit",
     "load_cifar10",

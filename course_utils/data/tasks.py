@@ -49,6 +49,7 @@ __all__ = [
     "Batches",
     "batches",
     "take",
+    "batch_length",
     "exact_match",
     "token_accuracy",
     "accuracy_by_length",
@@ -701,21 +702,23 @@ def make_sort_data(
 # --------------------------------------------------------------------------------------------
 # Batches
 # --------------------------------------------------------------------------------------------
-def _length(data: Any) -> int:
+def batch_length(data: Any) -> int:
+    """Rows of a batch (dim 0): a tensor, a tuple/list/dict of tensors that agree, or an
+    object with ``__len__``; a ValueError when the parts disagree."""
     if isinstance(data, torch.Tensor):
         return data.shape[0]
     if isinstance(data, (tuple, list)):
         if not data:
             raise ValueError("expected a non-empty tuple of tensors")
-        n = _length(data[0])
+        n = batch_length(data[0])
         for d in data[1:]:
-            if _length(d) != n:
+            if batch_length(d) != n:
                 raise ValueError(
-                    f"tensors in a batch disagree on the batch size: {n} vs {_length(d)}"
+                    f"tensors in a batch disagree on the batch size: {n} vs {batch_length(d)}"
                 )
         return n
     if isinstance(data, dict):
-        return _length(list(data.values()))
+        return batch_length(list(data.values()))
     return len(data)
 
 
@@ -753,7 +756,7 @@ class Batches:
         self.data, self.batch_size = data, batch_size
         self.generator = generator if generator is not None else torch.Generator().manual_seed(0)
         self.shuffle, self.drop_last = shuffle, drop_last
-        self.n = _length(data)
+        self.n = batch_length(data)
 
     def __len__(self) -> int:
         return self.n // self.batch_size if self.drop_last else math.ceil(self.n / self.batch_size)

@@ -329,7 +329,7 @@ def _memory_error(ename: str, evalue: str) -> bool:
     )
 
 
-def _run(
+def _run(  # noqa: C901 -- one pass over the plan's steps, a branch per step kind
     nb: dict[str, Any],
     assignment: Assignment,
     report: dict[str, Any],
@@ -520,7 +520,7 @@ def _lost(r, where: str, opts: GradeOptions) -> tuple[str, str]:
     return (ERROR, f"not graded: {why} during {where}{hint}")
 
 
-def _check(
+def _check(  # noqa: C901 -- one branch per outcome of a check, each with its own report line
     kernel: GradingKernel,
     g: GradedExercise,
     seed: int,

@@ -298,7 +298,7 @@ class GradingKernel:
         self.shutdown()
 
     # -- execution -------------------------------------------------------------------------
-    def execute(
+    def execute(  # noqa: C901 -- one loop over the kernel's message kinds
         self, code: str, timeout: float, *, silent: bool = False, keep_outputs: bool = True
     ) -> ExecResult:
         """Run ``code`` with a deadline of ``timeout`` seconds; never raises for kernel trouble.

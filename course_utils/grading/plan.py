@@ -387,7 +387,7 @@ def _match_reference(sub_cells, ref_cells) -> list[int | None]:
     return out
 
 
-def build_plan(sub_nb: dict[str, Any], assignment: Assignment) -> Plan:
+def build_plan(sub_nb: dict[str, Any], assignment: Assignment) -> Plan:  # noqa: C901 -- one pass over the cells, a branch per cell kind
     """The steps to execute for ``sub_nb`` (see the module docstring)."""
     cells = sub_nb["cells"]
     ref_cells = assignment.reference["cells"] if assignment.reference else []

@@ -13,7 +13,6 @@ from course_utils.models.vit import (
     PatchEmbed,
     ViT,
     ViTConfig,
-    attention_rollout,
     patchify,
     unpatchify,
 )
@@ -26,7 +25,6 @@ __all__ = [
     "Seq2SeqRNN",
     "ViT",
     "ViTConfig",
-    "attention_rollout",
     "patchify",
     "sample_next_token",
     "unpatchify",

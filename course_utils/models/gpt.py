@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from course_utils.layers import KVCache, pre_norm_stack
+from course_utils.layers import KVCache, pre_norm_stack, record_attention
 
 __all__ = ["GPT", "GPTConfig", "sample_next_token"]
 
@@ -125,19 +125,6 @@ class GPT(nn.Module):
         self.lm_head.weight = self.tok_emb.weight  # weight tying (Press & Wolf, 2017)
         self.reset_parameters()
 
-    @classmethod
-    def from_config(cls, config: GPTConfig | dict, **overrides) -> GPT:
-        """Build from a :class:`GPTConfig` or a plain dict of its fields."""
-        if isinstance(config, dict):
-            config = GPTConfig(**{**config, **overrides})
-            overrides = {}
-        return cls(config, **overrides)
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides) -> GPT:
-        """``GPT.from_preset("nanogpt-cpu", vocab_size=65)``; see :meth:`GPTConfig.preset`."""
-        return cls(GPTConfig.preset(name, **overrides))
-
     def reset_parameters(self) -> None:
         """GPT-2 init: N(0, 0.02) weights, zero biases, and residual projections
         (attention output, second MLP layer) scaled by 1/sqrt(2 * n_layer)."""
@@ -218,11 +205,8 @@ class GPT(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            x = self.embed(idx)
-            maps = []
-            for block in self.blocks:
-                x, w = block(x, is_causal=True, need_weights=True)
-                maps.append(w)
+            with record_attention(self) as maps:
+                self(idx)
         finally:
             self.train(was_training)
         return maps
@@ -277,27 +261,6 @@ class GPT(nn.Module):
         finally:
             self.train(was_training)
         return idx
-
-    def configure_optimizers(
-        self,
-        weight_decay: float = 0.1,
-        learning_rate: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.99),
-        device_type: str | None = None,
-    ) -> torch.optim.AdamW:
-        """AdamW with weight decay on matrices only (2-D parameters: Linear weights and
-        embeddings); biases and LayerNorm parameters are not decayed (nanoGPT's rule)."""
-        params = [p for p in self.parameters() if p.requires_grad]  # tied weights once
-        decay = [p for p in params if p.dim() >= 2]
-        no_decay = [p for p in params if p.dim() < 2]
-        groups = [
-            {"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ]
-        if device_type is None:
-            device_type = next(self.parameters()).device.type
-        extra = {"fused": True} if device_type == "cuda" else {}
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **extra)
 
 
 def sample_next_token(

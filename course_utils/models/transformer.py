@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 from course_utils.attention import padding_mask
-from course_utils.layers import TransformerBlock, TransformerDecoderBlock
+from course_utils.layers import TransformerBlock, TransformerDecoderBlock, record_attention
 from course_utils.positional import sinusoidal_positional_encoding
 
 __all__ = ["EncoderDecoderTransformer"]
@@ -121,26 +121,12 @@ class EncoderDecoderTransformer(nn.Module):
         tgt_in: torch.Tensor,
         memory: torch.Tensor,
         memory_key_padding_mask: torch.Tensor | None = None,
-        *,
-        need_weights: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
-        """tgt_in (B, T), memory (B, S, D), memory_key_padding_mask (B, S) -> logits (B, T, V).
-
-        With ``need_weights=True`` returns ``(logits, cross_attn)``, cross_attn a list (one per
-        decoder layer) of (B, n_heads, T, S) cross-attention weights.
-        """
+    ) -> torch.Tensor:
+        """tgt_in (B, T), memory (B, S, D), memory_key_padding_mask (B, S) -> logits (B, T, V)."""
         x = self._embed(tgt_in, self.tgt_embed)
-        cross = []
         for block in self.decoder:
-            if need_weights:
-                x, w = _decoder_block_with_weights(block, x, memory, memory_key_padding_mask)
-                cross.append(w)
-            else:
-                x = block(
-                    x, memory, memory_key_padding_mask=memory_key_padding_mask, is_causal=True
-                )
-        logits = self.generator(self.decoder_norm(x))
-        return (logits, cross) if need_weights else logits
+            x = block(x, memory, memory_key_padding_mask=memory_key_padding_mask, is_causal=True)
+        return self.generator(self.decoder_norm(x))
 
     def forward(
         self,
@@ -149,20 +135,17 @@ class EncoderDecoderTransformer(nn.Module):
         tgt_in: torch.Tensor,
         *,
         src_key_padding_mask: torch.Tensor | None = None,
-        need_weights: bool = False,
-    ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    ) -> tuple[torch.Tensor, None]:
         """Teacher forcing, all target positions at once (the decoder is causal).
 
         src (B, S), src_lengths (B,) (or ``src_key_padding_mask`` (B, S) bool, True = real;
         neither: tokens != pad_id), tgt_in (B, T) = [BOS, y_1, ..., y_{T-1}]
-        -> (logits (B, T, V), cross-attention list of (B, n_heads, T, S) per decoder layer
-        when ``need_weights`` else None) -- the same pair as ``Seq2SeqRNN.forward``.
+        -> (logits (B, T, V), None): the pair ``Seq2SeqRNN.forward`` returns, so one training
+        loop serves both; the attention maps come from :meth:`cross_attention_maps`.
         """
         if src_key_padding_mask is None:
             src_key_padding_mask = self.src_mask(src, src_lengths)
         memory = self.encode(src, src_key_padding_mask)
-        if need_weights:
-            return self.decode(tgt_in, memory, src_key_padding_mask, need_weights=True)
         return self.decode(tgt_in, memory, src_key_padding_mask), None
 
     @torch.no_grad()
@@ -173,14 +156,13 @@ class EncoderDecoderTransformer(nn.Module):
         max_len: int,
         *,
         src_key_padding_mask: torch.Tensor | None = None,
-        need_weights: bool = False,
-    ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    ) -> tuple[torch.Tensor, None]:
         """Encode once, then append the argmax token until every row has produced EOS.
 
         src (B, S), src_lengths (B,) -> (tokens (B, T') without BOS, T' <= max_len, each row
-        up to and including its EOS and ``pad_id`` after it; cross-attention list of
-        (B, n_heads, T', S) per decoder layer when ``need_weights`` else None).
-        Each step re-runs the decoder on the whole prefix (simple; T' is small here).
+        up to and including its EOS and ``pad_id`` after it; None), the pair of
+        ``Seq2SeqRNN.greedy_decode``. Each step re-runs the decoder on the whole prefix
+        (simple; T' is small here).
         """
         if src_key_padding_mask is None:
             src_key_padding_mask = self.src_mask(src, src_lengths)
@@ -196,26 +178,22 @@ class EncoderDecoderTransformer(nn.Module):
             finished |= token == self.eos_id
             if bool(finished.all()):
                 break
-        tokens = ys[:, 1:]
-        if not need_weights:
-            return tokens, None
-        # The decoder is causal, so one pass over [BOS, tokens[:-1]] gives every step's maps.
-        _, cross = self.decode(ys[:, :-1], memory, src_key_padding_mask, need_weights=True)
-        return tokens, cross
+        return ys[:, 1:], None
 
-
-def _decoder_block_with_weights(
-    block: TransformerDecoderBlock,
-    x: torch.Tensor,
-    memory: torch.Tensor,
-    memory_key_padding_mask: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run one decoder block and return (x, cross-attention weights (B, H, T, S))."""
-    x, weights = block(
-        x,
-        memory,
-        memory_key_padding_mask=memory_key_padding_mask,
-        is_causal=True,
-        need_weights=True,
-    )  # weights: {"self": (B, H, T, T), "cross": (B, H, T, S)}
-    return x, weights["cross"]
+    @torch.no_grad()
+    def cross_attention_maps(
+        self, src: torch.Tensor, src_lengths: torch.Tensor | None, tokens: torch.Tensor
+    ) -> list[torch.Tensor]:
+        """Cross-attention weights while producing ``tokens`` (B, T') (e.g. from
+        :meth:`greedy_decode`): one (B, n_heads, T', S) per decoder layer; row t is the step
+        that produced ``tokens[:, t]``. The decoder is causal, so one pass over
+        [BOS, tokens[:-1]] gives every step's maps. Eval mode, previous mode restored."""
+        bos = torch.full_like(tokens[:, :1], self.bos_id)
+        was_training = self.training
+        self.eval()
+        try:
+            with record_attention(*(block.cross_attn for block in self.decoder)) as cross:
+                self(src, src_lengths, torch.cat([bos, tokens[:, :-1]], dim=1))
+        finally:
+            self.train(was_training)
+        return cross

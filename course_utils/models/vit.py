@@ -24,7 +24,7 @@ import torch.nn as nn
 
 from course_utils.layers import pre_norm_stack
 
-__all__ = ["PatchEmbed", "ViT", "ViTConfig", "attention_rollout", "patchify", "unpatchify"]
+__all__ = ["PatchEmbed", "ViT", "ViTConfig", "patchify", "unpatchify"]
 
 
 def _pair(x: int | tuple[int, int]) -> tuple[int, int]:
@@ -179,9 +179,9 @@ class PatchEmbed(nn.Module):
 class ViT(nn.Module):
     """Vision Transformer classifier.
 
-    forward(images (B, C, H, W)) -> logits (B, num_classes); with ``need_weights=True``
-    returns ``(logits, weights)`` where ``weights`` is a list (one per layer) of attention
-    maps (B, n_heads, L, L), L = N + 1 with a class token (token 0) or N with mean pooling.
+    forward(images (B, C, H, W)) -> logits (B, num_classes). Attention maps come from
+    :func:`course_utils.layers.record_attention`: one (B, n_heads, L, L) per layer,
+    L = N + 1 with a class token (token 0) or N with mean pooling.
     """
 
     def __init__(self, config: ViTConfig | None = None, **overrides) -> None:
@@ -236,64 +236,17 @@ class ViT(nn.Module):
             x = torch.cat([cls, x], dim=1)  # (B, N+1, D)
         return self.pos_drop(x + self.pos_embed)
 
-    def forward_features(
-        self, images: torch.Tensor, *, need_weights: bool = False
-    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
-        """images (B, C, H, W) -> normalised tokens (B, L, D) [, per-layer (B, H, L, L)]."""
+    def forward_features(self, images: torch.Tensor) -> torch.Tensor:
+        """images (B, C, H, W) -> normalised tokens (B, L, D)."""
         x = self.embed(images)
-        weights = []
         for block in self.blocks:
-            if need_weights:
-                x, w = block(x, need_weights=True)
-                weights.append(w)
-            else:
-                x = block(x)
-        x = self.norm(x)
-        return (x, weights) if need_weights else x
-
-    @torch.no_grad()
-    def position_similarity(self) -> torch.Tensor:
-        """Cosine similarity of the patches' learned position embeddings (class token left
-        out): (N, N); reshape a row to ``config.grid_size`` to see which positions look alike."""
-        pos = self.pos_embed[0, 1:] if self.cls_token is not None else self.pos_embed[0]  # (N, D)
-        pos = nn.functional.normalize(pos, dim=-1)
-        return pos @ pos.T
+            x = block(x)
+        return self.norm(x)
 
     def pool(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens (B, L, D) -> one vector per image (B, D): the class token or the mean."""
         return tokens[:, 0] if self.config.pool == "cls" else tokens.mean(dim=1)
 
-    def forward(
-        self, images: torch.Tensor, *, need_weights: bool = False
-    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
-        """images (B, C, H, W) -> logits (B, num_classes) [, per-layer (B, H, L, L)]."""
-        if need_weights:
-            x, weights = self.forward_features(images, need_weights=True)
-            return self.head(self.pool(x)), weights
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """images (B, C, H, W) -> logits (B, num_classes)."""
         return self.head(self.pool(self.forward_features(images)))
-
-
-def attention_rollout(weights: list[torch.Tensor], residual: bool = True) -> torch.Tensor:
-    """Attention rollout (Abnar & Zuidema, 2020): how much each token draws on each input
-    token through all layers, if attention were the only path.
-
-    weights: per-layer attention maps, each (B, H, L, L) (``ViT(..., need_weights=True)``)
-    -> (B, L, L). Heads are averaged; with ``residual`` the skip connection is modelled as
-    0.5 * (A + I) (rows renormalised); the layers' matrices are multiplied in order.
-    Row 0 (with a class token) over columns 1: is the class token's map over the patches.
-    A heuristic picture, not an explanation: it ignores the MLPs and the values.
-    """
-    if not weights:
-        raise ValueError("expected at least one layer of attention weights")
-    rollout = None
-    for w in weights:
-        if w.dim() != 4 or w.shape[-1] != w.shape[-2]:
-            raise ValueError(
-                f"expected attention weights of shape (B, H, L, L), got {tuple(w.shape)}"
-            )
-        a = w.mean(dim=1)  # (B, L, L)
-        if residual:
-            a = 0.5 * (a + torch.eye(a.shape[-1], dtype=a.dtype, device=a.device))
-            a = a / a.sum(dim=-1, keepdim=True)
-        rollout = a if rollout is None else a @ rollout  # later layers act on earlier mixes
-    return rollout

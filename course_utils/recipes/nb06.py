@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from matplotlib.patches import Rectangle
 from torch import Tensor, nn
 
-from course_utils.layers import TransformerBlock
+from course_utils.layers import TransformerBlock, record_attention
 from course_utils.profiles import pick
 
 __all__ = [
@@ -145,19 +145,12 @@ class HeadsModel(nn.Module):
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, n_outputs * vocab)
 
-    def forward(self, x: Tensor, need_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-        """x (B, T) -> logits (B, T, 3, V); with ``need_weights`` also the attention weights
-        of every layer and head, (L, B, H, T, T)."""
+    def forward(self, x: Tensor) -> Tensor:
+        """x (B, T) -> logits (B, T, 3, V)."""
         h = self.embed(x) + self.pos[: x.shape[1]]  # (B, T, D)
-        maps = []
         for block in self.blocks:
-            if need_weights:
-                h, w = block(h, need_weights=True)  # w (B, H, T, T)
-                maps.append(w)
-            else:
-                h = block(h)
-        logits = self.head(self.norm(h)).unflatten(-1, (self.n_outputs, self.vocab))
-        return (logits, torch.stack(maps)) if need_weights else logits
+            h = block(h)
+        return self.head(self.norm(h)).unflatten(-1, (self.n_outputs, self.vocab))
 
 
 def _loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
@@ -202,7 +195,9 @@ def accuracy(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
 def attention_maps(model: HeadsModel, x: Tensor) -> Tensor:
     """Every head's attention weights on the sentences x (B, T): (L, B, H, T, T)."""
     model.eval()
-    return model(x, need_weights=True)[1]
+    with record_attention(model) as maps:  # one (B, H, T, T) per layer
+        model(x)
+    return torch.stack(maps)
 
 
 @torch.no_grad()

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from course_utils.layers import MLP, MultiHeadAttention
 from course_utils.profiles import pick
+from course_utils.scaling import fit_exponent
 
 __all__ = [
     "Config",
@@ -177,15 +178,6 @@ def time_vs_length(
             measurement = timer.blocked_autorange(min_run_time=cfg.min_run_time)
             results.setdefault(_kind(name), {})[n] = measurement.median
     return results
-
-
-def fit_exponent(times: dict[int, float], last: int = 3) -> float:
-    """Slope of log(time) against log(n) over the ``last`` largest n: time ~ n^slope."""
-    ns = sorted(times)[-last:]
-    xs = torch.tensor([math.log(n) for n in ns])
-    ys = torch.tensor([math.log(times[n]) for n in ns])
-    xc = xs - xs.mean()
-    return float((xc * (ys - ys.mean())).sum() / (xc * xc).sum())
 
 
 def influence(model: nn.Module, n: int, d_model: int, seed: int = 0) -> Tensor:

@@ -14,7 +14,6 @@ decay to a small final rate, no dropout, no biases and few, small evaluations.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -25,7 +24,7 @@ import torch
 from course_utils.data.text import CharDataset, TextCorpus, load_text_corpus
 from course_utils.models.gpt import GPT, GPTConfig
 from course_utils.profiles import current
-from course_utils.training import History
+from course_utils.training import History, lr_schedule, train
 
 __all__ = [
     "Config",
@@ -184,10 +183,6 @@ class CharGPTHistory(History):
     """A :class:`~course_utils.training.History` plus what a language-model run reports."""
 
     tokens_per_step: int = 0
-    steps_done: int = 0
-    train_seconds: float = 0.0  # optimizer steps only (evaluations excluded)
-    wall_seconds: float = 0.0  # the whole loop, evaluations included
-    stopped_by: str = "steps"  # "steps" or "time budget"
     final: dict[str, float] = field(default_factory=dict)  # final estimate_loss
 
     @property
@@ -215,12 +210,17 @@ class CharGPTHistory(History):
         )
 
 
-def lr_at(progress: float, step: int, cfg: Config) -> float:
-    """Learning rate after ``step`` steps at ``progress`` in [0, 1] of the run (steps or time):
-    linear warmup over ``cfg.warmup`` steps, then half a cosine from ``lr`` to ``min_lr``."""
-    warm = min(1.0, (step + 1) / cfg.warmup) if cfg.warmup else 1.0
-    p = min(1.0, max(0.0, progress))
-    return warm * (cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * p)) * (cfg.lr - cfg.min_lr))
+def lr_at(step: int, cfg: Config, time_fraction: float = 0.0) -> float:
+    """The recipe's learning rate at ``step``: :func:`course_utils.training.lr_schedule` with
+    ``cfg``'s peak, warmup and final rate (linear warmup, then half a cosine)."""
+    return lr_schedule(
+        step,
+        lr=cfg.lr,
+        steps=cfg.steps,
+        warmup=cfg.warmup,
+        min_lr=cfg.min_lr,
+        time_fraction=time_fraction,
+    )
 
 
 def train_char_gpt(
@@ -235,103 +235,59 @@ def train_char_gpt(
     log_every: int = 10,
     desc: str = "training GPT",
 ) -> tuple[GPT, CharGPTHistory]:
-    """Train a character-level GPT on ``data``; returns ``(model, history)``.
+    """Train a character-level GPT on ``data`` with the course's loop
+    (:func:`course_utils.training.train`); returns ``(model, history)``.
 
     ``steps`` (default ``cfg.steps``) and ``time_budget_s`` (default ``cfg.time_budget_s``):
-    training stops at whichever comes first, and the learning-rate schedule follows the larger
+    training stops at whichever comes first, and the learning-rate decay follows the larger
     of the two progress fractions, so a time-limited run still ends its cosine decay on time.
     The wall time counted includes the periodic evaluations (as nanoGPT's does) but not the
     final, larger ``estimate_loss`` stored in ``history.final``.
     Each step: a random batch (B, T) of windows and its shifted targets, forward, backward,
-    gradient clipping and an AdamW step (weight decay on matrices only). Deterministic for a
-    given ``seed`` when stopped by steps.
+    gradient clipping and a (fused) AdamW step with weight decay on matrices only.
+    Deterministic for a given ``seed`` when stopped by steps.
     """
     ds = data if isinstance(data, CharDataset) else CharDataset(data)
-    steps = cfg.steps if steps is None else steps
-    budget = cfg.time_budget_s if time_budget_s is None else time_budget_s
     device = torch.device(cfg.device) if cfg.device else current().device
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     if model is None:
         model = GPT(replace(cfg.model, vocab_size=ds.vocab_size))
-    model.to(device).train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    groups = [g for g in groups if g["params"]]
-    opt = torch.optim.AdamW(
-        groups, lr=cfg.lr, betas=cfg.betas, fused=device.type in ("cuda", "cpu")
-    )
+    model.to(device)
     T, B = model.config.block_size, cfg.batch_size
-    hist = CharGPTHistory(tokens_per_step=B * T)
 
-    from tqdm.auto import tqdm
+    def evaluate(net: GPT) -> dict[str, float]:
+        losses = estimate_loss(
+            net,
+            ds,
+            batches=cfg.eval_batches,
+            batch_size=cfg.eval_batch_size,
+            autocast_dtype=cfg.autocast_dtype,
+        )
+        return {"train loss (eval)": losses["train"], "val loss": losses["val"]}
 
-    bar = tqdm(total=steps, desc=desc, disable=not progress, mininterval=1.0, leave=True)
-    running, n_running = torch.zeros((), device=device), 0
-    start = time.perf_counter()
-    eval_seconds = 0.0
-    step = 0
-    try:
-        while step < steps:
-            elapsed = time.perf_counter() - start
-            if budget is not None and elapsed >= budget:
-                hist.stopped_by = "time budget"
-                break
-            progress_frac = max(step / steps, elapsed / budget if budget else 0.0)
-            lr = lr_at(progress_frac, step, cfg)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            x, y = ds.get_batch("train", T, B, gen, device)
-            with _autocast(device, cfg.autocast_dtype):
-                _, loss = model(x, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip:
-                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            opt.step()
-            running += loss.detach().float()
-            n_running += 1
-            step += 1
-            if step % log_every == 0 or step == steps:
-                hist.step.append(step)
-                hist.train_loss.append(running.item() / n_running)
-                hist.lr.append(lr)
-                hist.grad_norm.append(float("nan"))
-                hist.time.append(time.perf_counter() - start)
-                running.zero_()
-                n_running = 0
-                bar.set_postfix(loss=f"{hist.train_loss[-1]:.3f}", refresh=False)
-            if cfg.eval_every and step % cfg.eval_every == 0 and step < steps:
-                t0 = time.perf_counter()
-                losses = estimate_loss(
-                    model,
-                    ds,
-                    batches=cfg.eval_batches,
-                    batch_size=cfg.eval_batch_size,
-                    autocast_dtype=cfg.autocast_dtype,
-                )
-                eval_seconds += time.perf_counter() - t0
-                _record_eval(hist, step, time.perf_counter() - start, losses)
-                bar.set_postfix(
-                    loss=f"{hist.train_loss[-1]:.3f}", val=f"{losses['val']:.3f}", refresh=False
-                )
-            bar.update(1)
-    finally:
-        bar.close()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    hist.wall_seconds = time.perf_counter() - start
-    hist.train_seconds = hist.wall_seconds - eval_seconds
-    hist.steps_done = step
-    if n_running:  # a time budget stopped between two log points
-        hist.step.append(step)
-        hist.train_loss.append(running.item() / n_running)
-        hist.lr.append(lr)
-        hist.grad_norm.append(float("nan"))
-        hist.time.append(hist.wall_seconds)
+    history = train(
+        model,
+        lambda step: ds.get_batch("train", T, B, gen, device),
+        steps=cfg.steps if steps is None else steps,
+        lr=cfg.lr,
+        loss_fn=lambda net, batch: net(*batch)[1],
+        weight_decay=cfg.weight_decay,
+        betas=cfg.betas,
+        fused=device.type in ("cuda", "cpu"),
+        warmup=cfg.warmup,
+        min_lr=cfg.min_lr,
+        grad_clip=cfg.grad_clip,
+        eval_fn=evaluate if cfg.eval_every else None,
+        eval_every=cfg.eval_every or None,
+        eval_at_end=False,  # the final, larger estimate below replaces it
+        log_every=log_every,
+        time_budget_s=cfg.time_budget_s if time_budget_s is None else time_budget_s,
+        autocast_dtype=cfg.autocast_dtype,
+        progress=progress,
+        desc=desc,
+    )
+    hist = CharGPTHistory(**vars(history), tokens_per_step=B * T)
     hist.final = estimate_loss(
         model,
         ds,
@@ -339,8 +295,7 @@ def train_char_gpt(
         batch_size=cfg.eval_batch_size,
         autocast_dtype=cfg.autocast_dtype,
     )
-    _record_eval(hist, step, hist.wall_seconds, hist.final)
-    model.eval()
+    _record_eval(hist, max(hist.steps_done - 1, 0), hist.wall_seconds, hist.final)
     return model, hist
 
 

@@ -45,6 +45,7 @@ from course_utils.data.images import (
     load_cifar10,
     load_digits_split,
 )
+from course_utils.layers import record_attention
 from course_utils.models.vit import ViT, ViTConfig
 from course_utils.profiles import current
 from course_utils.training import History, train
@@ -63,6 +64,7 @@ __all__ = [
     "ImageRun",
     "accuracy",
     "run_model",
+    "run_model_with_attention",
     "train_vit",
     "train_vit_digits",
     "SmallCNN",
@@ -470,22 +472,18 @@ def run_model(
     model: nn.Module,
     images: Tensor,
     *,
-    need_weights: bool = False,
     forward: Any = None,
     batch_size: int = 500,
     autocast_dtype: torch.dtype | None = None,
-) -> Any:
+) -> Tensor:
     """Run ``model`` (or ``forward(model, batch)``) on ``images`` (N, C, H, W) in eval mode,
     in batches on the model's device (under autocast to ``autocast_dtype`` when given);
-    results come back on the CPU in float32.
-
-    Returns logits (N, K), or with ``need_weights`` ``(logits, weights)`` where ``weights`` is
-    a list with one (N, H, L, L) tensor per layer (a :class:`ViT`'s attention maps).
+    returns the logits (N, K) on the CPU in float32.
     """
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    logits, weights = [], []
+    logits = []
     try:
         for i in range(0, len(images), batch_size):
             xb = images[i : i + batch_size].to(device)
@@ -494,20 +492,30 @@ def run_model(
                 dtype=autocast_dtype or torch.float32,
                 enabled=autocast_dtype is not None,
             ):
-                if need_weights:
-                    out, w = model(xb, need_weights=True)
-                    weights.append([a.float().cpu() for a in w])
-                else:
-                    out = forward(model, xb) if forward is not None else model(xb)
+                out = forward(model, xb) if forward is not None else model(xb)
             logits.append(out.float().cpu())
     finally:
         model.train(was_training)
     if not logits:
         raise ValueError("run_model got no images")
-    out = torch.cat(logits)
-    if need_weights:
-        return out, [torch.cat(per_layer) for per_layer in zip(*weights, strict=True)]
-    return out
+    return torch.cat(logits)
+
+
+def run_model_with_attention(
+    model: nn.Module, images: Tensor, *, batch_size: int = 500
+) -> tuple[Tensor, list[Tensor]]:
+    """:func:`run_model` while recording attention: ``(logits (N, K), weights)`` where
+    ``weights`` has one (N, H, L, L) tensor per layer (a :class:`ViT`'s attention maps)."""
+    batches: list[list[Tensor]] = []
+
+    def forward(net: nn.Module, xb: Tensor) -> Tensor:
+        with record_attention(net) as maps:
+            out = net(xb)
+        batches.append([w.float().cpu() for w in maps])
+        return out
+
+    logits = run_model(model, images, forward=forward, batch_size=batch_size)
+    return logits, [torch.cat(per_layer) for per_layer in zip(*batches, strict=True)]
 
 
 def _fit(

@@ -303,7 +303,7 @@ def with_decoder_layers(
     """A copy of a trained ``model`` whose decoder blocks are ``layer_cls(d_model, n_heads,
     d_ff, norm_first=...)`` (e.g. notebook 10's DecoderLayer) carrying the trained weights.
 
-    Decoding with it (without ``need_weights``) gives the translations of the original when
+    Decoding with it gives the translations of the original when
     ``layer_cls`` computes what TransformerDecoderBlock does.
     """
     import copy

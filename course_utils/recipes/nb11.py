@@ -9,24 +9,38 @@
 * :func:`flash_style` — tiles the queries too, around any key-tiled attention function.
 * :func:`sdpa_backends` / :func:`sdpa_kernel_used` / :func:`compare_backends` — which
   ``F.scaled_dot_product_attention`` backends exist, which are enabled, which one runs here.
+* :func:`data_parallel_demo` — a small MLP trained data-parallel in spawned processes equals
+  one process on the full batch (:mod:`course_utils.distributed` does the plumbing);
+  ``torchrun --nproc_per_node=2 -m course_utils.recipes.nb11`` runs it under torchrun.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import math
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from course_utils.data.tasks import batches
+from course_utils.distributed import (
+    DistInfo,
+    cleanup,
+    init_distributed,
+    spawn_data_parallel,
+)
 from course_utils.memory import PeakMemory, peak_extra_memory
 from course_utils.profiles import pick
+from course_utils.scaling import fit_exponent
+from course_utils.training import train
 
 __all__ = [
     "Config",
@@ -42,6 +56,10 @@ __all__ = [
     "sdpa_kernel_used",
     "compare_backends",
     "BACKEND_KERNELS",
+    "demo_problem",
+    "demo_worker",
+    "DataParallelDemo",
+    "data_parallel_demo",
 ]
 
 
@@ -181,20 +199,6 @@ def scaling(
     return results
 
 
-def fit_exponent(curve: dict[int, float], last: int = 3) -> float:
-    """Slope p of log(y) against log(n) over the ``last`` largest n (y ~ n^p)."""
-    ns = sorted(curve)[-last:]
-    if len(ns) < 2:
-        return float("nan")
-    xs = [math.log(n) for n in ns]
-    ys = [math.log(max(curve[n], 1e-12)) for n in ns]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-
-
-# ----------------------------------------------------------------------------- flash-style
-
-
 def flash_style(
     tiled: Callable[..., Tensor], block_q: int, block_k: int
 ) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
@@ -307,3 +311,130 @@ def compare_backends(
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 results[name][n] = "cannot run: " + first[:80]
     return results
+
+
+# --------------------------------------------------------------------------------------------
+# The data-parallel demo: data-parallel == single-process on the full batch
+# --------------------------------------------------------------------------------------------
+def demo_problem(
+    seed: int = 0,
+    n: int = 64,
+    d_in: int = 8,
+    d_hidden: int = 32,
+    dtype: torch.dtype = torch.float64,
+) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """A seeded MLP regression problem: ``(model, (x (n, d_in), y (n, 1)))``."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d_in, generator=g, dtype=dtype)
+    w = torch.randn(d_in, 1, generator=g, dtype=dtype)
+    y = torch.sin(x @ w) + 0.1 * torch.randn(n, 1, generator=g, dtype=dtype)
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(d_in, d_hidden), nn.Tanh(), nn.Linear(d_hidden, 1)).to(dtype)
+    return model, (x, y)
+
+
+def _mse(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    x, y = batch
+    return ((model(x) - y) ** 2).mean()
+
+
+def demo_worker(
+    info: DistInfo, steps: int = 20, batch_size: int = 16, lr: float = 1e-2, seed: int = 0
+) -> dict[str, Any]:
+    """Train :func:`demo_problem` with :func:`course_utils.training.train` in this process.
+
+    Under a process group each rank takes its shard of every batch (same batches on every
+    rank: the generator is seeded alike). Returns ``{"rank", "world_size", "state", "loss"}``.
+    """
+    model, (x, y) = demo_problem(seed)
+    model.to(info.device)
+    data = batches((x, y), batch_size, torch.Generator().manual_seed(seed), drop_last=True)
+    history = train(
+        model,
+        data,
+        loss_fn=_mse,
+        steps=steps,
+        lr=lr,
+        warmup=2,
+        grad_clip=1.0,
+        progress=False,
+        data_parallel=info.world_size > 1,
+    )
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    return {
+        "rank": info.rank,
+        "world_size": info.world_size,
+        "state": state,
+        "loss": history.train_loss,
+    }
+
+
+@dataclass
+class DataParallelDemo:
+    """Result of :func:`data_parallel_demo`: per-rank results, the single-process reference and
+    the largest parameter difference between them (``max_abs_diff``), plus timings."""
+
+    ranks: list[dict[str, Any]]
+    single: dict[str, Any]
+    max_abs_diff: float
+    parallel_seconds: float
+    single_seconds: float
+
+    def __repr__(self) -> str:
+        return (
+            f"DataParallelDemo({len(self.ranks)} processes; final loss "
+            f"{self.ranks[0]['loss'][-1]:.5f} vs single process {self.single['loss'][-1]:.5f}; "
+            f"largest parameter difference {self.max_abs_diff:.2e})"
+        )
+
+
+def data_parallel_demo(
+    world_size: int = 2, steps: int = 20, batch_size: int = 16, lr: float = 1e-2, seed: int = 0
+) -> DataParallelDemo:
+    """Train the demo MLP data-parallel in ``world_size`` processes and in this one alone.
+
+    ``batch_size`` is the global batch (each process gets ``batch_size / world_size`` rows).
+    """
+    if batch_size % world_size:
+        raise ValueError(
+            f"expected batch_size divisible by world_size, got {batch_size} and {world_size}"
+        )
+    t0 = time.perf_counter()
+    ranks = spawn_data_parallel(
+        demo_worker, world_size, (steps, batch_size, lr, seed), backend="gloo"
+    )
+    t1 = time.perf_counter()
+    single = demo_worker(DistInfo(0, 1, 0, torch.device("cpu"), None), steps, batch_size, lr, seed)
+    t2 = time.perf_counter()
+    diff = max(
+        (r["state"][k] - single["state"][k]).abs().max().item()
+        for r in ranks
+        for k in single["state"]
+    )
+    return DataParallelDemo(ranks, single, diff, t1 - t0, t2 - t1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``torchrun --nproc_per_node=2 -m course_utils.recipes.nb11``: the demo under torchrun."""
+    parser = argparse.ArgumentParser(description="data-parallel demo (run it under torchrun)")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--backend", default=None)
+    args = parser.parse_args(argv)
+    info = init_distributed(args.backend)
+    try:
+        result = demo_worker(info, steps=args.steps, batch_size=args.batch_size)
+        if info.is_main:
+            print(
+                f"rank 0 of {info.world_size} ({info.backend or 'single process'}): "
+                f"loss {result['loss'][0]:.5f} -> {result['loss'][-1]:.5f}"
+            )
+            checksum = sum(float(v.double().sum()) for v in result["state"].values())
+            print(f"parameter checksum {checksum:.10f}")
+    finally:
+        cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,52 @@
+"""The GitHub workflow runs the same steps as ``.ci/run``, in the same order."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+PLUMBING = re.compile(r"^(set |cd |export |if |fi\b|then\b|else\b|start=|echo |[A-Z_]+=)")
+
+
+def ci_run_steps() -> list[str]:
+    """The commands of .ci/run (comments and shell plumbing left out)."""
+    steps = []
+    for line in (REPO / ".ci" / "run").read_text().splitlines():
+        command = line.split(" #", 1)[0].strip()
+        if command and not command.startswith("#") and not PLUMBING.match(command):
+            steps.append(command)
+    return steps
+
+
+def workflow() -> dict:
+    return yaml.safe_load((REPO / ".github" / "workflows" / "ci.yml").read_text())
+
+
+def test_ci_run_has_the_steps_the_workflow_must_mirror():
+    steps = ci_run_steps()
+    assert steps[0].startswith("python -m pip install torch==")
+    assert {"course doctor", "course release --check", "python -m pytest -n 2"} <= set(steps)
+    assert {"ruff format --check .", "ruff check ."} <= set(steps)
+
+
+def test_workflow_runs_ci_runs_steps_in_order_on_ubuntu_with_python_311():
+    wf = workflow()
+    assert {"push", "pull_request"} <= set(
+        wf[True] if True in wf else wf["on"]
+    )  # "on" is YAML 1.1 True
+    (job,) = wf["jobs"].values()
+    assert job["runs-on"] == "ubuntu-latest"
+    assert job["env"]["COURSE_PROFILE"] == "ci"
+    setup = [s for s in job["steps"] if s.get("uses", "").startswith("actions/setup-python")]
+    assert setup and str(setup[0]["with"]["python-version"]) == "3.11"
+    runs = [s["run"].strip() for s in job["steps"] if "run" in s]
+    position = -1
+    for step in ci_run_steps():
+        # the same command, in order; the workflow may add options (torch's CPU index)
+        found = [i for i, run in enumerate(runs) if run == step or run.startswith(step + " ")]
+        assert found, f"the workflow does not run .ci/run's step {step!r}"
+        assert found[0] > position, f"the workflow runs {step!r} out of .ci/run's order"
+        position = found[0]

@@ -1,0 +1,94 @@
+"""Boundaries of the package: no import cycles, and no module importing another's private names."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "course_utils"
+
+
+def modules() -> dict[str, Path]:
+    """Dotted name -> file, for every module of course_utils."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, str | None]]:
+    """(module imported, name taken from it or None) for every import in the file, wherever
+    it stands (a function-level import is still a dependency)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([node.module] if node.module else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.append((sub, None) if sub in known else (base, alias.name))
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {
+        name: {target for target, _ in imports(name, path, known) if target in known} - {name}
+        for name, path in known.items()
+    }
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as [a, b, ..., a], or None (depth-first search, three colours)."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_find_cycle_finds_a_cycle_and_accepts_a_tree():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_course_utils_has_no_import_cycle():
+    edges = graph()
+    assert {"course_utils.layers", "course_utils.training", "course_utils.doctor"} <= set(edges)
+    assert find_cycle(edges) is None, f"import cycle: {' -> '.join(find_cycle(edges))}"
+
+
+def test_no_module_imports_another_modules_private_names():
+    known = modules()
+    offenders = [
+        f"{name} imports {target}.{taken}"
+        for name, path in known.items()
+        for target, taken in imports(name, path, known)
+        if taken
+        and taken.startswith("_")
+        and not taken.startswith("__")
+        and target.startswith("course_utils")
+        and target != name
+    ]
+    assert offenders == []

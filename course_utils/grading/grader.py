@@ -36,6 +36,15 @@ from course_utils.grading.plan import (
     reference_dirs,
     resolve_assignment,
 )
+from course_utils.grading.sandbox import (
+    DOCKER_IMAGE,
+    Limits,
+    Sandbox,
+    SandboxError,
+    bwrap_problem,
+    container_problem,
+    resolve_backend,
+)
 
 GRADER_VERSION = 1
 MAX_MESSAGE = 2000
@@ -63,6 +72,11 @@ class GradeOptions:
     kernel_name: str = "python3"
     startup_timeout: float = 120.0
     interrupt_grace: float = 5.0
+    sandbox: str = "auto"
+    max_procs: int = 256
+    disk_mb: int = 1024
+    cpu_s: float = 0.0
+    image: str = DOCKER_IMAGE
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -104,6 +118,7 @@ def _skeleton(path: str, seed: int | None) -> dict[str, Any]:
         "seed": seed,
         "runtime_s": 0.0,
         "reference": None,
+        "sandbox": None,
         "grader_version": GRADER_VERSION,
     }
 
@@ -344,22 +359,36 @@ def _run(
     cell_errors: dict[int, tuple[str, str]] = {}
     executed: list[tuple[Any, Any]] = []  # (step, ExecResult or verdict entry)
     budget = OutputBudget(opts.max_output_kb * 1024)
-    workdir = Path(tempfile.mkdtemp(prefix="course-grade-"))
     kernel: GradingKernel | None = None
     stop_reason: tuple[str, str] | None = None  # (status for the rest, message)
+    sandbox: Sandbox | None = None
+    box = Path(tempfile.mkdtemp(prefix="cg-"))
     try:
-        cwd = workdir / "work"
-        _copy_submission_dir(Path(path).resolve().parent, cwd)
-        env = kernel_env(
-            profile=None,
-            threads=opts.threads,
-            hide_gpus=not opts.gpu,
-            ipython_dir=str(workdir / "ipython"),
+        try:
+            sandbox = make_sandbox(opts, box)
+        except SandboxError as exc:
+            report.update(error=str(exc), error_kind="grader")
+            stop_reason = (ERROR, f"not graded: {exc}")
+            return
+        report["sandbox"] = sandbox.describe()
+        if not sandbox.isolated:
+            report["notes"].append(NOT_SANDBOXED)
+        _copy_submission_dir(Path(path).resolve().parent, sandbox.work)
+        sandbox.hand_over()
+        env = sandbox.kernel_env(
+            kernel_env(
+                profile=None,
+                threads=opts.threads,
+                hide_gpus=not opts.gpu,
+                ipython_dir=str(box / "home" / ".ipython"),
+            )
         )
+        sandbox.env = env
         memory_mb = 0 if opts.gpu else opts.memory_mb
         kernel = GradingKernel(
-            cwd=str(cwd),
-            workdir=str(workdir),
+            cwd=str(sandbox.work),
+            workdir=str(box),
+            sandbox=sandbox,
             memory_mb=memory_mb,
             kernel_name=opts.kernel_name,
             env=env,
@@ -447,7 +476,7 @@ def _run(
                     g,
                     seed,
                     limit,
-                    workdir,
+                    sandbox,
                     plan,
                     cell_errors,
                     opts,
@@ -476,6 +505,11 @@ def _run(
     finally:
         if kernel is not None:
             kernel.shutdown()
+        if sandbox is not None:
+            sandbox.close()
+            report["sandbox"] = sandbox.describe()
+            if sandbox.kill_reason:
+                report["notes"].append(f"the submission was stopped: {sandbox.kill_reason}")
         for g in assignment.exercises:
             if g.id not in entries:
                 status, message = stop_reason or (ERROR, "not graded")
@@ -496,7 +530,60 @@ def _run(
                 _write_executed(nb, executed, assignment, opts.executed_dir, path)
             except Exception as exc:  # an artifact, never a reason to fail grading
                 report["notes"].append(f"could not write the executed notebook: {exc}")
-        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(box, ignore_errors=True)
+
+
+NOT_SANDBOXED = (
+    "not sandboxed (--sandbox none): the notebook ran as the grader's own user with its view "
+    "of the files and processes; fine for checking your own work, not for grading others'"
+)
+
+
+def _module_files(modules: tuple[str, ...]) -> list[str]:
+    """The files of the ``--checks`` modules, shown read-only inside the sandbox."""
+    import importlib.util
+
+    out = []
+    for name in modules:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        origin = getattr(spec, "origin", None)
+        if origin and os.path.isfile(origin) and "site-packages" not in origin:
+            out.append(origin)
+    return out
+
+
+_PROBLEMS: dict[str, str | None] = {}
+
+
+def make_sandbox(opts: GradeOptions, box: Path) -> Sandbox:
+    """The sandbox of one submission (``opts.sandbox``), prepared; :class:`SandboxError` when
+    the chosen backend cannot run on this machine."""
+    backend = resolve_backend(opts.sandbox)
+    if backend not in _PROBLEMS:
+        if backend == "bwrap":
+            _PROBLEMS[backend] = bwrap_problem()
+        elif backend in ("docker", "podman"):
+            _PROBLEMS[backend] = container_problem(backend)
+        else:
+            _PROBLEMS[backend] = None
+    if _PROBLEMS[backend]:
+        raise SandboxError(f"--sandbox {backend}: {_PROBLEMS[backend]}")
+    memory = 0 if opts.gpu else opts.memory_mb
+    sandbox = Sandbox(
+        backend,
+        box,
+        limits=Limits(
+            memory_mb=memory, max_procs=opts.max_procs, disk_mb=opts.disk_mb, cpu_s=opts.cpu_s
+        ),
+        read_only=_module_files(opts.checks_modules),
+        image=opts.image,
+        cpus=opts.threads,
+    )
+    sandbox.prepare()
+    return sandbox
 
 
 def _warmup_code(modules: tuple[str, ...]) -> str:
@@ -525,7 +612,7 @@ def _check(
     g: GradedExercise,
     seed: int,
     limit: float,
-    workdir: Path,
+    sandbox: Sandbox,
     plan,
     cell_errors,
     opts: GradeOptions,
@@ -536,9 +623,15 @@ def _check(
     ex = g.exercise
     fn = ex.function
     t0 = time.monotonic()
-    out_dir = Path(tempfile.mkdtemp(prefix="harvest-", dir=workdir))
+    out_dir = sandbox.results / f"{ex.id}-{secrets.token_hex(8)}"
+    out_dir.mkdir()
+    sandbox.own(out_dir)
     code = hv.harvest_code(
-        exercise_id=ex.id, function=fn, seed=seed, out_dir=str(out_dir), module=g.module
+        exercise_id=ex.id,
+        function=fn,
+        seed=seed,
+        out_dir=sandbox.inside(out_dir),
+        module=g.module,
     )
     r = kernel.execute(code, limit, silent=True, keep_outputs=False)
     entry = _entry(g, ERROR, "")

@@ -13,6 +13,7 @@ import importlib
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -77,6 +78,7 @@ class GradeOptions:
     disk_mb: int = 1024
     cpu_s: float = 0.0
     image: str = DOCKER_IMAGE
+    box_parent: str | None = None  # where the sandboxes' folders go (default: the temp dir)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -123,12 +125,24 @@ def _skeleton(path: str, seed: int | None) -> dict[str, Any]:
     }
 
 
+def _peak_rss_mb() -> float:
+    """This grading process's own peak resident memory (MiB)."""
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return round(peak / (2**20 if sys.platform == "darwin" else 1024), 1)
+    except (ImportError, OSError):
+        return 0.0
+
+
 def _finish(report: dict[str, Any], t0: float) -> dict[str, Any]:
     report["total"] = _num(sum(e["points"] for e in report["exercises"]))
     report["max"] = _num(sum(e["max_points"] for e in report["exercises"]))
     report["percent"] = round(100.0 * report["total"] / report["max"], 2) if report["max"] else 0.0
     report["flags"] = [f"{e['id']}: {f}" for e in report["exercises"] for f in e["flags"]]
     report["runtime_s"] = round(time.monotonic() - t0, 3)
+    report["grader_peak_rss_mb"] = _peak_rss_mb()
     return report
 
 
@@ -362,7 +376,7 @@ def _run(
     kernel: GradingKernel | None = None
     stop_reason: tuple[str, str] | None = None  # (status for the rest, message)
     sandbox: Sandbox | None = None
-    box = Path(tempfile.mkdtemp(prefix="cg-"))
+    box = Path(tempfile.mkdtemp(prefix="cg-", dir=opts.box_parent))
     try:
         try:
             sandbox = make_sandbox(opts, box)
@@ -558,10 +572,12 @@ def _module_files(modules: tuple[str, ...]) -> list[str]:
 _PROBLEMS: dict[str, str | None] = {}
 
 
-def make_sandbox(opts: GradeOptions, box: Path) -> Sandbox:
-    """The sandbox of one submission (``opts.sandbox``), prepared; :class:`SandboxError` when
-    the chosen backend cannot run on this machine."""
-    backend = resolve_backend(opts.sandbox)
+def make_sandbox_check(name: str) -> tuple[str | None, str]:
+    """``(problem or None, resolved backend)`` for ``--sandbox name`` on this machine."""
+    try:
+        backend = resolve_backend(name)
+    except SandboxError as exc:
+        return str(exc), name
     if backend not in _PROBLEMS:
         if backend == "bwrap":
             _PROBLEMS[backend] = bwrap_problem()
@@ -569,8 +585,15 @@ def make_sandbox(opts: GradeOptions, box: Path) -> Sandbox:
             _PROBLEMS[backend] = container_problem(backend)
         else:
             _PROBLEMS[backend] = None
-    if _PROBLEMS[backend]:
-        raise SandboxError(f"--sandbox {backend}: {_PROBLEMS[backend]}")
+    return _PROBLEMS[backend], backend
+
+
+def make_sandbox(opts: GradeOptions, box: Path) -> Sandbox:
+    """The sandbox of one submission (``opts.sandbox``), prepared; :class:`SandboxError` when
+    the chosen backend cannot run on this machine."""
+    problem, backend = make_sandbox_check(opts.sandbox)
+    if problem:
+        raise SandboxError(f"--sandbox {backend}: {problem}")
     memory = 0 if opts.gpu else opts.memory_mb
     sandbox = Sandbox(
         backend,

@@ -701,7 +701,7 @@ def _check(
                 "builtin such as exec, compile or globals?",
             )
             return entry, r
-        tampered = _tampering(h, ex, trusted)
+        tampered = _tampering(h, ex, trusted, same_files=sandbox.backend in ("bwrap", "none"))
         if tampered:
             entry.update(
                 status=ERROR,
@@ -786,7 +786,12 @@ def apply_flag_policy(entry: dict[str, Any], *, zero_flagged: bool = False) -> d
     return entry
 
 
-def _tampering(h: hv.Harvest, ex: core.Exercise, trusted: dict[str, str]) -> list[str]:
+def _tampering(
+    h: hv.Harvest, ex: core.Exercise, trusted: dict[str, str], same_files: bool = True
+) -> list[str]:
+    """What in the kernel's grading code differs from the grader's (``same_files``: the
+    kernel sees the grader's own files, so module paths must match too; not in a container
+    image, where the course is installed elsewhere)."""
     problems: list[str] = []
     expected = dict(trusted)
     expected["call"] = hv.fingerprint(ex.call)
@@ -811,7 +816,14 @@ def _tampering(h: hv.Harvest, ex: core.Exercise, trusted: dict[str, str]) -> lis
         "numpy": numpy.__file__,
         "torch": torch.__file__,
     }
-    for name, theirs in h.modules.items():
+    if not same_files:  # a container: the modules must not come from the writable folders
+        from course_utils.grading.sandbox import INSIDE_HOME, INSIDE_RUN, INSIDE_WORK
+
+        writable = (INSIDE_WORK, INSIDE_HOME, INSIDE_RUN, "/tmp")
+        for name, theirs in h.modules.items():
+            if theirs.startswith(writable):
+                problems.append(f"the kernel imported {name} from {theirs}")
+    for name, theirs in h.modules.items() if same_files else ():
         if name in mine and theirs and os.path.realpath(theirs) != os.path.realpath(mine[name]):
             problems.append(f"the kernel imported {name} from {theirs}")
     return problems

@@ -428,6 +428,7 @@ def test_many_processes_share_one_memory_limit(hostile_batch):
     rep = hostile_batch.by["many_processes"]
     box = rep["sandbox"]
     assert box["peak_memory_mb"] <= MEMORY_MB * 1.02, box  # 4 x 700 MB would be 2800 MB
+    assert box["peak_memory_mb"] > 1400, box  # the attack really ran (two hogs at least)
     enforced = box["enforced_by"]["memory"]
     if "watchdog" in enforced:  # no cgroup: the watchdog kills the whole submission
         assert box["killed_for"] and "memory" in box["killed_for"]
@@ -458,3 +459,39 @@ def test_injected_markdown_and_formulas_stay_text(hostile_batch):
     for row in rows[1:]:
         for cell in row:
             assert not cell.startswith(("=", "+", "@", "\t", "\r")), cell
+
+
+def test_course_grade_finds_the_same_references_from_the_root_and_from_notebooks(
+    tmp_path, monkeypatch
+):
+    from course_utils.grading import plan as pl
+
+    for sub in ("solutions", "notebooks"):
+        (tmp_path / sub).mkdir()
+    monkeypatch.chdir(tmp_path)
+    from_root = [p.resolve() for p in pl.reference_dirs(None)]
+    monkeypatch.chdir(tmp_path / "notebooks")
+    from_notebooks = [p.resolve() for p in pl.reference_dirs(None)]
+    assert from_root[:2] == from_notebooks[:2] == [tmp_path / "solutions", tmp_path / "notebooks"]
+
+
+def test_an_unsandboxed_report_says_so(fx_opts):
+    from course_utils.grading.grader import NOT_SANDBOXED, grade_submission
+
+    fx_opts.sandbox, fx_opts.kernel_name = "none", "no-such-kernel"
+    rep = grade_submission(FIXTURES / "submissions" / "solution.ipynb", fx_opts)
+    assert rep["sandbox"]["backend"] == "none" and not rep["sandbox"]["isolated"]
+    assert NOT_SANDBOXED in rep["notes"] and "not sandboxed" in rp.feedback_markdown(rep)
+
+
+@pytest.fixture
+def fx_opts(monkeypatch):
+    from course_utils.grading.grader import GradeOptions
+
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    return GradeOptions(
+        reference_dir=str(FIXTURES / "solutions"),
+        checks_modules=("grading_fixture_checks",),
+        assignment="99_fixture",
+        startup_timeout=30,
+    )

@@ -39,9 +39,11 @@ exit codes (the highest that applies):
      or a grading process died (possibly killed by its submission; the others are reported)
 
 what the grader does:
-  Each submission runs top to bottom in a fresh python3 kernel, in a temporary copy of its
-  folder, with COURSE_PROFILE from this environment (default ci), under an address-space
-  limit (--memory-mb), a per-cell and a total time limit and a cap on stored output. Check
+  Each submission runs top to bottom in a fresh python3 kernel in its own sandbox (--sandbox:
+  bubblewrap by default on Linux; it sees only a copy of its folder, no network, no other
+  submission or process), with COURSE_PROFILE from this environment (default ci), under
+  limits on all its processes together (--memory-mb, --max-procs, --disk-mb,
+  --cpu-seconds), a per-cell and a total time limit and a cap on stored output. Check
   cells are restored from the reference notebook (solutions/<name>.ipynb, or notebooks/),
   so edited, moved or deleted check cells change nothing. At each check the kernel only
   computes outputs on inputs drawn at grade time; this process compares them with the

@@ -1,11 +1,14 @@
-"""A sandboxed Jupyter kernel for grading: resource limits, time limits, capped output.
+"""A Jupyter kernel for grading, in its sandbox: resource limits, time limits, capped output.
 
 :class:`GradingKernel` starts one fresh ``python3`` kernel (jupyter_client) per submission and
 executes code in it one request at a time. What it guarantees, whatever the student's code does:
 
+- **isolation**: the kernel is started through :mod:`course_utils.grading.launch` inside the
+  submission's :class:`~course_utils.grading.sandbox.Sandbox` (bubblewrap, a container, or
+  none); the sandbox's watchdog and cgroups limit all its processes together.
 - **memory**: the kernel process (and every process it starts) runs under
-  ``RLIMIT_AS = memory_mb`` (virtual address space), set by a tiny wrapper that calls
-  ``setrlimit`` and then ``exec``\\ s the kernel, so the limit cannot be raised from inside.
+  ``RLIMIT_AS = memory_mb`` (virtual address space), set by the launcher before it
+  ``exec``\\ s the sandbox, so the limit cannot be raised from inside.
   A memory bomb gets ``MemoryError`` / a failed allocation instead of taking the machine down.
   No file it writes may exceed 4 GiB (``RLIMIT_FSIZE``); core dumps are disabled.
 - **time**: every request has a deadline. When it passes, the kernel is interrupted (SIGINT to
@@ -16,7 +19,8 @@ executes code in it one request at a time. What it guarantees, whatever the stud
   the rest is counted and dropped (100 MB of ``print`` never reaches the report).
 
 Execution results are read from the ``execute_reply`` *status* on the shell channel, never from
-what the kernel prints: overriding ``showtraceback`` cannot turn an error into a success.
+what the kernel prints: overriding ``showtraceback`` cannot turn an error into a success. No
+message from the kernel larger than ``MAX_MESSAGE_BYTES`` is accepted (``ZMQ_MAXMSGSIZE``).
 """
 
 from __future__ import annotations

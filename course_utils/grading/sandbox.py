@@ -612,7 +612,9 @@ class Sandbox:
                 ["rw", str(self.box / "home"), INSIDE_HOME],
                 ["rw", str(self.run_dir), INSIDE_RUN],
             ]
-            spec["wrapper_tail"] = ["--chdir", INSIDE_WORK]
+            shm = str((self.limits.disk_mb or 1024) << 20)
+            spec["wrapper_tail"] = ["--size", shm, "--perms", "1777", "--tmpfs", "/dev/shm"]
+            spec["wrapper_tail"] += ["--remount-ro", "/", "--chdir", INSIDE_WORK]
         elif self.backend in ("docker", "podman"):
             spec["wrapper"] = container_command(
                 self.backend,

@@ -21,6 +21,7 @@ import json
 import os
 import resource
 import sys
+import time
 
 RLIMITS = {
     "as": resource.RLIMIT_AS,
@@ -105,10 +106,27 @@ def become(argv: list[str]) -> None:
     os.execvp(command[0], command)
 
 
+def kill_uid(uid: int) -> None:
+    """``--kill-uid UID`` (root): become UID and SIGKILL every process of it (``kill -1``),
+    until none is left; how a finished submission's stray processes are ended."""
+    _drop_privileges(uid, uid)
+    for _ in range(200):
+        try:
+            os.kill(-1, 9)
+        except ProcessLookupError:
+            return
+        except PermissionError:  # pragma: no cover - nothing of ours left to signal
+            return
+        time.sleep(0.01)
+
+
 def main(argv: list[str]) -> None:
     """Apply ``SPEC.json`` (``argv[0]``) and exec the command after ``--``."""
     if argv and argv[0] == "--become":
         become(argv[1:])
+        return
+    if argv and argv[0] == "--kill-uid":
+        kill_uid(int(argv[1]))
         return
     spec_path, sep, *command = argv
     if sep != "--" or not command:

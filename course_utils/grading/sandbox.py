@@ -389,24 +389,19 @@ class _UidLease:
         raise SandboxError("no free sandbox uid (more than 1000 submissions graded at once?)")
 
     def kill_all(self) -> None:
-        """SIGKILL every process of this uid (from a child that becomes the uid)."""
+        """SIGKILL every process of this uid (a helper that becomes the uid: no fork of this
+        multi-threaded process)."""
         if self.uid is None:
             return
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - child
-            try:
-                os.setgroups([])
-                os.setgid(self.uid)
-                os.setuid(self.uid)
-                for _ in range(100):
-                    try:
-                        os.kill(-1, signal.SIGKILL)
-                    except ProcessLookupError:
-                        break
-                    time.sleep(0.01)
-            finally:
-                os._exit(0)
-        os.waitpid(pid, 0)
+        launcher = str(Path(__file__).with_name("launch.py"))
+        try:
+            subprocess.run(
+                [sys.executable, "-I", "-S", launcher, "--kill-uid", str(self.uid)],
+                timeout=30,
+                capture_output=True,
+            )
+        except (OSError, subprocess.SubprocessError):
+            pass
 
     def release(self) -> None:
         if self.fh is not None:

@@ -297,6 +297,7 @@ def _grade_isolated(paths: list[str], options, jobs: int, bar) -> list[dict[str,
     import dataclasses
     import json
     import multiprocessing as mp
+    import time
     import shutil
     import tempfile
     from multiprocessing.connection import wait
@@ -313,6 +314,9 @@ def _grade_isolated(paths: list[str], options, jobs: int, bar) -> list[dict[str,
     results: dict[int, dict[str, Any]] = {}
     todo = list(enumerate(paths))
     running: dict[int, tuple[Any, Any]] = {}
+    started: dict[int, float] = {}
+    # a grading process past every limit it enforces itself is killed: the batch finishes
+    overdue = options.timeout + 2 * options.startup_timeout + 300
     # the workers' sandboxes live here: removed by this process even if a worker is killed
     tmpdir = tempfile.mkdtemp(prefix="cgb-")
     options = dataclasses.replace(options, box_parent=tmpdir)
@@ -325,6 +329,7 @@ def _grade_isolated(paths: list[str], options, jobs: int, bar) -> list[dict[str,
                 proc.start()
                 writer.close()
                 running[i] = (proc, reader)
+                started[i] = time.monotonic()
             waitables = [r for _, r in running.values()] + [p.sentinel for p, _ in running.values()]
             wait(waitables, timeout=1.0)
             for i, (proc, reader) in list(running.items()):
@@ -335,7 +340,9 @@ def _grade_isolated(paths: list[str], options, jobs: int, bar) -> list[dict[str,
                 except (EOFError, OSError, ValueError):
                     report = None
                 if report is None and proc.is_alive():
-                    continue
+                    if time.monotonic() - started[i] < overdue:
+                        continue
+                    proc.kill()
                 proc.join(timeout=30)
                 if proc.is_alive():
                     proc.kill()

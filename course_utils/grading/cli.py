@@ -297,9 +297,9 @@ def _grade_isolated(paths: list[str], options, jobs: int, bar) -> list[dict[str,
     import dataclasses
     import json
     import multiprocessing as mp
-    import time
     import shutil
     import tempfile
+    import time
     from multiprocessing.connection import wait
 
     from course_utils.grading.grader import lost_report

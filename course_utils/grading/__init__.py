@@ -12,18 +12,24 @@ How a submission is graded
    check position per exercise, after the student's exercise cell and the cells the student
    added below it (details in :mod:`~course_utils.grading.plan`). Edited, moved or deleted
    check cells change nothing.
-4. **Execute** in a fresh kernel (:mod:`~course_utils.grading.kernel`): a temporary copy of
-   the submission's folder as working directory, an allow-listed environment
+4. **Execute** in a fresh kernel (:mod:`~course_utils.grading.kernel`) inside the
+   submission's own sandbox (:mod:`~course_utils.grading.sandbox`: bubblewrap by default on
+   Linux, docker/podman, or none), started by the trusted launcher
+   (:mod:`~course_utils.grading.launch`): a copy of the submission's folder as working
+   directory, an allow-listed environment
    (``COURSE_PROFILE`` from the grader's, default ``ci``; no GPU unless ``--gpu``),
-   ``RLIMIT_AS = --memory-mb`` (default 6144 MiB), a per-cell limit (interrupt, then kill),
+   ``RLIMIT_AS = --memory-mb`` (default 6144 MiB) per process and the same limit on all its
+   processes together, a per-cell limit (interrupt, then kill),
    a total limit, output kept up to ``--max-output-kb``. A cell's failure is read from the
    ``execute_reply`` status. Errors in ordinary cells do not stop the run (an unsolved
    exercise must cost only its own points); a dead or hung kernel costs only the exercises
    not graded yet, reported as such.
 5. **Harvest and judge** (:mod:`~course_utils.grading.harvest`): at a check position the
    kernel runs the candidate on cases drawn from a seed chosen at grade time and writes plain
-   data (``.npz`` + JSON, no pickle); the grading process regenerates the cases, loads the
-   arrays with ``allow_pickle=False`` and calls :func:`course_utils.checks.core.judge`.
+   data (``.npz`` + JSON, no pickle; the code is :mod:`~course_utils.grading.inkernel`, sent
+   as text); the grading process reads them with caps and without following links, checks
+   the archive and every array header before inflating anything, regenerates the cases and
+   calls :func:`course_utils.checks.core.judge`.
    Monkeypatching ``course_utils.checks``, ``torch.allclose`` or IPython's ``showtraceback``
    in the kernel gains nothing; replacing the harvest's own functions (or shadowing
    ``course_utils``/``torch``/``numpy`` with files next to the notebook) is detected by
@@ -39,7 +45,9 @@ review. ``--zero-flagged`` turns such passes into failures with zero points inst
 *other* course blocks (for example what ``fallback`` returns for an earlier exercise) is not
 flagged.
 
-Threat model, honestly: code in the student's kernel runs with the student's privileges, so
+Threat model, honestly: the sandbox keeps a submission away from the grading machine, the
+other submissions and the reports (see :mod:`~course_utils.grading.sandbox`); inside its own
+kernel, code runs with the student's privileges, so
 a submission written specifically against this grader (one that, say, walks the interpreter
 stack to find the cases and calls the reference) could still produce correct outputs without
 solving the exercise; the fingerprints, the module checks and the flags make every known

@@ -39,9 +39,11 @@ exit codes (the highest that applies):
      or a grading process died (possibly killed by its submission; the others are reported)
 
 what the grader does:
-  Each submission runs top to bottom in a fresh python3 kernel, in a temporary copy of its
-  folder, with COURSE_PROFILE from this environment (default ci), under an address-space
-  limit (--memory-mb), a per-cell and a total time limit and a cap on stored output. Check
+  Each submission runs top to bottom in a fresh python3 kernel in its own sandbox (--sandbox:
+  bubblewrap by default on Linux; it sees only a copy of its folder, no network, no other
+  submission or process), with COURSE_PROFILE from this environment (default ci), under
+  limits on all its processes together (--memory-mb, --max-procs, --disk-mb,
+  --cpu-seconds), a per-cell and a total time limit and a cap on stored output. Check
   cells are restored from the reference notebook (solutions/<name>.ipynb, or notebooks/),
   so edited, moved or deleted check cells change nothing. At each check the kernel only
   computes outputs on inputs drawn at grade time; this process compares them with the
@@ -144,6 +146,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="leave CUDA devices visible to the kernel (lifts the memory limit: "
         "CUDA maps far more virtual memory than any sane limit)",
     )
+    box = parser.add_argument_group("sandbox")
+    box.add_argument(
+        "--sandbox",
+        choices=("auto", "bwrap", "docker", "podman", "none"),
+        default="auto",
+        help="how each submission is isolated (default auto: bubblewrap when installed, "
+        "else none, which every report then says)",
+    )
+    box.add_argument(
+        "--max-procs",
+        type=int,
+        default=256,
+        metavar="N",
+        help="processes and threads of one submission together (default 256)",
+    )
+    box.add_argument(
+        "--disk-mb",
+        type=int,
+        default=1024,
+        metavar="M",
+        help="MiB one submission may write, all files together (default 1024)",
+    )
+    box.add_argument(
+        "--cpu-seconds",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="CPU seconds of one submission, all processes together (default: none; "
+        "the wall-time limits always apply)",
+    )
+    box.add_argument(
+        "--image",
+        default=None,
+        metavar="IMAGE",
+        help="container image for --sandbox docker/podman (default course-grade:latest, "
+        "built from .github/classroom/Dockerfile)",
+    )
     pol = parser.add_argument_group("policy")
     pol.add_argument(
         "--fail-under",
@@ -156,6 +195,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="seed of the check inputs (default: drawn at random at grade time)",
+    )
+    out.add_argument(
+        "--similarity",
+        action="store_true",
+        help="compare each exercise's code with the course's own source and solutions and "
+        "across the batch (copydetect); adds columns to --csv/--json and a section to "
+        "--report",
+    )
+    out.add_argument(
+        "--report",
+        metavar="F",
+        help="the instructor's Markdown summary (scores, sandbox, similarity)",
     )
     pol.add_argument(
         "--zero-flagged",
@@ -229,27 +280,29 @@ def grade_all(
         bar.close()
 
 
-def _worker(path: str, options, out: str) -> None:
-    """Entry point of a grading process: grade one submission, write its report atomically."""
-    import json
-    import tempfile
+MAX_REPORT_BYTES = 32 << 20
 
-    # temporary files inside the batch's folder: removed by the parent even if this process
-    # is killed (by its submission) before it can clean up
-    tempfile.tempdir = os.path.dirname(out)
+
+def _worker(path: str, options, conn) -> None:
+    """Entry point of a grading process: grade one submission, send its report back over a
+    pipe only this process and the parent hold (no file a kernel could reach)."""
+    import json
+
     report = _grade_one(path, options)
-    tmp = out + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(report, fh)
-    os.replace(tmp, out)
+    conn.send_bytes(json.dumps(report).encode("utf-8"))
+    conn.close()
 
 
 def _grade_isolated(paths: list[str], options, jobs: int, bar) -> list[dict[str, Any]]:
+    import dataclasses
     import json
     import multiprocessing as mp
     import shutil
     import tempfile
+    import time
     from multiprocessing.connection import wait
+
+    from course_utils.grading.grader import lost_report
 
     # Never fork a process that may hold torch threads: workers come from a fresh fork
     # server that imports the grader (and torch) once, or are spawned.
@@ -260,28 +313,44 @@ def _grade_isolated(paths: list[str], options, jobs: int, bar) -> list[dict[str,
         ctx = mp.get_context("spawn")
     results: dict[int, dict[str, Any]] = {}
     todo = list(enumerate(paths))
-    running: dict[int, tuple[Any, str]] = {}
-    tmpdir = tempfile.mkdtemp(prefix="course-grade-batch-")
+    running: dict[int, tuple[Any, Any]] = {}
+    started: dict[int, float] = {}
+    # a grading process past every limit it enforces itself is killed: the batch finishes
+    overdue = options.timeout + 2 * options.startup_timeout + 300
+    # the workers' sandboxes live here: removed by this process even if a worker is killed
+    tmpdir = tempfile.mkdtemp(prefix="cgb-")
+    options = dataclasses.replace(options, box_parent=tmpdir)
     try:
         while todo or running:
             while todo and len(running) < jobs:
                 i, path = todo.pop(0)
-                out = os.path.join(tmpdir, f"{i}.json")
-                proc = ctx.Process(target=_worker, args=(path, options, out), name=f"grade-{i}")
+                reader, writer = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_worker, args=(path, options, writer), name=f"grade-{i}")
                 proc.start()
-                running[i] = (proc, out)
-            wait([proc.sentinel for proc, _ in running.values()], timeout=1.0)
-            for i, (proc, out) in list(running.items()):
-                if proc.is_alive():
-                    continue
-                proc.join()
+                writer.close()
+                running[i] = (proc, reader)
+                started[i] = time.monotonic()
+            waitables = [r for _, r in running.values()] + [p.sentinel for p, _ in running.values()]
+            wait(waitables, timeout=1.0)
+            for i, (proc, reader) in list(running.items()):
+                report = None
                 try:
-                    with open(out, encoding="utf-8") as fh:
-                        results[i] = json.load(fh)
-                except (OSError, ValueError):
-                    from course_utils.grading.grader import lost_report
-
-                    results[i] = lost_report(paths[i], options, f"exit code {proc.exitcode}")
+                    if reader.poll():
+                        report = json.loads(reader.recv_bytes(MAX_REPORT_BYTES))
+                except (EOFError, OSError, ValueError):
+                    report = None
+                if report is None and proc.is_alive():
+                    if time.monotonic() - started[i] < overdue:
+                        continue
+                    proc.kill()
+                proc.join(timeout=30)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join()
+                reader.close()
+                if not isinstance(report, dict):
+                    report = lost_report(paths[i], options, f"exit code {proc.exitcode}")
+                results[i] = report
                 del running[i]
                 bar.update(1)
     finally:
@@ -305,26 +374,33 @@ def exit_code(reports: list[dict[str, Any]], fail_under: float | None) -> int:
     return code
 
 
-def _summary(rep: dict[str, Any], detailed: bool) -> str:
-    from course_utils.grading.reports import STATUS_LABEL
+def _indent(text: str, prefix: str) -> str:
+    return "\n".join(prefix + line for line in str(text).splitlines())
 
-    name = Path(rep["notebook"]).name
+
+def _summary(rep: dict[str, Any], detailed: bool) -> str:
+    """What the terminal shows for one report; hints and notes in full when ``detailed``."""
+    from course_utils.grading.reports import STATUS_LABEL, terminal_safe
+
+    name = terminal_safe(Path(rep["notebook"]).name)
+    if rep.get("missing"):
+        return f"{name}: no such file (nothing graded)"
     head = f"{name}: {rep['total']:g}/{rep['max']:g} points"
     if rep.get("assignment"):
         head += f" ({rep['assignment']})"
     lines = [head]
     if rep.get("error"):
-        lines.append(f"  ! {rep['error']}")
+        lines.append(_indent(terminal_safe(rep["error"]), "  ! "))
     for ex in rep["exercises"]:
         status = STATUS_LABEL.get(ex["status"], ex["status"])
         line = f"  [{ex['id']}] {ex['title']}: {status} ({ex['points']:g}/{ex['max_points']:g})"
-        if detailed and ex["status"] != "passed" and ex["message"]:
-            line += " — " + ex["message"].splitlines()[0][:200]
         lines.append(line)
+        if detailed and ex["status"] != "passed" and ex["message"]:
+            lines.append(_indent(terminal_safe(ex["message"]), "      "))
         if ex.get("flags"):
-            lines.append(f"      flagged: {'; '.join(ex['flags'])}")
+            lines.append(f"      flagged: {terminal_safe('; '.join(ex['flags']))}")
     if detailed:
-        lines.extend(f"  note: {n.splitlines()[0][:200]}" for n in rep.get("notes", []))
+        lines.extend(_indent(terminal_safe(n), "  note: ") for n in rep.get("notes", []))
     return "\n".join(lines)
 
 
@@ -337,6 +413,11 @@ def main(args: argparse.Namespace) -> int:
         if getattr(args, name) <= 0:
             print(f"course grade: --{name.replace('_', '-')} must be positive", file=sys.stderr)
             return EXIT_BAD_INPUT
+    if min(args.max_procs, args.disk_mb, args.cpu_seconds) < 0:
+        print(
+            "course grade: --max-procs, --disk-mb and --cpu-seconds must be >= 0", file=sys.stderr
+        )
+        return EXIT_BAD_INPUT
     if args.jobs < 1 or args.memory_mb < 0 or args.max_output_kb < 0:
         print(
             "course grade: -j must be >= 1, --memory-mb and --max-output-kb >= 0", file=sys.stderr
@@ -378,9 +459,45 @@ def main(args: argparse.Namespace) -> int:
         gpu=args.gpu,
         zero_flagged=args.zero_flagged,
         executed_dir=args.executed,
+        max_procs=args.max_procs,
+        disk_mb=args.disk_mb,
+        cpu_s=args.cpu_seconds,
     )
+    if args.image:
+        options.image = args.image
+    from course_utils.grading.grader import make_sandbox_check
+
+    problem, options.sandbox = make_sandbox_check(args.sandbox)
+    if problem:
+        print(f"course grade: --sandbox {args.sandbox}: {problem}", file=sys.stderr)
+        return EXIT_GRADER
+    if options.sandbox == "none" and not args.quiet:
+        print(
+            "course grade: not sandboxed (--sandbox none"
+            + (", bubblewrap not available" if args.sandbox == "auto" else "")
+            + "): fine for checking your own work, not for grading others'",
+            file=sys.stderr,
+        )
     paths = [str(p) for p in args.submissions]
-    reports = grade_all(paths, options, jobs=args.jobs, progress=not args.quiet)
+    missing = [p for p in paths if not Path(p).exists()]
+    for p in missing:
+        print(f"course grade: {p}: no such file", file=sys.stderr)
+    if missing and len(missing) == len(paths):
+        return EXIT_BAD_INPUT
+    present = [p for p in paths if p not in missing]
+    graded = iter(grade_all(present, options, jobs=args.jobs, progress=not args.quiet))
+    reports = [_grade_one(p, options) if p in missing else next(graded) for p in paths]
+    for rep in reports:
+        if rep["notebook"] in missing:
+            rep["missing"] = True  # graded without a kernel: zero, one line in the summary
+    if args.similarity:
+        from course_utils.grading.similarity import add_similarity
+
+        try:
+            add_similarity(reports, options)
+        except ImportError as exc:
+            print(f"course grade: --similarity needs copydetect ({exc})", file=sys.stderr)
+            return EXIT_BAD_INPUT
 
     writers = [
         (args.json, rp.write_json),
@@ -388,6 +505,7 @@ def main(args: argparse.Namespace) -> int:
         (args.csv, rp.write_csv),
         (args.classroom, rp.write_classroom),
         (args.feedback, rp.write_feedback),
+        (args.report, rp.write_instructor_report),
     ]
     for target, writer in writers:
         if target:
@@ -401,6 +519,8 @@ def main(args: argparse.Namespace) -> int:
     if not args.quiet:
         detailed = len(reports) == 1
         for rep in reports:
+            if rep.get("missing") and len(reports) == 1:
+                continue  # the one error line above says it all
             print(_summary(rep, detailed))
         if len(reports) > 1:
             graded = [r for r in reports if not r.get("error")]

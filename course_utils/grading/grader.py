@@ -13,6 +13,7 @@ import importlib
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -35,6 +36,15 @@ from course_utils.grading.plan import (
     read_notebook,
     reference_dirs,
     resolve_assignment,
+)
+from course_utils.grading.sandbox import (
+    DOCKER_IMAGE,
+    Limits,
+    Sandbox,
+    SandboxError,
+    bwrap_problem,
+    container_problem,
+    resolve_backend,
 )
 
 GRADER_VERSION = 1
@@ -63,6 +73,12 @@ class GradeOptions:
     kernel_name: str = "python3"
     startup_timeout: float = 120.0
     interrupt_grace: float = 5.0
+    sandbox: str = "auto"
+    max_procs: int = 256
+    disk_mb: int = 1024
+    cpu_s: float = 0.0
+    image: str = DOCKER_IMAGE
+    box_parent: str | None = None  # where the sandboxes' folders go (default: the temp dir)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -104,8 +120,20 @@ def _skeleton(path: str, seed: int | None) -> dict[str, Any]:
         "seed": seed,
         "runtime_s": 0.0,
         "reference": None,
+        "sandbox": None,
         "grader_version": GRADER_VERSION,
     }
+
+
+def _peak_rss_mb() -> float:
+    """This grading process's own peak resident memory (MiB)."""
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return round(peak / (2**20 if sys.platform == "darwin" else 1024), 1)
+    except (ImportError, OSError):
+        return 0.0
 
 
 def _finish(report: dict[str, Any], t0: float) -> dict[str, Any]:
@@ -114,6 +142,7 @@ def _finish(report: dict[str, Any], t0: float) -> dict[str, Any]:
     report["percent"] = round(100.0 * report["total"] / report["max"], 2) if report["max"] else 0.0
     report["flags"] = [f"{e['id']}: {f}" for e in report["exercises"] for f in e["flags"]]
     report["runtime_s"] = round(time.monotonic() - t0, 3)
+    report["grader_peak_rss_mb"] = _peak_rss_mb()
     return report
 
 
@@ -344,22 +373,36 @@ def _run(  # noqa: C901 -- one pass over the plan's steps, a branch per step kin
     cell_errors: dict[int, tuple[str, str]] = {}
     executed: list[tuple[Any, Any]] = []  # (step, ExecResult or verdict entry)
     budget = OutputBudget(opts.max_output_kb * 1024)
-    workdir = Path(tempfile.mkdtemp(prefix="course-grade-"))
     kernel: GradingKernel | None = None
     stop_reason: tuple[str, str] | None = None  # (status for the rest, message)
+    sandbox: Sandbox | None = None
+    box = Path(tempfile.mkdtemp(prefix="cg-", dir=opts.box_parent))
     try:
-        cwd = workdir / "work"
-        _copy_submission_dir(Path(path).resolve().parent, cwd)
-        env = kernel_env(
-            profile=None,
-            threads=opts.threads,
-            hide_gpus=not opts.gpu,
-            ipython_dir=str(workdir / "ipython"),
+        try:
+            sandbox = make_sandbox(opts, box)
+        except SandboxError as exc:
+            report.update(error=str(exc), error_kind="grader")
+            stop_reason = (ERROR, f"not graded: {exc}")
+            return
+        report["sandbox"] = sandbox.describe()
+        if not sandbox.isolated:
+            report["notes"].append(NOT_SANDBOXED)
+        _copy_submission_dir(Path(path).resolve().parent, sandbox.work)
+        sandbox.hand_over()
+        env = sandbox.kernel_env(
+            kernel_env(
+                profile=None,
+                threads=opts.threads,
+                hide_gpus=not opts.gpu,
+                ipython_dir=str(box / "home" / ".ipython"),
+            )
         )
+        sandbox.env = env
         memory_mb = 0 if opts.gpu else opts.memory_mb
         kernel = GradingKernel(
-            cwd=str(cwd),
-            workdir=str(workdir),
+            cwd=str(sandbox.work),
+            workdir=str(box),
+            sandbox=sandbox,
             memory_mb=memory_mb,
             kernel_name=opts.kernel_name,
             env=env,
@@ -447,7 +490,7 @@ def _run(  # noqa: C901 -- one pass over the plan's steps, a branch per step kin
                     g,
                     seed,
                     limit,
-                    workdir,
+                    sandbox,
                     plan,
                     cell_errors,
                     opts,
@@ -476,6 +519,11 @@ def _run(  # noqa: C901 -- one pass over the plan's steps, a branch per step kin
     finally:
         if kernel is not None:
             kernel.shutdown()
+        if sandbox is not None:
+            sandbox.close()
+            report["sandbox"] = sandbox.describe()
+            if sandbox.kill_reason:
+                report["notes"].append(f"the submission was stopped: {sandbox.kill_reason}")
         for g in assignment.exercises:
             if g.id not in entries:
                 status, message = stop_reason or (ERROR, "not graded")
@@ -496,7 +544,69 @@ def _run(  # noqa: C901 -- one pass over the plan's steps, a branch per step kin
                 _write_executed(nb, executed, assignment, opts.executed_dir, path)
             except Exception as exc:  # an artifact, never a reason to fail grading
                 report["notes"].append(f"could not write the executed notebook: {exc}")
-        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(box, ignore_errors=True)
+
+
+NOT_SANDBOXED = (
+    "not sandboxed (--sandbox none): the notebook ran as the grader's own user with its view "
+    "of the files and processes; fine for checking your own work, not for grading others'"
+)
+
+
+def _module_files(modules: tuple[str, ...]) -> list[str]:
+    """The files of the ``--checks`` modules, shown read-only inside the sandbox."""
+    import importlib.util
+
+    out = []
+    for name in modules:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        origin = getattr(spec, "origin", None)
+        if origin and os.path.isfile(origin) and "site-packages" not in origin:
+            out.append(origin)
+    return out
+
+
+_PROBLEMS: dict[str, str | None] = {}
+
+
+def make_sandbox_check(name: str) -> tuple[str | None, str]:
+    """``(problem or None, resolved backend)`` for ``--sandbox name`` on this machine."""
+    try:
+        backend = resolve_backend(name)
+    except SandboxError as exc:
+        return str(exc), name
+    if backend not in _PROBLEMS:
+        if backend == "bwrap":
+            _PROBLEMS[backend] = bwrap_problem()
+        elif backend in ("docker", "podman"):
+            _PROBLEMS[backend] = container_problem(backend)
+        else:
+            _PROBLEMS[backend] = None
+    return _PROBLEMS[backend], backend
+
+
+def make_sandbox(opts: GradeOptions, box: Path) -> Sandbox:
+    """The sandbox of one submission (``opts.sandbox``), prepared; :class:`SandboxError` when
+    the chosen backend cannot run on this machine."""
+    problem, backend = make_sandbox_check(opts.sandbox)
+    if problem:
+        raise SandboxError(f"--sandbox {backend}: {problem}")
+    memory = 0 if opts.gpu else opts.memory_mb
+    sandbox = Sandbox(
+        backend,
+        box,
+        limits=Limits(
+            memory_mb=memory, max_procs=opts.max_procs, disk_mb=opts.disk_mb, cpu_s=opts.cpu_s
+        ),
+        read_only=_module_files(opts.checks_modules),
+        image=opts.image,
+        cpus=opts.threads,
+    )
+    sandbox.prepare()
+    return sandbox
 
 
 def _warmup_code(modules: tuple[str, ...]) -> str:
@@ -525,7 +635,7 @@ def _check(  # noqa: C901 -- one branch per outcome of a check, each with its ow
     g: GradedExercise,
     seed: int,
     limit: float,
-    workdir: Path,
+    sandbox: Sandbox,
     plan,
     cell_errors,
     opts: GradeOptions,
@@ -536,9 +646,15 @@ def _check(  # noqa: C901 -- one branch per outcome of a check, each with its ow
     ex = g.exercise
     fn = ex.function
     t0 = time.monotonic()
-    out_dir = Path(tempfile.mkdtemp(prefix="harvest-", dir=workdir))
+    out_dir = sandbox.results / f"{ex.id}-{secrets.token_hex(8)}"
+    out_dir.mkdir()
+    sandbox.own(out_dir)
     code = hv.harvest_code(
-        exercise_id=ex.id, function=fn, seed=seed, out_dir=str(out_dir), module=g.module
+        exercise_id=ex.id,
+        function=fn,
+        seed=seed,
+        out_dir=sandbox.inside(out_dir),
+        module=g.module,
     )
     r = kernel.execute(code, limit, silent=True, keep_outputs=False)
     entry = _entry(g, ERROR, "")
@@ -585,7 +701,7 @@ def _check(  # noqa: C901 -- one branch per outcome of a check, each with its ow
                 "builtin such as exec, compile or globals?",
             )
             return entry, r
-        tampered = _tampering(h, ex, trusted)
+        tampered = _tampering(h, ex, trusted, same_files=sandbox.backend in ("bwrap", "none"))
         if tampered:
             entry.update(
                 status=ERROR,
@@ -670,7 +786,12 @@ def apply_flag_policy(entry: dict[str, Any], *, zero_flagged: bool = False) -> d
     return entry
 
 
-def _tampering(h: hv.Harvest, ex: core.Exercise, trusted: dict[str, str]) -> list[str]:
+def _tampering(
+    h: hv.Harvest, ex: core.Exercise, trusted: dict[str, str], same_files: bool = True
+) -> list[str]:
+    """What in the kernel's grading code differs from the grader's (``same_files``: the
+    kernel sees the grader's own files, so module paths must match too; not in a container
+    image, where the course is installed elsewhere)."""
     problems: list[str] = []
     expected = dict(trusted)
     expected["call"] = hv.fingerprint(ex.call)
@@ -695,7 +816,14 @@ def _tampering(h: hv.Harvest, ex: core.Exercise, trusted: dict[str, str]) -> lis
         "numpy": numpy.__file__,
         "torch": torch.__file__,
     }
-    for name, theirs in h.modules.items():
+    if not same_files:  # a container: the modules must not come from the writable folders
+        from course_utils.grading.sandbox import INSIDE_HOME, INSIDE_RUN, INSIDE_WORK
+
+        writable = (INSIDE_WORK, INSIDE_HOME, INSIDE_RUN, "/tmp")
+        for name, theirs in h.modules.items():
+            if theirs.startswith(writable):
+                problems.append(f"the kernel imported {name} from {theirs}")
+    for name, theirs in h.modules.items() if same_files else ():
         if name in mine and theirs and os.path.realpath(theirs) != os.path.realpath(mine[name]):
             problems.append(f"the kernel imported {name} from {theirs}")
     return problems

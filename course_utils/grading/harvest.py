@@ -33,198 +33,23 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-MAX_RESULT_JSON_BYTES = 4 << 20
-MAX_OUTPUTS_BYTES = 512 << 20
+from course_utils.grading import inkernel
 
-# The code that runs inside the student's kernel. It is also exec'd in the grader (for
-# ``fingerprint``), so both sides compute fingerprints with the same code.
-KERNEL_SOURCE = r'''
-import hashlib as _hashlib
-import json as _json
-import os as _os
-import time as _time
-import types as _types
+MAX_RESULT_JSON_BYTES = 4 << 20  # result.json as written
+MAX_JSON_DEPTH = 16  # result.json nests 4 deep
+MAX_OUTPUTS_BYTES = 256 << 20  # outputs.npz on disk
+MAX_ARRAYS_BYTES = 256 << 20  # all arrays together, uncompressed
+MAX_ARRAYS = 4096  # members of outputs.npz
+MAX_ENTRIES = 4096  # output entries in result.json
 
-
-def fingerprint(obj):
-    """A stable hash of a function's code (bytecode, names, constants; recursive)."""
-    target = getattr(obj, "func", obj)            # functools.partial
-    target = getattr(target, "__func__", target)  # bound methods
-    code = getattr(target, "__code__", None)
-    if code is None:
-        return "nocode:" + type(obj).__module__ + "." + type(obj).__qualname__
-
-    def walk(c):
-        parts = [c.co_name, c.co_code.hex(), repr(c.co_names), repr(c.co_varnames)]
-        for const in c.co_consts:
-            if isinstance(const, _types.CodeType):
-                parts.append(walk(const))
-            elif isinstance(const, frozenset):
-                parts.append(repr(sorted(map(repr, const))))
-            else:
-                parts.append(repr(const))
-        return _hashlib.sha256("\x1f".join(parts).encode("utf-8", "replace")).hexdigest()
-
-    return walk(code)
-
-
-def _codes_of(obj, depth=0):
-    """Code objects reachable from a function or a class defined by the student."""
-    found = []
-    if depth > 3:
-        return found
-    if isinstance(obj, type):
-        for cls in obj.__mro__:
-            mod = getattr(cls, "__module__", "") or ""
-            if cls is object or mod.startswith(("torch", "builtins", "typing", "abc")):
-                continue
-            for value in list(vars(cls).values()):
-                if isinstance(value, (staticmethod, classmethod)):
-                    value = value.__func__
-                if isinstance(value, property):
-                    value = value.fget
-                if isinstance(value, _types.FunctionType):
-                    found.extend(_codes_of(value, depth + 1))
-        return found
-    fn = getattr(obj, "__func__", obj)
-    code = getattr(fn, "__code__", None)
-    if isinstance(code, _types.CodeType):
-        stack = [code]
-        while stack:
-            c = stack.pop()
-            found.append((fn, c))
-            stack.extend(k for k in c.co_consts if isinstance(k, _types.CodeType))
-    return found
-
-
-def reexport_flags(candidate, reference, function):
-    """Ways in which ``candidate`` merely re-exports or delegates to ``reference``."""
-    flags = []
-    ref_name = getattr(reference, "__name__", "")
-    ref_mod = getattr(reference, "__module__", "") or ""
-    where = (ref_mod + "." + getattr(reference, "__qualname__", ref_name)).strip(".")
-    if candidate is reference:
-        return ["is_reference: " + function + " is the course's own " + where]
-    inner = getattr(candidate, "__wrapped__", None)
-    inner = getattr(candidate, "func", inner)
-    if inner is reference:
-        flags.append("wraps_reference: " + function + " wraps " + where)
-    if isinstance(candidate, type) and isinstance(reference, type) and issubclass(candidate, reference):
-        flags.append("subclass_of_reference: " + function + " subclasses " + where)
-    mod = getattr(candidate, "__module__", "") or ""
-    if mod and mod != "__main__" and (mod.startswith("course_utils") or mod == ref_mod):
-        flags.append("course_module: " + function + " is defined in " + mod + ", not in the notebook")
-    for fn, code in _codes_of(candidate):
-        globs = getattr(fn, "__globals__", {}) or {}
-        bound = [(name, globs[name]) for name in code.co_names if name in globs]
-        cells = getattr(fn, "__closure__", None) or ()
-        for name, cell in zip(getattr(fn.__code__, "co_freevars", ()), cells):
-            try:
-                bound.append((name, cell.cell_contents))
-            except ValueError:  # an empty cell
-                pass
-        hit = None
-        for name, value in bound:
-            if value is reference:
-                hit = name
-            elif isinstance(value, _types.ModuleType) and ref_name in code.co_names \
-                    and getattr(value, ref_name, None) is reference:
-                hit = name + "." + ref_name
-            if hit:
-                break
-        if hit:
-            flags.append("calls_reference: " + function + " calls " + where + " (via " + hit + ")")
-            break
-    return flags
-
-
-def _encode(outputs, torch):
-    arrays, entries = {}, []
-    for i, out in enumerate(outputs):
-        if not isinstance(out, dict):
-            entries.append({"case": i, "key": "", "repr": type(out).__name__})
-            continue
-        for key, value in out.items():
-            entry = {"case": i, "key": str(key)}
-            if isinstance(value, torch.Tensor):
-                t = value.detach()
-                if t.layout != torch.strided:
-                    t = t.to_dense()
-                t = t.cpu().resolve_conj().resolve_neg()
-                entry["dtype"] = str(t.dtype)
-                if t.dtype in (torch.bfloat16,) or "float8" in str(t.dtype):
-                    t = t.float()
-                name = "a" + str(len(arrays))
-                arrays[name] = t.contiguous().numpy()
-                entry["array"] = name
-            elif isinstance(value, (bool, int, float)) and not isinstance(value, type):
-                entry["python"] = type(value).__name__
-                entry["value"] = value if not isinstance(value, float) or value == value else None
-            else:
-                entry["repr"] = type(value).__name__
-            entries.append(entry)
-    return arrays, entries
-
-
-def harvest(user_ns, params):
-    """Step 2 of a check, in the student's kernel; writes outputs.npz + result.json."""
-    out_dir = params["out"]
-    result = {"status": "harness_error", "message": "", "flags": [], "fingerprints": {},
-              "outputs": [], "n_cases": 0, "elapsed": 0.0}
-    try:
-        import importlib
-        import numpy as np
-        import torch
-        from course_utils.checks import core
-        if params.get("module"):
-            module = importlib.import_module(params["module"])
-            exercise = {e.id: e for e in module.EXERCISES}[params["exercise"]]
-        else:
-            import course_utils.checks as registry
-            exercise = registry.REGISTRY[params["exercise"]]
-        import course_utils
-        result["fingerprints"] = {"collect_outputs": fingerprint(core.collect_outputs),
-                                  "call": fingerprint(exercise.call),
-                                  "make_cases": fingerprint(exercise.make_cases)}
-        result["modules"] = {m.__name__: str(getattr(m, "__file__", ""))
-                             for m in (course_utils, core, np, torch)}
-        name = params["function"]
-        if name not in user_ns:
-            result["status"] = "missing"
-            result["message"] = name + " is not defined"
-            return
-        candidate = user_ns[name]
-        try:
-            result["flags"] = reexport_flags(candidate, exercise.reference, name)
-        except Exception as exc:
-            result["flags"] = []
-        cases = exercise.make_cases(int(params["seed"]))
-        result["n_cases"] = len(cases)
-        start = _time.perf_counter()
-        try:
-            status, outputs, message = core.collect_outputs(exercise, candidate, cases)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # SystemExit and friends from the student's code
-            status, outputs, message = "error", [], "your code raised " + type(exc).__name__ + ": " + str(exc)
-        result["elapsed"] = _time.perf_counter() - start
-        arrays, entries = _encode(outputs, torch)
-        np.savez(_os.path.join(out_dir, "outputs.npz"), **arrays)
-        result.update(status=str(status), message=str(message)[:4000], outputs=entries)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:
-        result["status"] = "harness_error"
-        result["message"] = type(exc).__name__ + ": " + str(exc)[:2000]
-    finally:
-        tmp = _os.path.join(out_dir, "result.json.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            _json.dump(result, fh)
-        _os.replace(tmp, _os.path.join(out_dir, "result.json"))
-'''
+# The code that runs inside the student's kernel lives in a real module (linted, tested);
+# the kernel gets its text, the grader imports it for ``fingerprint``.
+KERNEL_SOURCE = Path(inkernel.__file__).read_text(encoding="utf-8")
 
 # What the kernel executes: run KERNEL_SOURCE in a private namespace, hand it the user
 # namespace, delete nothing from the user's (nothing was added).
@@ -250,19 +75,14 @@ def harvest_code(
     return _HARVEST_TEMPLATE.format(source=KERNEL_SOURCE + _CALL, params=params)
 
 
-_TRUSTED: dict[str, Any] = {}
-
-
 def trusted_namespace() -> dict[str, Any]:
-    """:data:`KERNEL_SOURCE` exec'd in the grader's own process (for ``fingerprint``)."""
-    if not _TRUSTED:
-        exec(compile(KERNEL_SOURCE, "<course-grader>", "exec"), _TRUSTED)
-    return _TRUSTED
+    """The in-kernel code's functions as the grader runs them (a real module here)."""
+    return vars(inkernel)
 
 
 def fingerprint(obj: Any) -> str:
     """Hash of a function's code, identical to the one computed inside the kernel."""
-    return trusted_namespace()["fingerprint"](obj)
+    return inkernel.fingerprint(obj)
 
 
 @dataclass
@@ -309,33 +129,176 @@ def _torch_dtype(name: str):
     return dtype if isinstance(dtype, torch.dtype) else None
 
 
-def load_harvest(out_dir: str, n_cases: int) -> Harvest:  # noqa: C901 -- validates each untrusted field of the harvest in turn
-    """Read and validate what the kernel wrote into ``out_dir`` (never trusts its content)."""
+class UnsafeResult(ValueError):
+    """What the kernel left in its result folder cannot be read safely."""
+
+
+def read_capped(folder: str, name: str, cap: int) -> bytes:
+    """The bytes of ``folder/name``, a regular file of at most ``cap`` bytes.
+
+    Opened without following symbolic links (neither the file nor ``folder``), without
+    blocking on a FIFO, and never read past ``cap`` + 1 bytes: whatever the kernel put there
+    (a link to a grader's file, a device, a named pipe, a huge file) costs only its result.
+    """
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeResult(f"{name} is not a regular file")
+        if st.st_size > cap:
+            raise UnsafeResult(f"{name} is too large ({st.st_size >> 20} MB, limit {cap >> 20} MB)")
+        chunks, total = [], 0
+        while total <= cap:
+            chunk = os.read(fd, min(1 << 20, cap + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > cap:
+            raise UnsafeResult(f"{name} is too large (limit {cap >> 20} MB)")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def json_depth_ok(text: str, max_depth: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``text`` nests arrays/objects at most ``max_depth`` deep (strings skipped)."""
+    depth, in_string, escaped = 0, False, False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > max_depth:
+                return False
+        elif ch in "]}":
+            depth -= 1
+    return True
+
+
+def parse_result_json(data: bytes) -> Any:
+    """``result.json`` parsed with bounded depth; :class:`UnsafeResult` for anything odd."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnsafeResult("the result file is not UTF-8") from exc
+    if not json_depth_ok(text):
+        raise UnsafeResult(f"the result file nests deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise UnsafeResult(f"the result file is not valid JSON ({str(exc)[:100]})") from exc
+
+
+def load_arrays(data: bytes, names: set[str]) -> dict[str, Any]:
+    """The arrays of ``outputs.npz`` (``data``), checked before anything is inflated.
+
+    Only members named in ``names`` (plus ``.npy``) are read; the number of members, every
+    member's declared uncompressed size and their total are checked against the caps, each
+    ``.npy`` header is parsed by hand (no pickled or object dtypes; shape x itemsize must be
+    exactly the member's size) and a member is never read past its declared size.
+    """
+    import io
+    import zipfile
+
+    import numpy as np
+    from numpy.lib import format as npformat
+
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, ValueError, OSError) as exc:
+        raise UnsafeResult(f"outputs.npz is not a zip archive ({exc})") from exc
+    with zf:
+        infos = zf.infolist()
+        if len(infos) > MAX_ARRAYS:
+            raise UnsafeResult(f"outputs.npz has {len(infos)} members (limit {MAX_ARRAYS})")
+        total = sum(max(0, i.file_size) for i in infos)
+        if total > MAX_ARRAYS_BYTES:
+            raise UnsafeResult(
+                f"outputs.npz inflates to {total >> 20} MB (limit {MAX_ARRAYS_BYTES >> 20} MB)"
+            )
+        arrays: dict[str, Any] = {}
+        for info in infos:
+            key = info.filename[:-4] if info.filename.endswith(".npy") else None
+            if key is None or key not in names:
+                continue
+            with zf.open(info) as fh:
+                version = npformat.read_magic(fh)
+                if version == (1, 0):
+                    shape, fortran, dtype = npformat.read_array_header_1_0(fh)
+                elif version == (2, 0):
+                    shape, fortran, dtype = npformat.read_array_header_2_0(fh)
+                else:
+                    raise UnsafeResult(f"unsupported .npy version {version}")
+                if dtype.hasobject or dtype.itemsize == 0 and dtype.kind not in "SU":
+                    raise UnsafeResult("object arrays are not accepted")
+                count = 1
+                for dim in shape:
+                    count *= int(dim)
+                nbytes = count * dtype.itemsize
+                header = fh.tell()
+                if header + nbytes != info.file_size:
+                    raise UnsafeResult(f"array {key}: its header does not match its size")
+                raw = fh.read(nbytes)
+                if len(raw) != nbytes:
+                    raise UnsafeResult(f"array {key} is truncated")
+            arr = np.frombuffer(raw, dtype=dtype, count=count)
+            arr = arr.reshape(shape[::-1]).transpose() if fortran else arr.reshape(shape)
+            arrays[key] = arr
+        return arrays
+
+
+def load_harvest(out_dir: str, n_cases: int) -> Harvest:
+    """Read and validate what the kernel wrote into ``out_dir`` (never trusts its content).
+
+    Every problem (missing, too large, a link, too deep, not JSON, a zip bomb, a forged array
+    header) is a ``malformed`` result: the student's error, never the grading machine's.
+    """
+    try:
+        data = read_capped(out_dir, "result.json", MAX_RESULT_JSON_BYTES)
+    except FileNotFoundError:
+        return Harvest("malformed", "the kernel wrote no result")
+    except (OSError, UnsafeResult) as exc:
+        return Harvest("malformed", f"the kernel's result file is unusable ({exc})")
+    try:
+        raw = parse_result_json(data)
+    except UnsafeResult as exc:
+        return Harvest("malformed", f"the kernel's result file is unreadable ({exc})")
+    try:
+        return _validate(raw, out_dir, n_cases)
+    except Exception as exc:  # anything the validation missed is still the student's
+        return Harvest(
+            "malformed", f"the kernel's result is unusable ({type(exc).__name__}: {exc})"[:500]
+        )
+
+
+def _validate(raw: Any, out_dir: str, n_cases: int) -> Harvest:
     import numpy as np
     import torch
 
-    path = os.path.join(out_dir, "result.json")
-    if not os.path.isfile(path):
-        return Harvest("malformed", "the kernel wrote no result")
-    if os.path.getsize(path) > MAX_RESULT_JSON_BYTES:
-        return Harvest("malformed", "the kernel's result file is too large")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            raw = json.load(fh)
-    except (OSError, ValueError) as exc:
-        return Harvest("malformed", f"the kernel's result file is unreadable ({exc})")
     if not isinstance(raw, dict):
         return Harvest("malformed", "the kernel's result is not an object")
     status = raw.get("status")
     if status not in ("passed", "not_attempted", "error", "missing", "harness_error"):
-        return Harvest("malformed", f"the kernel reported an unknown status {status!r}")
+        return Harvest("malformed", f"the kernel reported an unknown status {str(status)[:50]!r}")
     flags = (
         [str(f)[:300] for f in raw.get("flags", []) if isinstance(f, str)][:10]
         if isinstance(raw.get("flags"), list)
         else []
     )
     fps = raw.get("fingerprints") if isinstance(raw.get("fingerprints"), dict) else {}
-    fps = {str(k): str(v) for k, v in fps.items()}
+    fps = {str(k)[:100]: str(v)[:200] for k, v in list(fps.items())[:10]}
     elapsed = raw.get("elapsed") if isinstance(raw.get("elapsed"), (int, float)) else 0.0
     mods = raw.get("modules") if isinstance(raw.get("modules"), dict) else {}
     harvest = Harvest(
@@ -350,47 +313,44 @@ def load_harvest(out_dir: str, n_cases: int) -> Harvest:  # noqa: C901 -- valida
     if status != "passed":
         return harvest
     entries = raw.get("outputs")
-    if not isinstance(entries, list):
+    if not isinstance(entries, list) or len(entries) > MAX_ENTRIES:
         return Harvest(
             "malformed", "the kernel's outputs are missing", flags=flags, fingerprints=fps
         )
-    npz_path = os.path.join(out_dir, "outputs.npz")
-    if not os.path.isfile(npz_path) or os.path.getsize(npz_path) > MAX_OUTPUTS_BYTES:
-        return Harvest(
-            "malformed",
-            f"your outputs are missing or too large (over {MAX_OUTPUTS_BYTES >> 20} MB)",
-            flags=flags,
-            fingerprints=fps,
-        )
     outputs: list[dict[str, Any]] = [{} for _ in range(n_cases)]
     try:
-        with np.load(npz_path, allow_pickle=False) as arrays:
-            for entry in entries:
-                if not isinstance(entry, dict):
-                    raise ValueError("an output entry is not an object")
-                case = entry.get("case")
-                if not isinstance(case, int) or not 0 <= case < n_cases:
-                    raise ValueError(f"output for an unknown case {case!r}")
-                key = str(entry.get("key", ""))
-                if "array" in entry:
-                    arr = arrays[str(entry["array"])]
-                    if arr.dtype == object:
-                        raise ValueError("object arrays are not accepted")
-                    tensor = torch.from_numpy(np.array(arr, copy=True))
-                    dtype = _torch_dtype(str(entry.get("dtype", "")))
-                    if dtype is not None and tensor.dtype != dtype:
-                        tensor = tensor.to(dtype)
-                    outputs[case][key] = tensor
-                elif "python" in entry:
-                    kind = entry.get("python")
-                    value = entry.get("value")
-                    caster = {"bool": bool, "int": int, "float": float}.get(kind)
-                    if caster is None or not isinstance(value, (bool, int, float, type(None))):
-                        raise ValueError("a malformed scalar output")
-                    outputs[case][key] = caster(value) if value is not None else float("nan")
-                else:
-                    outputs[case][key] = _opaque(str(entry.get("repr", "object")))
-    except Exception as exc:
+        names = {str(e["array"]) for e in entries if isinstance(e, dict) and "array" in e}
+        arrays = load_arrays(read_capped(out_dir, "outputs.npz", MAX_OUTPUTS_BYTES), names)
+        for entry in entries:
+            if not isinstance(entry, dict):
+                raise ValueError("an output entry is not an object")
+            case = entry.get("case")
+            if not isinstance(case, int) or isinstance(case, bool) or not 0 <= case < n_cases:
+                raise ValueError(f"output for an unknown case {str(case)[:20]!r}")
+            key = str(entry.get("key", ""))[:100]
+            if "array" in entry:
+                arr = arrays.get(str(entry["array"]))
+                if arr is None:
+                    raise ValueError(f"array {str(entry['array'])[:20]!r} is missing")
+                if arr.dtype.kind not in "biufc":
+                    raise ValueError(f"arrays of dtype {arr.dtype} are not accepted")
+                tensor = torch.from_numpy(np.array(arr, copy=True))
+                dtype = _torch_dtype(str(entry.get("dtype", ""))[:40])
+                if dtype is not None and tensor.dtype != dtype:
+                    tensor = tensor.to(dtype)
+                outputs[case][key] = tensor
+            elif "python" in entry:
+                kind = entry.get("python")
+                value = entry.get("value")
+                caster = {"bool": bool, "int": int, "float": float}.get(kind)
+                if caster is None or not isinstance(value, (bool, int, float, type(None))):
+                    raise ValueError("a malformed scalar output")
+                if isinstance(value, int) and abs(value) > 2**63:
+                    raise ValueError("an integer output out of range")
+                outputs[case][key] = caster(value) if value is not None else float("nan")
+            else:
+                outputs[case][key] = _opaque(str(entry.get("repr", "object"))[:100])
+    except (OSError, UnsafeResult, ValueError, TypeError, KeyError, RuntimeError) as exc:
         return Harvest(
             "malformed",
             f"the kernel's outputs are unreadable ({type(exc).__name__}: {str(exc)[:200]})",

@@ -1,11 +1,14 @@
-"""A sandboxed Jupyter kernel for grading: resource limits, time limits, capped output.
+"""A Jupyter kernel for grading, in its sandbox: resource limits, time limits, capped output.
 
 :class:`GradingKernel` starts one fresh ``python3`` kernel (jupyter_client) per submission and
 executes code in it one request at a time. What it guarantees, whatever the student's code does:
 
+- **isolation**: the kernel is started through :mod:`course_utils.grading.launch` inside the
+  submission's :class:`~course_utils.grading.sandbox.Sandbox` (bubblewrap, a container, or
+  none); the sandbox's watchdog and cgroups limit all its processes together.
 - **memory**: the kernel process (and every process it starts) runs under
-  ``RLIMIT_AS = memory_mb`` (virtual address space), set by a tiny wrapper that calls
-  ``setrlimit`` and then ``exec``\\ s the kernel, so the limit cannot be raised from inside.
+  ``RLIMIT_AS = memory_mb`` (virtual address space), set by the launcher before it
+  ``exec``\\ s the sandbox, so the limit cannot be raised from inside.
   A memory bomb gets ``MemoryError`` / a failed allocation instead of taking the machine down.
   No file it writes may exceed 4 GiB (``RLIMIT_FSIZE``); core dumps are disabled.
 - **time**: every request has a deadline. When it passes, the kernel is interrupted (SIGINT to
@@ -16,7 +19,8 @@ executes code in it one request at a time. What it guarantees, whatever the stud
   the rest is counted and dropped (100 MB of ``print`` never reaches the report).
 
 Execution results are read from the ``execute_reply`` *status* on the shell channel, never from
-what the kernel prints: overriding ``showtraceback`` cannot turn an error into a success.
+what the kernel prints: overriding ``showtraceback`` cannot turn an error into a success. No
+message from the kernel larger than ``MAX_MESSAGE_BYTES`` is accepted (``ZMQ_MAXMSGSIZE``).
 """
 
 from __future__ import annotations
@@ -25,24 +29,15 @@ import os
 import queue
 import shutil
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-# Run before the kernel: lower the address-space limit (soft = hard, so the kernel cannot raise
-# it back), disable core dumps, then become the kernel (same pid, so interrupts still work).
-_LAUNCHER = (
-    "import os, resource, sys\n"
-    "limit, fsize = int(sys.argv[1]), int(sys.argv[2])\n"
-    "if limit > 0:\n"
-    "    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
-    "if fsize > 0:\n"
-    "    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))\n"
-    "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
-    "os.execvp(sys.argv[3], sys.argv[3:])\n"
-)
+from course_utils.grading.sandbox import Limits, Sandbox
+
 MAX_FILE_BYTES = 4 << 30  # RLIMIT_FSIZE: no single file written by the kernel above 4 GiB
+MAX_MESSAGE_BYTES = 64 << 20  # the largest Jupyter message the grader accepts from a kernel
 
 # Environment variables passed from the grader to the kernel; everything else (tokens, cloud
 # credentials, CI secrets) stays out of the student's reach.
@@ -171,6 +166,7 @@ class GradingKernel:
         *,
         cwd: str,
         workdir: str,
+        sandbox: Sandbox | None = None,
         memory_mb: int = 6144,
         kernel_name: str = "python3",
         env: dict[str, str] | None = None,
@@ -190,39 +186,58 @@ class GradingKernel:
         self.kc = None
         self.exit_code: int | None = None
         self.lost = False  # died or killed: nothing more can run
-        self.ipc_dir = os.path.join(workdir, "ipc")  # the kernel's sockets; see start()
+        self.sandbox = sandbox or Sandbox("none", Path(workdir), Limits(memory_mb=0))
+        self.own_sandbox = sandbox is None
+        self.ipc_dir = str(self.sandbox.run_dir / "ipc")  # the kernel's sockets; see start()
+        self.context = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         """Start the kernel and wait until it answers; :class:`KernelStartError` otherwise."""
+        import zmq
         from jupyter_client import KernelManager
 
-        limit = self.memory_mb * 1024 * 1024 if self.memory_mb > 0 else 0
-        launcher = [sys.executable, "-c", _LAUNCHER, str(limit), str(MAX_FILE_BYTES)]
+        limit = self.memory_mb * 1024 * 1024 if self.memory_mb > 0 else None
+        rlimits: dict[str, int | None] = {
+            "as": limit,
+            "fsize": MAX_FILE_BYTES
+            if not self.sandbox.limits.disk_mb
+            else min(MAX_FILE_BYTES, self.sandbox.limits.disk_mb << 20),
+            "core": 0,
+        }
+        if self.sandbox.uid is not None and self.sandbox.backend == "bwrap":
+            rlimits["nproc"] = self.sandbox.limits.max_procs or None
+        sandbox = self.sandbox
+        if self.own_sandbox:
+            sandbox.prepare()
 
         class _LimitedKernelManager(KernelManager):
             def format_kernel_cmd(self, extra_arguments=None):  # noqa: D401 - jupyter API
-                return launcher + super().format_kernel_cmd(extra_arguments)
+                cmd = super().format_kernel_cmd(extra_arguments)
+                return sandbox.command(cmd, self.connection_file, rlimits)
 
-        # unix socket paths are limited to about 104 bytes: keep them short
-        if len(self.ipc_dir) > 60:
-            import tempfile
-
-            self.ipc_dir = tempfile.mkdtemp(
-                prefix="cgk-", dir="/tmp" if os.path.isdir("/tmp") else None
-            )
         ipc_dir = self.ipc_dir
         os.makedirs(ipc_dir, exist_ok=True)
+        if len(ipc_dir) > 80:  # unix socket paths are limited to about 104 bytes
+            raise KernelStartError(f"the grading folder's path is too long: {ipc_dir}")
         try:
             km = _LimitedKernelManager(
                 kernel_name=self.kernel_name, transport="ipc", ip=os.path.join(ipc_dir, "k")
             )
             km.connection_file = os.path.join(self.workdir, "kernel.json")
+            if sandbox.isolated:  # no signals across the sandbox: interrupt by message
+                km.kernel_spec.interrupt_mode = "message"
             self.km = km
             km.start_kernel(
-                cwd=self.cwd, env=self.env, stdin=None, stdout=_devnull(), stderr=_devnull()
+                cwd=self.cwd, env=self.env, stdin=None, stdout=_devnull(), stderr=_kernel_log()
             )
-            kc = km.client()
+            proc = getattr(km.provisioner, "process", None)
+            if proc is not None:
+                sandbox.watch(proc.pid, self._stop_for_limit)
+            # a kernel cannot make the grader hold more than MAX_MESSAGE_BYTES per message
+            self.context = zmq.Context()
+            self.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+            kc = km.client(context=self.context)
             kc.start_channels()
             self.kc = kc
             kc.wait_for_ready(timeout=self.startup_timeout)
@@ -238,6 +253,10 @@ class GradingKernel:
                 f"could not start a '{self.kernel_name}' kernel: {detail}"
             ) from exc
 
+    def _stop_for_limit(self, reason: str) -> None:
+        """Called by the sandbox's watchdog: kill the submission's processes now."""
+        self.sandbox.kill_all()
+
     def __enter__(self) -> GradingKernel:
         self.start()
         return self
@@ -246,7 +265,7 @@ class GradingKernel:
         self.shutdown()
 
     def shutdown(self) -> None:
-        """Kill the kernel's whole process group and close the channels (idempotent)."""
+        """Kill the kernel and everything it started, close the channels (idempotent)."""
         if self.kc is not None:
             try:
                 self.kc.stop_channels()
@@ -254,6 +273,7 @@ class GradingKernel:
                 pass
             self.kc = None
         if self.km is not None:
+            self._poll_exit()
             try:
                 if self.km.has_kernel:
                     self.km.shutdown_kernel(now=True)
@@ -264,6 +284,12 @@ class GradingKernel:
             except Exception:
                 pass
             self.km = None
+        self.sandbox.kill_all()
+        if self.context is not None:
+            self.context.destroy(linger=0)
+            self.context = None
+        if self.own_sandbox:
+            self.sandbox.close()
         shutil.rmtree(self.ipc_dir, ignore_errors=True)
 
     def _kill_group(self) -> None:
@@ -285,6 +311,8 @@ class GradingKernel:
             return None
         code = proc.poll()
         if code is not None:
+            if self.sandbox.backend == "bwrap" and code > 128:  # bwrap: 128 + signal
+                code = 128 - code
             self.exit_code = code
         return code
 
@@ -379,7 +407,7 @@ class GradingKernel:
                     self.lost = True
                     result.status = "died"
                     result.exit_code = self.exit_code
-                    result.evalue = describe_exit(self.exit_code)
+                    result.evalue = self.describe_death()
                     result.duration = time.monotonic() - start
                     self.shutdown()
                     return result
@@ -443,6 +471,17 @@ class GradingKernel:
                     }
                 )
 
+    def describe_death(self) -> str:
+        """Why the kernel died, from the sandbox's watchdog and cgroup when they know."""
+        if self.sandbox.kill_reason:
+            return f"the submission was stopped: {self.sandbox.kill_reason}"
+        if self.sandbox.oom_killed():
+            return (
+                "the kernel was killed: the submission's processes together used more "
+                f"than the memory limit of {self.sandbox.limits.memory_mb} MB"
+            )
+        return describe_exit(self.exit_code)
+
 
 def describe_exit(code: int | None) -> str:
     """A student-readable sentence for a kernel's exit code."""
@@ -467,3 +506,10 @@ def _devnull():
     import subprocess
 
     return subprocess.DEVNULL
+
+
+def _kernel_log():
+    """The kernel's stderr: ``$COURSE_GRADE_KERNEL_LOG`` (a file, appended) for debugging the
+    grading machine, else nowhere."""
+    path = os.environ.get("COURSE_GRADE_KERNEL_LOG")
+    return open(path, "ab") if path else _devnull()  # noqa: SIM115 - owned by the kernel

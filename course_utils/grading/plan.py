@@ -215,10 +215,13 @@ class Assignment:
 
 def reference_dirs(explicit: str | None) -> list[Path]:
     """Folders searched for reference notebooks: ``--reference-dir`` if given, else
-    ``./solutions`` and ``./notebooks`` and the course checkout's ``solutions/``."""
+    ``./solutions``, ``./notebooks``, ``../solutions``, ``../notebooks`` (so ``course grade``
+    finds the same references from the repository root and from ``notebooks/``, where
+    JupyterLab's terminal starts) and the course checkout's ``solutions/``."""
     if explicit:
         return [Path(explicit)]
     candidates = [Path("solutions"), Path("notebooks")]
+    candidates += [Path("..") / "solutions", Path("..") / "notebooks"]
     repo = Path(__file__).resolve().parents[2]
     candidates += [repo / "solutions", repo / "notebooks"]
     out: list[Path] = []

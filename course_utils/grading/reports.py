@@ -121,8 +121,9 @@ def write_junit(reports: list[dict[str, Any]], path: str | Path) -> None:
 
 def feedback_markdown(rep: dict[str, Any]) -> str:
     """The Markdown feedback for one student (scores, statuses, hints; never solution code)."""
-    lines = [f"# Feedback: {rep.get('assignment') or Path(rep['notebook']).stem}", ""]
-    lines.append(f"**Notebook:** `{Path(rep['notebook']).name}`  ")
+    title = rep.get("assignment") or md_code(Path(rep["notebook"]).stem)
+    lines = [f"# Feedback: {title}", ""]
+    lines.append(f"**Notebook:** {md_code(Path(rep['notebook']).name)}  ")
     lines.append(
         f"**Score:** {_num(rep['total'])} / {_num(rep['max'])} points"
         + (f" ({rep['percent']:g}%)" if rep.get("max") else "")
@@ -138,7 +139,7 @@ def feedback_markdown(rep: dict[str, Any]) -> str:
         for ex in rep["exercises"]:
             icon = STATUS_ICON.get(ex["status"], "")
             lines.append(
-                f"| {ex['id']} | {_md_cell(ex['title'])} | {icon} "
+                f"| {ex['id']} | {_md_text(ex['title'])} | {icon} "
                 f"{STATUS_LABEL.get(ex['status'], ex['status'])} | "
                 f"{_num(ex['points'])} / {_num(ex['max_points'])} |"
             )
@@ -148,7 +149,7 @@ def feedback_markdown(rep: dict[str, Any]) -> str:
             lines += ["## What to look at", ""]
             for ex in details:
                 lines.append(
-                    f"### {ex['id']} · {ex['title']} — "
+                    f"### {ex['id']} · {_md_text(ex['title'])} — "
                     f"{STATUS_LABEL.get(ex['status'], ex['status'])}"
                 )
                 lines.append("")
@@ -160,7 +161,7 @@ def feedback_markdown(rep: dict[str, Any]) -> str:
         notes.insert(0, kernel["detail"])
     errors = rep.get("cells", {}).get("errors", [])
     if errors:
-        shown = ", ".join(f"cell {e['cell'] + 1} ({e['ename']})" for e in errors[:10])
+        shown = ", ".join(f"cell {e['cell'] + 1} ({e['ename'][:100]})" for e in errors[:10])
         more = f" and {len(errors) - 10} more" if len(errors) > 10 else ""
         notes.append(f"cells that raised an error while grading: {shown}{more}")
     if notes:
@@ -168,8 +169,8 @@ def feedback_markdown(rep: dict[str, Any]) -> str:
     lines += [
         "---",
         "",
-        "Check your work before submitting: `course grade "
-        f"{Path(rep['notebook']).name}`. The grader runs your notebook top to bottom in a "
+        "Check your work before submitting: "
+        f"{md_code('course grade ' + Path(rep['notebook']).name)}. The grader runs your notebook top to bottom in a "
         "fresh kernel with the check cells restored, so restart your kernel and run all "
         "cells first.",
         "",
@@ -177,19 +178,59 @@ def feedback_markdown(rep: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+
+
+def terminal_safe(text: Any) -> str:
+    """Student text for a terminal: control characters (ANSI escapes, carriage returns,
+    bidirectional overrides) shown as ``?``, so it cannot redraw or disguise the summary."""
+    return _CONTROL.sub("?", str(text))
+
+
+def md_code(text: Any, table: bool = False) -> str:
+    """Student text as one inline Markdown code span: nothing in it renders (no heading,
+    link, image, HTML, emphasis); whitespace collapsed, pipes escaped for tables."""
+    text = " ".join(terminal_safe(text).split()) or " "
+    run = max((len(m) for m in re.findall("`+", text)), default=0)
+    fence = "`" * (run + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    span = f"{fence}{pad}{text}{pad}{fence}"
+    return span.replace("|", "\\|") if table else span
+
+
 def _md_inline(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return md_code(text)
 
 
 def _md_cell(text: str) -> str:
-    return _md_inline(text)
+    return md_code(text, table=True)
 
 
 def _md_block(text: str) -> str:
-    text = str(text).strip() or "(no message)"
-    if "\n" in text:
-        fence = "````" if "```" in text else "```"
-        return f"{fence}text\n{text}\n{fence}"
+    """Student text as a fenced block whose fence is longer than any backtick or tilde run
+    inside it, so it cannot close the fence and write Markdown after it."""
+    text = terminal_safe(str(text).strip()) or "(no message)"
+    run = max((len(m) for m in re.findall("`+", text)), default=0)
+    fence = "`" * max(3, run + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def _md_text(text: Any) -> str:
+    """Trusted text (titles from the registry) for a table cell or heading: one line, every
+    ASCII punctuation character backslash-escaped."""
+    text = " ".join(terminal_safe(text).split())
+    return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)
+
+
+def csv_safe(value: Any) -> Any:
+    """A CSV cell a spreadsheet will not run: text starting with ``= + - @``, tab or CR
+    (and their full-width forms) gets a leading apostrophe; numbers are left alone."""
+    if value is None or isinstance(value, (int, float)):
+        return value
+    text = str(value)
+    if text.startswith(_FORMULA_START):
+        return "'" + text
     return text
 
 
@@ -214,6 +255,7 @@ def write_feedback(reports: list[dict[str, Any]], directory: str | Path) -> list
 def write_csv(reports: list[dict[str, Any]], path: str | Path) -> None:
     """The gradebook: one row per submission, one column per exercise id (points)."""
     ids = sorted({ex["id"] for rep in reports for ex in rep["exercises"]}, key=id_key)
+    sim_cols = list(dict.fromkeys(k for rep in reports for k in similarity_columns(rep)))
     fields = [
         "student",
         "notebook",
@@ -225,6 +267,7 @@ def write_csv(reports: list[dict[str, Any]], path: str | Path) -> None:
         "flags",
         "error",
         "runtime_s",
+        *sim_cols,
     ]
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=fields)
@@ -243,7 +286,9 @@ def write_csv(reports: list[dict[str, Any]], path: str | Path) -> None:
             }
             for ex in rep["exercises"]:
                 row[ex["id"]] = _num(ex["points"])
-            writer.writerow(row)
+            for key, value in similarity_columns(rep).items():
+                row[key] = value
+            writer.writerow({k: csv_safe(v) for k, v in row.items()})
 
 
 def classroom_result(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -310,3 +355,66 @@ def write_classroom(reports: list[dict[str, Any]], path: str | Path) -> None:
     Path(path).write_text(
         json.dumps(classroom_result(reports), ensure_ascii=False) + "\n", encoding="utf-8"
     )
+
+
+def similarity_columns(rep: dict[str, Any]) -> dict[str, str]:
+    """``sim_<id>_course``, ``sim_<id>_peer`` and ``sim_<id>_peer_with`` for the gradebook."""
+    out: dict[str, str] = {}
+    for ex_id, sim in sorted((rep.get("similarity") or {}).items(), key=lambda kv: id_key(kv[0])):
+        out[f"sim_{ex_id}_course"] = f"{sim.get('course', 0.0):.2f}"
+        out[f"sim_{ex_id}_peer"] = f"{sim.get('peer', 0.0):.2f}"
+        out[f"sim_{ex_id}_peer_with"] = sim.get("peer_with") or ""
+    return out
+
+
+def instructor_report(reports: list[dict[str, Any]]) -> str:
+    """The instructor's Markdown summary: one row per submission, how it was sandboxed,
+    and (with ``--similarity``) the exercises whose code resembles the course's or a peer's."""
+    lines = ["# Grading report", ""]
+    lines += ["| student | assignment | score | sandbox | peak memory | problem |"]
+    lines += ["|---|---|---|---|---|---|"]
+    for rep in reports:
+        box = rep.get("sandbox") or {}
+        lines.append(
+            f"| {md_code(rep.get('student') or '', True)} | {_md_text(rep.get('assignment') or '')} "
+            f"| {_num(rep['total'])} / {_num(rep['max'])} | {_md_text(box.get('backend', '-'))} "
+            f"| {box.get('peak_memory_mb', 0):.0f} MB | "
+            f"{md_code(rep['error'], True) if rep.get('error') else ''} |"
+        )
+    lines.append("")
+    unsandboxed = [r for r in reports if not (r.get("sandbox") or {}).get("isolated")]
+    if unsandboxed:
+        lines += [
+            f"**{len(unsandboxed)} submission(s) were not sandboxed** (``--sandbox none`` or "
+            "not graded at all): their code ran as the grader's user.",
+            "",
+        ]
+    rows = []
+    for rep in reports:
+        for ex_id, sim in (rep.get("similarity") or {}).items():
+            rows.append((max(sim.get("course", 0), sim.get("peer", 0)), rep, ex_id, sim))
+    if rows:
+        lines += [
+            "## Similarity",
+            "",
+            "Share of each exercise's code (identifiers and literals normalised, the starter "
+            "code ignored) also found in the course's own source and solutions (*course*) or in "
+            "another submission of this batch (*peer*, with whom). High values are a reason to "
+            "read the code, not a verdict. Highest first:",
+            "",
+            "| student | exercise | course | peer | peer with |",
+            "|---|---|---|---|---|",
+        ]
+        for _, rep, ex_id, sim in sorted(rows, key=lambda r: -r[0])[:200]:
+            lines.append(
+                f"| {md_code(rep.get('student') or '', True)} | {_md_text(ex_id)} | "
+                f"{sim.get('course', 0):.2f} | {sim.get('peer', 0):.2f} | "
+                f"{md_code(sim.get('peer_with') or '-', True)} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_instructor_report(reports: list[dict[str, Any]], path: str | Path) -> None:
+    """:func:`instructor_report` into ``path``."""
+    Path(path).write_text(instructor_report(reports), encoding="utf-8")

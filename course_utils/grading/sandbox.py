@@ -1,0 +1,881 @@
+"""One sandbox per submission: what the kernel can see, and limits on all its processes.
+
+Backends (``course grade --sandbox``):
+
+- ``bwrap`` (bubblewrap; the default on Linux when installed): the kernel runs in its own
+  user, PID, mount, IPC, network, UTS and cgroup namespaces (``bwrap --unshare-all``), in a
+  new session, as an unprivileged uid (a fresh uid per running submission when the grader is
+  root; the grader's own uid otherwise, mapped in a user namespace). It sees ``/usr``,
+  a few files of ``/etc``, the Python installation and the ``course_utils`` package
+  read-only, and, writable, only its own ``/submission`` (a copy of the submission's folder without
+  notebooks), ``/tmp``, ``$HOME`` and ``/run/course`` (its connection file, sockets and result
+  folders). No other submission, no batch folder, no report path, no grader process.
+  ``--die-with-parent`` and the PID namespace make every process it started die with it.
+- ``docker`` / ``podman``: the same layout in a container (``--network none``, read-only
+  root, ``--pids-limit``, ``--memory``, ``--cpus``, an unprivileged user), for instructors
+  who grade in containers; the image must contain Python, ipykernel and the course
+  (``.github/classroom/Dockerfile``).
+- ``none``: today's kernel as the grader's own user (a student's self-check on macOS or
+  Windows); every report says it was not sandboxed.
+
+Limits on the whole submission (:class:`Limits`), enforced by the first that applies:
+memory by a cgroup (v1 ``memory`` controller, or v2 ``memory.max`` where delegated), else by
+the watchdog summing the resident memory of the sandbox's process tree; processes by a
+``pids`` cgroup, else ``RLIMIT_NPROC`` on the per-submission uid (root), else the watchdog;
+bytes written by ``RLIMIT_FSIZE`` per file and the watchdog summing the sandbox's writable
+folders; CPU time by the watchdog (user + system time of the tree); wall time by the grader's
+per-cell and total limits. :meth:`Sandbox.describe` says which mechanism enforced what.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BACKENDS = ("auto", "bwrap", "docker", "podman", "none")
+INSIDE_WORK = "/submission"
+INSIDE_HOME = "/home/student"
+INSIDE_RUN = "/run/course"
+UID_BASE, UID_COUNT = 200_000, 1000  # per-submission uids when the grader is root
+DOCKER_IMAGE = "course-grade:latest"
+_ETC = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "fonts",
+    "localtime",
+    "mime.types",
+    "matplotlibrc",
+)
+
+
+class SandboxError(RuntimeError):
+    """The sandbox cannot be set up on this machine (a problem of the grading machine)."""
+
+
+@dataclass
+class Limits:
+    """Limits on one submission, all its processes together (0 = no limit)."""
+
+    memory_mb: int = 6144
+    max_procs: int = 256
+    disk_mb: int = 1024
+    cpu_s: float = 0.0
+
+
+@dataclass
+class Usage:
+    """What the watchdog measured (peaks over the whole run)."""
+
+    peak_memory_mb: float = 0.0
+    peak_procs: int = 0
+    peak_disk_mb: float = 0.0
+    cpu_s: float = 0.0
+
+
+def resolve_backend(name: str) -> str:
+    """``auto`` -> ``bwrap`` when bubblewrap is installed and works here, else ``none``."""
+    if name not in BACKENDS:
+        raise SandboxError(f"unknown sandbox {name!r}; choose from {', '.join(BACKENDS)}")
+    if name != "auto":
+        return name
+    if sys.platform.startswith("linux") and bwrap_problem() is None:
+        return "bwrap"
+    return "none"
+
+
+_BWRAP_PROBLEM: list[str | None] = []
+
+
+def bwrap_problem() -> str | None:
+    """Why bubblewrap cannot be used here (``None`` when it works); probed once."""
+    if _BWRAP_PROBLEM:
+        return _BWRAP_PROBLEM[0]
+    exe = shutil.which("bwrap")
+    problem: str | None = None
+    if exe is None:
+        problem = "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    else:
+        head = bwrap_head(privileged=os.geteuid() == 0)
+        cmd = head + ["--ro-bind", "/", "/", "true"]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+            if r.returncode != 0:
+                problem = f"bwrap cannot create namespaces here: {r.stderr.strip()[:300]}"
+        except (OSError, subprocess.SubprocessError) as exc:
+            problem = f"bwrap failed: {exc}"
+    _BWRAP_PROBLEM.append(problem)
+    return problem
+
+
+def container_problem(engine: str) -> str | None:
+    """Why ``docker``/``podman`` cannot run containers here (``None`` when it can)."""
+    exe = shutil.which(engine)
+    if exe is None:
+        return f"the {engine} command is not installed"
+    try:
+        r = subprocess.run(
+            [exe, "info", "--format", "{{json .ServerVersion}}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{engine} info failed: {exc}"
+    if r.returncode != 0:
+        detail = (r.stderr or r.stdout).strip().splitlines()
+        return (
+            f"the {engine} daemon is not reachable ({detail[-1][:200] if detail else 'no detail'})"
+        )
+    return None
+
+
+# ----------------------------------------------------------------------------- cgroups
+
+
+def _own_cgroup(controller: str) -> str | None:
+    """This process's cgroup path for a v1 controller ('' for v2), from /proc/self/cgroup."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) == 3 and controller in parts[1].split(","):
+            return parts[2]
+    return None
+
+
+class Cgroups:
+    """Memory and pids cgroups for one submission, where this machine lets us make them."""
+
+    def __init__(self, name: str, limits: Limits) -> None:
+        self.dirs: dict[str, Path] = {}
+        self.notes: list[str] = []
+        for controller, setting, value in (
+            ("memory", "memory.limit_in_bytes", limits.memory_mb << 20),
+            ("pids", "pids.max", limits.max_procs),
+        ):
+            if not value:
+                continue
+            base = _own_cgroup(controller)
+            root = Path("/sys/fs/cgroup") / controller
+            if base is None or not (root / "cgroup.procs").exists():
+                continue
+            path = root / base.lstrip("/") / name
+            try:
+                path.mkdir()
+                (path / setting).write_text(str(value))
+                if controller == "memory" and (path / "memory.memsw.limit_in_bytes").exists():
+                    try:
+                        (path / "memory.memsw.limit_in_bytes").write_text(str(value))
+                    except OSError:
+                        pass
+                self.dirs[controller] = path
+            except OSError as exc:
+                self.notes.append(f"no {controller} cgroup ({exc.strerror or exc})")
+                try:
+                    path.rmdir()
+                except OSError:
+                    pass
+        if "memory" not in self.dirs:
+            self._try_v2(name, limits)
+
+    def _try_v2(self, name: str, limits: Limits) -> None:
+        base = _own_cgroup("")
+        root = Path("/sys/fs/cgroup")
+        if (root / "unified").is_dir():
+            root = root / "unified"
+        if base is None:
+            return
+        parent = root / base.lstrip("/")
+        try:
+            controllers = (parent / "cgroup.subtree_control").read_text().split()
+        except OSError:
+            return
+        if "memory" not in controllers:
+            return
+        path = parent / name
+        try:
+            path.mkdir()
+            (path / "memory.max").write_text(str(limits.memory_mb << 20))
+            if "pids" in controllers and limits.max_procs:
+                (path / "pids.max").write_text(str(limits.max_procs))
+                self.dirs["pids"] = path
+            self.dirs["memory"] = path
+            self.dirs["v2"] = path
+        except OSError:
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+
+    @property
+    def procs_files(self) -> list[str]:
+        return sorted({str(p / "cgroup.procs") for p in self.dirs.values()})
+
+    def pids(self) -> set[int]:
+        out: set[int] = set()
+        for f in self.procs_files:
+            try:
+                out |= {int(x) for x in Path(f).read_text().split()}
+            except (OSError, ValueError):
+                pass
+        return out
+
+    def memory_bytes(self) -> tuple[int, int] | None:
+        """(current, peak) bytes of the memory cgroup."""
+        path = self.dirs.get("memory")
+        if path is None:
+            return None
+        try:
+            if "v2" in self.dirs:
+                cur = int((path / "memory.current").read_text())
+                peak_file = path / "memory.peak"
+                peak = int(peak_file.read_text()) if peak_file.exists() else cur
+            else:
+                cur = int((path / "memory.usage_in_bytes").read_text())
+                peak = int((path / "memory.max_usage_in_bytes").read_text())
+            return cur, peak
+        except (OSError, ValueError):
+            return None
+
+    def oom_killed(self) -> bool:
+        path = self.dirs.get("memory")
+        if path is None:
+            return False
+        try:
+            name = "memory.events" if "v2" in self.dirs else "memory.oom_control"
+            for line in (path / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and int(value) > 0:
+                    return True
+            if "v2" not in self.dirs:
+                return int((path / "memory.failcnt").read_text()) > 0
+        except (OSError, ValueError):
+            pass
+        return False
+
+    def kill_all(self) -> None:
+        for _ in range(50):
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.02)
+
+    def remove(self) -> None:
+        self.kill_all()
+        for path in set(self.dirs.values()):
+            for _ in range(50):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+
+# ----------------------------------------------------------------------------- process trees
+
+
+def _proc_table() -> dict[int, tuple[int, int, float]]:
+    """pid -> (ppid, rss bytes, cpu seconds incl. reaped children) for every process."""
+    table: dict[int, tuple[int, int, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                raw = fh.read(4096).decode("ascii", "replace")
+        except OSError:
+            continue
+        rest = raw[raw.rfind(")") + 2 :].split()
+        try:
+            ppid = int(rest[1])
+            cpu = sum(int(x) for x in rest[11:15]) / tick
+            rss = int(rest[21]) * page
+        except (IndexError, ValueError):
+            continue
+        table[int(name)] = (ppid, rss, cpu)
+    return table
+
+
+def process_tree(root: int, table: dict[int, tuple[int, int, float]] | None = None) -> set[int]:
+    """``root`` and all its descendants (host pids)."""
+    table = _proc_table() if table is None else table
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out, stack = set(), [root]
+    while stack:
+        pid = stack.pop()
+        if pid in out or (pid != root and pid not in table):
+            continue
+        out.add(pid)
+        stack.extend(children.get(pid, []))
+    return out & (set(table) | {root})
+
+
+def _tree_size(path: Path, cap_entries: int = 200_000) -> tuple[int, int]:
+    """(bytes on disk, entries) under ``path``, never following symlinks."""
+    total, count = 0, 0
+    stack = [str(path)]
+    while stack and count < cap_entries:
+        top = stack.pop()
+        try:
+            with os.scandir(top) as it:
+                for entry in it:
+                    count += 1
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += getattr(st, "st_blocks", 0) * 512 or st.st_size
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return total, count
+
+
+# ----------------------------------------------------------------------------- uids
+
+
+class _UidLease:
+    """A uid of its own for one running submission (root only), held by a file lock."""
+
+    def __init__(self) -> None:
+        lock_dir = Path(tempfile.gettempdir()) / "course-grade-uids"
+        lock_dir.mkdir(mode=0o700, exist_ok=True)
+        self.fh = None
+        self.uid = None
+        start = (os.getpid() * 7919) % UID_COUNT
+        for k in range(UID_COUNT):
+            uid = UID_BASE + (start + k) % UID_COUNT
+            fh = open(lock_dir / str(uid), "w")  # noqa: SIM115 - held until release()
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.close()
+                continue
+            self.fh, self.uid = fh, uid
+            return
+        raise SandboxError("no free sandbox uid (more than 1000 submissions graded at once?)")
+
+    def kill_all(self) -> None:
+        """SIGKILL every process of this uid (a helper that becomes the uid: no fork of this
+        multi-threaded process)."""
+        if self.uid is None:
+            return
+        launcher = str(Path(__file__).with_name("launch.py"))
+        try:
+            subprocess.run(
+                [sys.executable, "-I", "-S", launcher, "--kill-uid", str(self.uid)],
+                timeout=30,
+                capture_output=True,
+            )
+        except (OSError, subprocess.SubprocessError):
+            pass
+
+    def release(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+            self.fh = None
+
+
+# ----------------------------------------------------------------------------- the sandbox
+
+
+@dataclass
+class Sandbox:
+    """The sandbox of one submission: its folders, limits, launcher spec and watchdog.
+
+    ``box`` is a fresh host folder holding ``work``, ``tmp``, ``home`` and ``run`` (the
+    writable parts of the sandbox) and the grader's private files next to them.
+    """
+
+    backend: str
+    box: Path
+    limits: Limits = field(default_factory=Limits)
+    env: dict[str, str] = field(default_factory=dict)
+    read_only: list[str] = field(default_factory=list)
+    image: str = DOCKER_IMAGE
+    cpus: int = 1
+    uid: int | None = None
+    gid: int | None = None
+    usage: Usage = field(default_factory=Usage)
+    kill_reason: str | None = None
+
+    def __post_init__(self) -> None:
+        self.box = Path(self.box)
+        self.name = "course-grade-" + self.box.name.replace("_", "-").lower()
+        self._lease: _UidLease | None = None
+        self.cgroups: Cgroups | None = None
+        self._watch: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._root_pid: int | None = None
+        self._killer = None
+
+    # -- layout ------------------------------------------------------------------------
+    @property
+    def isolated(self) -> bool:
+        return self.backend != "none"
+
+    @property
+    def work(self) -> Path:
+        return self.box / "work"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.box / "run"
+
+    @property
+    def results(self) -> Path:
+        return self.box / "run" / "results"
+
+    def inside(self, host: str | Path) -> str:
+        """The path the kernel sees for a host path under ``box`` (identity for ``none``)."""
+        if not self.isolated:
+            return str(host)
+        rel = Path(host).relative_to(self.box)
+        top, rest = rel.parts[0], rel.parts[1:]
+        base = {"work": INSIDE_WORK, "home": INSIDE_HOME, "run": INSIDE_RUN, "tmp": "/tmp"}[top]
+        return str(Path(base, *rest))
+
+    def prepare(self) -> None:
+        """Create the folders, the uid lease and the cgroups (before copying files in)."""
+        for sub in ("work", "tmp", "home", "run", "run/ipc", "run/results"):
+            (self.box / sub).mkdir(parents=True, exist_ok=True)
+        if self.backend == "bwrap" and os.geteuid() == 0:
+            self._lease = _UidLease()
+            self.uid = self.gid = self._lease.uid
+        elif self.backend in ("docker", "podman"):
+            self.uid = self.gid = 65534 if os.geteuid() == 0 else None
+        if self.backend != "docker" and self.backend != "podman":
+            self.cgroups = Cgroups(self.name, self.limits)
+
+    def own(self, path: Path) -> None:
+        """Make ``path`` (a folder or file under ``box``) the submission's own."""
+        if self.uid is None:
+            if self.backend in ("docker", "podman"):
+                os.chmod(path, 0o777 if path.is_dir() else 0o666)
+            return
+        for root, dirs, files in os.walk(path):
+            os.chown(root, self.uid, self.gid, follow_symlinks=False)
+            for name in dirs + files:
+                os.chown(os.path.join(root, name), self.uid, self.gid, follow_symlinks=False)
+
+    def hand_over(self) -> None:
+        """Give the writable folders to the sandbox's uid (after the files are copied in)."""
+        if self.isolated:  # matplotlib's font cache: seconds per submission when rebuilt
+            cache = Path(os.environ.get("MPLCONFIGDIR") or Path.home() / ".cache" / "matplotlib")
+            for f in sorted(cache.glob("fontlist-*.json"))[-3:] if cache.is_dir() else []:
+                dest = self.box / "home" / ".matplotlib"
+                dest.mkdir(exist_ok=True)
+                shutil.copyfile(f, dest / f.name)
+        for sub in ("work", "tmp", "home", "run/ipc", "run/results"):
+            self.own(self.box / sub)
+        if self.uid is not None:
+            os.chown(self.box / "run", self.uid, self.gid)
+
+    def kernel_env(self, env: dict[str, str]) -> dict[str, str]:
+        """The kernel's environment with the paths it sees inside."""
+        env = dict(env)
+        if not self.isolated:
+            env["TMPDIR"] = str(self.box / "tmp")
+            return env
+        env["HOME"] = INSIDE_HOME
+        env["IPYTHONDIR"] = INSIDE_HOME + "/.ipython"
+        env["TMPDIR"] = "/tmp"
+        env["MPLCONFIGDIR"] = INSIDE_HOME + "/.matplotlib"
+        env["PYTHONPATH"] = os.pathsep.join(self._python_path())
+        env["USER"] = env["LOGNAME"] = "student"
+        data = self._data_dir()
+        if data:
+            env["COURSE_DATA_DIR"] = data
+        else:
+            env.pop("COURSE_DATA_DIR", None)
+        return env
+
+    # -- what the sandbox shows --------------------------------------------------------
+    def _python_path(self) -> list[str]:
+        import course_utils
+
+        pkg_parent = str(Path(course_utils.__file__).resolve().parent.parent)
+        extra = [str(Path(p).resolve().parent) for p in self.read_only if p.endswith(".py")]
+        return list(dict.fromkeys([pkg_parent, *extra]))
+
+    def _data_dir(self) -> str | None:
+        value = os.environ.get("COURSE_DATA_DIR")
+        path = Path(value).expanduser() if value else Path.home() / ".cache" / "course_utils"
+        return str(path.resolve()) if path.is_dir() else None
+
+    def system_binds(self) -> list[list[str]]:
+        """``[mode, host, inside]`` for the read-only system, Python and course."""
+        import course_utils
+
+        binds: list[list[str]] = []
+        for top in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            p = Path("/") / top
+            if p.is_symlink():
+                binds.append(["symlink", os.readlink(p), str(p)])
+            elif p.is_dir():
+                binds.append(["ro", str(p), str(p)])
+        for name in _ETC:
+            p = Path("/etc") / name
+            if p.exists():
+                binds.append(["ro", str(p), str(p)])
+        prefixes = {sys.base_prefix, sys.prefix, sys.exec_prefix, sys.base_exec_prefix}
+        for prefix in sorted(prefixes):
+            real = os.path.realpath(prefix)
+            if not real.startswith(("/usr/", "/bin/", "/lib")) and os.path.isdir(real):
+                binds.append(["ro", real, real])
+                if real != prefix:
+                    binds.append(["ro", real, prefix])
+        exe_dir = os.path.dirname(os.path.realpath(sys.executable))
+        if not any(exe_dir.startswith(b[1] + "/") for b in binds if b[0] == "ro"):
+            binds.append(["ro", exe_dir, exe_dir])
+        pkg = str(Path(course_utils.__file__).resolve().parent)
+        binds.append(["ro", pkg, pkg])
+        for p in self.read_only:
+            rp = str(Path(p).resolve())
+            if os.path.exists(rp):
+                binds.append(["ro", rp, rp])
+        data = self._data_dir()
+        if data:
+            binds.append(["ro", data, data])
+        return binds
+
+    def _spec(self, connection_file: str, rlimits: dict[str, int | None]) -> dict[str, Any]:
+        kernel_conn = self.run_dir / "kernel.json"
+        spec: dict[str, Any] = {
+            "backend": self.backend,
+            "cgroups": self.cgroups.procs_files if self.cgroups else [],
+            "rlimits": rlimits,
+            "uid": self.uid if self.backend == "bwrap" else None,
+            "gid": self.gid if self.backend == "bwrap" else None,
+        }
+        if self.isolated:
+            spec["unset_env"] = ["JPY_PARENT_PID"]  # the grader's pid means nothing inside
+            spec["connection"] = {
+                "host": connection_file,
+                "kernel": str(kernel_conn),
+                "inside": self.inside(kernel_conn),
+                "ip": INSIDE_RUN + "/ipc/k",
+                "owner": [self.uid, self.gid] if self.uid is not None else None,
+            }
+        if self.backend == "bwrap":
+            root = self.uid is not None
+            spec["wrapper"] = bwrap_head(privileged=root)
+            if root:
+                launcher = str(Path(__file__).with_name("launch.py"))
+                spec["become"] = [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    launcher,
+                    "--become",
+                    str(self.uid),
+                    str(self.gid),
+                    str(self.limits.max_procs),
+                    "--",
+                ]
+                spec["uid"] = spec["gid"] = None
+            spec["binds"] = self.system_binds() + [
+                ["rw", str(self.work), INSIDE_WORK],
+                ["rw", str(self.box / "tmp"), "/tmp"],
+                ["rw", str(self.box / "home"), INSIDE_HOME],
+                ["rw", str(self.run_dir), INSIDE_RUN],
+            ]
+            shm = str((self.limits.disk_mb or 1024) << 20)
+            spec["wrapper_tail"] = ["--size", shm, "--perms", "1777", "--tmpfs", "/dev/shm"]
+            spec["wrapper_tail"] += ["--remount-ro", "/", "--chdir", INSIDE_WORK]
+        elif self.backend in ("docker", "podman"):
+            spec["wrapper"] = container_command(
+                self.backend,
+                name=self.name,
+                image=self.image,
+                box=self.box,
+                limits=self.limits,
+                env=self.env,
+                cpus=self.cpus,
+                user=self.uid,
+            )
+        return spec
+
+    def command(
+        self, kernel_cmd: list[str], connection_file: str, rlimits: dict[str, int | None]
+    ) -> list[str]:
+        """The full command the grader starts: the launcher, then the sandboxed kernel."""
+        spec_path = self.box / "launch.json"
+        spec_path.write_text(json.dumps(self._spec(connection_file, rlimits)), encoding="utf-8")
+        launcher = str(Path(__file__).with_name("launch.py"))
+        if self.backend in ("docker", "podman"):
+            kernel_cmd = ["python", "-m", "ipykernel_launcher", "-f", connection_file]
+        return [sys.executable, "-I", "-S", launcher, str(spec_path), "--", *kernel_cmd]
+
+    # -- watching and ending -----------------------------------------------------------
+    def watch(self, root_pid: int, on_limit) -> None:
+        """Start the watchdog on the process tree of ``root_pid``; ``on_limit(reason)`` kills."""
+        self._root_pid = root_pid
+        self._killer = on_limit
+        self._watch = threading.Thread(target=self._loop, name=f"watch-{self.name}", daemon=True)
+        self._watch.start()
+
+    def _loop(self) -> None:
+        last_disk = 0.0
+        while not self._stop.wait(0.25):
+            try:
+                reason = self.sample(disk=time.monotonic() - last_disk > 1.0)
+            except Exception:  # never let the watchdog kill the grader
+                reason = None
+            if time.monotonic() - last_disk > 1.0:
+                last_disk = time.monotonic()
+            if reason and self.kill_reason is None:
+                self.kill_reason = reason
+                self._killer(reason)
+                return
+
+    def sample(self, disk: bool = True) -> str | None:
+        """Measure once; the reason to stop the submission, or ``None``."""
+        lim, use = self.limits, self.usage
+        if self._root_pid is None or self.backend in ("docker", "podman"):
+            return None
+        table = _proc_table()
+        tree = process_tree(self._root_pid, table)
+        if self.cgroups is not None:
+            tree |= self.cgroups.pids() & set(table)
+        rss = sum(table[p][1] for p in tree if p in table)
+        cpu = sum(table[p][2] for p in tree if p in table)
+        mem = self.cgroups.memory_bytes() if self.cgroups else None
+        if mem is not None:
+            use.peak_memory_mb = max(use.peak_memory_mb, mem[1] / 2**20)
+        else:
+            use.peak_memory_mb = max(use.peak_memory_mb, rss / 2**20)
+        use.peak_procs = max(use.peak_procs, len(tree))
+        use.cpu_s = max(use.cpu_s, cpu)
+        if lim.memory_mb and mem is None and rss > lim.memory_mb << 20:
+            return (
+                f"its processes together used {rss / 2**20:.0f} MB of memory, over the "
+                f"limit of {lim.memory_mb} MB"
+            )
+        if lim.max_procs and "pids" not in getattr(self.cgroups, "dirs", {}):
+            if len(tree) > lim.max_procs:
+                return f"it ran more than {lim.max_procs} processes at once"
+        if lim.cpu_s and cpu > lim.cpu_s:
+            return f"its processes together used more than {lim.cpu_s:g} s of CPU time"
+        if disk and lim.disk_mb:
+            size = 0
+            entries = 0
+            for sub in ("work", "tmp", "home", "run"):
+                b, n = _tree_size(self.box / sub)
+                size, entries = size + b, entries + n
+            use.peak_disk_mb = max(use.peak_disk_mb, size / 2**20)
+            if size > lim.disk_mb << 20:
+                return f"it wrote more than {lim.disk_mb} MB of files"
+            if entries > 100_000:
+                return "it created more than 100000 files"
+        return None
+
+    def kill_all(self) -> None:
+        """Kill every process of the submission (idempotent; nothing outlives this)."""
+        if self._root_pid is not None:
+            for pid in process_tree(self._root_pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        if self.backend in ("docker", "podman"):
+            try:
+                subprocess.run(
+                    [self.backend, "rm", "-f", self.name],
+                    capture_output=True,
+                    timeout=60,
+                )
+            except (OSError, subprocess.SubprocessError):
+                pass
+        if self.cgroups is not None:
+            self.cgroups.kill_all()
+        if self._lease is not None:
+            self._lease.kill_all()
+
+    def oom_killed(self) -> bool:
+        return bool(self.cgroups and self.cgroups.oom_killed())
+
+    def close(self) -> None:
+        """Stop the watchdog, kill everything, remove the cgroups and give the uid back."""
+        self._stop.set()
+        if self._watch is not None and self._watch is not threading.current_thread():
+            self._watch.join(timeout=5)
+        try:
+            self.sample(disk=True)
+        except Exception:
+            pass
+        self.kill_all()
+        if self.cgroups is not None:
+            mem = self.cgroups.memory_bytes()
+            if mem is not None:
+                self.usage.peak_memory_mb = max(self.usage.peak_memory_mb, mem[1] / 2**20)
+            self.cgroups.remove()
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+
+    def describe(self) -> dict[str, Any]:
+        """What isolated this submission and what enforced each limit (for the report)."""
+        dirs = self.cgroups.dirs if self.cgroups else {}
+        root = os.geteuid() == 0
+        if self.backend in ("docker", "podman"):
+            enforced = {k: f"{self.backend} --{k}" for k in ("memory", "pids-limit", "cpus")}
+        else:
+            enforced = {
+                "memory": (
+                    "cgroup v2 memory.max"
+                    if "v2" in dirs
+                    else "cgroup v1 memory.limit_in_bytes"
+                    if "memory" in dirs
+                    else "watchdog: resident memory of the process tree, sampled every 0.25 s"
+                )
+                + "; RLIMIT_AS per process",
+                "processes": (
+                    "cgroup pids.max"
+                    if "pids" in dirs
+                    else "RLIMIT_NPROC on the submission's own uid"
+                    if (root and self.backend == "bwrap")
+                    else "watchdog: process count of the tree, sampled every 0.25 s"
+                ),
+                "bytes_written": "RLIMIT_FSIZE per file; watchdog on the writable folders (1 s)",
+                "cpu_time": "watchdog: user+system time of the process tree"
+                if self.limits.cpu_s
+                else "none (wall-time limits only)",
+                "wall_time": "grader: per-cell and total limits",
+            }
+        return {
+            "backend": self.backend,
+            "isolated": self.isolated,
+            "uid": self.uid,
+            "limits": {
+                "memory_mb": self.limits.memory_mb,
+                "max_procs": self.limits.max_procs,
+                "disk_mb": self.limits.disk_mb,
+                "cpu_s": self.limits.cpu_s,
+            },
+            "enforced_by": enforced,
+            "peak_memory_mb": round(self.usage.peak_memory_mb, 1),
+            "peak_procs": self.usage.peak_procs,
+            "peak_disk_mb": round(self.usage.peak_disk_mb, 1),
+            "cpu_s": round(self.usage.cpu_s, 2),
+            "killed_for": self.kill_reason,
+        }
+
+
+def bwrap_head(privileged: bool = False) -> list[str]:
+    """The fixed part of the bubblewrap command (namespaces, /proc, /dev, session).
+
+    ``privileged`` (the grader is root): no user namespace; every capability is dropped but
+    CAP_SETUID/CAP_SETGID, which the first process inside uses to become the submission's
+    uid (and thereby loses them).
+    """
+    if privileged:
+        spaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
+        spaces += ["--unshare-cgroup-try", "--cap-drop", "ALL"]
+        spaces += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        spaces = ["--unshare-all"]
+    return [
+        shutil.which("bwrap") or "bwrap",
+        *spaces,
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "grader",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--dir",
+        "/run",
+    ]
+
+
+def container_command(
+    engine: str,
+    *,
+    name: str,
+    image: str,
+    box: Path,
+    limits: Limits,
+    env: dict[str, str],
+    cpus: int = 1,
+    user: int | None = 65534,
+) -> list[str]:
+    """``docker run`` / ``podman run`` for one submission (the kernel command follows)."""
+    cmd = [
+        engine,
+        "run",
+        "--rm",
+        "--init",
+        "--name",
+        name,
+        "--network",
+        "none",
+        "--read-only",
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges",
+        "--ipc",
+        "private",
+        "--cpus",
+        str(max(1, cpus)),
+        "--ulimit",
+        "core=0",
+    ]
+    if user is not None:
+        cmd += ["--user", f"{user}:{user}"]
+    if limits.memory_mb:
+        cmd += ["--memory", f"{limits.memory_mb}m", "--memory-swap", f"{limits.memory_mb}m"]
+    if limits.max_procs:
+        cmd += ["--pids-limit", str(limits.max_procs)]
+    if limits.disk_mb:
+        cmd += ["--ulimit", f"fsize={limits.disk_mb << 20}"]
+    for host, inside in (
+        (box / "work", INSIDE_WORK),
+        (box / "tmp", "/tmp"),
+        (box / "home", INSIDE_HOME),
+        (box / "run", INSIDE_RUN),
+    ):
+        cmd += ["--volume", f"{host}:{inside}:rw"]
+    cmd += ["--workdir", INSIDE_WORK]
+    for key in sorted(env):
+        if key in ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH"):
+            continue  # the image's own
+        cmd += ["--env", f"{key}={env[key]}"]
+    cmd += [image]
+    return cmd

@@ -18,7 +18,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from course_utils import nbval_strict
+from course_utils import nbval_strict, release
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.notebook]
@@ -147,9 +147,11 @@ def test_student_notebook_00_fails_only_its_check_and_the_solution_passes(tmp_pa
     # copies: nbval runs the kernel in the notebook's folder, and the repository stays clean
     student = tmp_path / "student" / "00_start_here.ipynb"
     solution = tmp_path / "solution" / "00_start_here.ipynb"
-    for src, dst in ((REPO / "notebooks", student), (REPO / "solutions", solution)):
-        dst.parent.mkdir()
-        dst.write_bytes((src / dst.name).read_bytes())
+    for path in (student, solution):
+        path.parent.mkdir()
+    # the untouched student version as released (notebooks/ may hold a student's answers)
+    student.write_text(release.release_file(REPO / "solutions" / student.name), encoding="utf-8")
+    solution.write_bytes((REPO / "solutions" / solution.name).read_bytes())
     failed, _, report = run_nbval(student)
     assert failed == {"check-00-1"}, report
     failed, passed, report = run_nbval(solution)

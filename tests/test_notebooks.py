@@ -3,8 +3,8 @@ automatically):
 
 (a) ``pytest --nbval`` passes on the solution under ``COURSE_PROFILE=ci``: every cell runs and
     every output not tagged ``nbval-ignore-output`` matches the stored one;
-(b) the official grader gives the solution full marks, and the untouched student version in
-    ``notebooks/`` zero: it runs top to bottom, no non-check cell raises, and every check is
+(b) the official grader gives the solution full marks, and the untouched student version
+    (released from the solution into a temporary folder) zero: it runs top to bottom, no non-check cell raises, and every check is
     "not attempted" (a check that passes on a stub is vacuous and fails the suite).
 
 Each notebook is executed once per test (three times in all: nbval, two gradings). What nbval compares (nbval 0.11): stream text
@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from course_utils import release
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted((REPO / "solutions").glob("[0-9][0-9]_*.ipynb"))
@@ -138,8 +140,11 @@ def _describe(report: dict) -> str:
 def test_grader_gives_the_solution_full_marks_and_the_student_version_zero(
     solution: Path, tmp_path: Path
 ):
-    student = REPO / "notebooks" / solution.name
-    assert student.exists(), f"{student} is missing: run `course release`"
+    # the student version as `course release` writes it from this solution (notebooks/ may
+    # hold a student's answers: it is compared with the release by `course release --check`)
+    student = tmp_path / "student" / solution.name
+    student.parent.mkdir()
+    student.write_text(release.release_file(solution), encoding="utf-8")
     sol, stu = _grade([solution, student], tmp_path / "grades.json")
 
     assert sol["max"] > 0 and sol["total"] == sol["max"], (

@@ -678,7 +678,35 @@ def execute_solution(path: str | Path, *, profile: str | None = None, timeout: i
     for cell in nb.cells:
         for key in _VOLATILE_CELL_METADATA:
             cell.metadata.pop(key, None)
+    strip_widget_views(nb)
     path.write_text(render(nb), encoding="utf-8")
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def strip_widget_views(nb: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Drop live-widget views from stored outputs (in place; returns ``nb``).
+
+    A stored widget cannot be replayed: JupyterLab would show "model not found" and other
+    readers the widget's text repr. An output that also holds a static picture (every
+    :mod:`course_utils.widgets` explorer does) keeps the picture and its note; one that holds
+    nothing else is removed. The saved widget state goes too.
+    """
+    for cell in nb.get("cells", []):
+        kept = []
+        for out in cell.get("outputs", []) or []:
+            data = out.get("data")
+            if isinstance(data, Mapping) and WIDGET_VIEW in data:
+                rest = {k: v for k, v in data.items() if k != WIDGET_VIEW}
+                if not any(k.startswith("image/") for k in rest):
+                    continue
+                out["data"] = rest
+            kept.append(out)
+        if "outputs" in cell:
+            cell["outputs"] = kept
+    nb.get("metadata", {}).pop("widgets", None)
+    return nb
 
 
 # --------------------------------------------------------------------------------- CLI

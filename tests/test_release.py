@@ -715,3 +715,28 @@ def test_each_step_does_one_job():
         release.clear_outputs,
         release.drop_volatile_metadata,
     )
+
+
+def test_stored_solution_outputs_keep_the_static_image_not_the_widget_view():
+    view = {"model_id": "abc", "version_major": 2, "version_minor": 0}
+    nb = new_notebook(
+        cells=[
+            new_code_cell("explorer", id="explorer"),
+            new_code_cell("old_style", id="old"),
+        ]
+    )
+    nb.cells[0].outputs = [
+        new_output(
+            "display_data",
+            data={release.WIDGET_VIEW: view, "image/png": "iVBOR", "text/plain": "(static)"},
+        )
+    ]
+    nb.cells[1].outputs = [
+        new_output("stream", name="stdout", text="note\n"),
+        new_output("display_data", data={release.WIDGET_VIEW: view, "text/plain": "VBox(...)"}),
+    ]
+    nb.metadata["widgets"] = {"state": {}}
+    release.strip_widget_views(nb)
+    assert nb.cells[0].outputs[0]["data"] == {"image/png": "iVBOR", "text/plain": "(static)"}
+    assert [o["output_type"] for o in nb.cells[1].outputs] == ["stream"]  # a text repr only: gone
+    assert "widgets" not in nb.metadata

@@ -44,12 +44,14 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import nbformat
+
+from course_utils import student_work
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 ANSWER_PLACEHOLDER = "YOUR ANSWER HERE"
@@ -210,21 +212,29 @@ def _load_registry() -> Mapping[str, Any]:
 
 
 # ------------------------------------------------------------------------- the release
+#
+# Like nbgrader's preprocessors, a release is a chain of small steps over a copy of the
+# notebook: ``validate`` (every problem at once, nothing changed), then each of
+# :data:`STEPS` (``strip_solutions``, ``clear_outputs``, ``drop_volatile_metadata``), then
+# ``render`` and ``write``. A step takes and returns the notebook (plain dicts) and a
+# :class:`Context`; it may assume the notebook is valid.
 
 
-def release_notebook(  # noqa: C901 -- to be split into validate/strip/clear/write steps (issue 11)
-    nb: Mapping[str, Any], name: str, registry: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """The student version of solution notebook ``nb`` (a parsed ``.ipynb`` dict).
+@dataclass(frozen=True)
+class Context:
+    """What every step may read: the file name and the exercise registry."""
 
-    ``name`` is the file name (``"03_scaled_dot_product.ipynb"``), used in messages and to
-    match the registry's ``Exercise.notebook``; ``registry`` maps exercise ids to exercises
-    (default: ``course_utils.checks.REGISTRY``). Raises :class:`ReleaseError` listing every
-    problem found. ``nb`` itself is not modified.
+    name: str
+    registry: Mapping[str, Any]
+
+
+def validate(nb: Mapping[str, Any], ctx: Context) -> list[str]:
+    """Every problem of solution notebook ``nb``, one message each (empty when it is valid).
+
+    See the module docstring for the rules; nothing is modified.
     """
-    registry = _load_registry() if registry is None else registry
+    name, registry = ctx.name, ctx.registry
     probs = _Problems(name)
-    nb = json.loads(json.dumps(nb))  # deep copy of plain data
     if nb.get("nbformat") != 4 or int(nb.get("nbformat_minor", 0)) < 5:
         probs.add(
             f"nbformat {nb.get('nbformat')}.{nb.get('nbformat_minor')} has no cell ids; "
@@ -371,9 +381,9 @@ def release_notebook(  # noqa: C901 -- to be split into validate/strip/clear/wri
             continue
         if marker_problems:
             continue
-        new_source = _stub_source(cell, source, regions, ex_id, exercise, probs, index)
-        if new_source is not None:
-            cell["source"] = new_source
+        _, stub_problems = _stub_source(cell, source, regions, ex_id, exercise)
+        for msg in stub_problems:
+            probs.add(msg, cell, index)
 
     for ex_id, ex in registry.items():
         if getattr(ex, "notebook", None) != name:
@@ -388,14 +398,35 @@ def release_notebook(  # noqa: C901 -- to be split into validate/strip/clear/wri
                 f"registered exercise {ex_id} ({ex.title}) has no check cell "
                 f"(tag 'check', source check(\"{ex_id}\", {ex.function}))"
             )
+    return probs.items
 
-    if probs.items:
-        raise ReleaseError(probs.items)
 
-    for cell in cells:
+def strip_solutions(nb: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """Step 1: every solution region of an exercise cell becomes its stub line (code) or
+    ``YOUR ANSWER HERE`` (markdown)."""
+    for cell in nb.get("cells", []):
+        if _role(cell) != "exercise":
+            continue
+        source = _source(cell)
+        regions, _ = find_regions(source)
+        ex_id = _course_meta(cell).get("id")
+        new_source, _ = _stub_source(cell, source, regions, ex_id, ctx.registry.get(ex_id))
+        cell["source"] = new_source
+    return nb
+
+
+def clear_outputs(nb: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """Step 2: no outputs and no execution counts (outputs come from solution code)."""
+    for cell in nb.get("cells", []):
         if cell.get("cell_type") == "code":
             cell["outputs"] = []
             cell["execution_count"] = None
+    return nb
+
+
+def drop_volatile_metadata(nb: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """Step 3: drop timings and saved widget state; write nbformat 4.5 (stable cell ids)."""
+    for cell in nb.get("cells", []):
         for key in _VOLATILE_CELL_METADATA:
             cell.get("metadata", {}).pop(key, None)
     for key in _VOLATILE_NB_METADATA:
@@ -404,33 +435,54 @@ def release_notebook(  # noqa: C901 -- to be split into validate/strip/clear/wri
     return nb
 
 
+STEPS = (strip_solutions, clear_outputs, drop_volatile_metadata)
+
+
+def release_notebook(
+    nb: Mapping[str, Any], name: str, registry: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The student version of solution notebook ``nb`` (a parsed ``.ipynb`` dict).
+
+    ``name`` is the file name (``"03_scaled_dot_product.ipynb"``), used in messages and to
+    match the registry's ``Exercise.notebook``; ``registry`` maps exercise ids to exercises
+    (default: ``course_utils.checks.REGISTRY``). Runs :func:`validate` (raises
+    :class:`ReleaseError` listing every problem found), then each of :data:`STEPS`.
+    ``nb`` itself is not modified.
+    """
+    ctx = Context(name, _load_registry() if registry is None else registry)
+    problems = validate(nb, ctx)
+    if problems:
+        raise ReleaseError(problems)
+    student = json.loads(json.dumps(nb))  # deep copy of plain data
+    for step in STEPS:
+        student = step(student, ctx)
+    return student
+
+
 def _stub_source(
     cell: Mapping[str, Any],
     source: str,
     regions: list[_Region],
     ex_id: str,
     exercise: Any,
-    probs: _Problems,
-    index: int,
-) -> str | None:
+) -> tuple[str, list[str]]:
+    """The cell's source with each region replaced by its stub, and the problems found
+    (a code region outside a function body, a stub that does not parse)."""
     lines = source.split("\n")
     is_code = cell.get("cell_type") == "code"
     out: list[str] = []
+    problems: list[str] = []
     pos = 0
-    ok = True
     for region in regions:
         out.extend(lines[pos : region.begin])
         if is_code:
             inner, outer = _enclosing_function(lines, region.begin)
             if inner != "def":
-                ok = False
-                probs.add(
+                problems.append(
                     f"the solution region on line {region.begin + 1} is not inside a "
                     "function body: its stub would raise as soon as the student runs the "
                     "cell (an untouched notebook must run to the end); put the answer "
-                    "inside a def",
-                    cell,
-                    index,
+                    "inside a def"
                 )
             name = exercise.function if exercise is not None else outer
             out.append(region.indent + stub_line(ex_id, name))
@@ -439,15 +491,12 @@ def _stub_source(
         pos = region.end + 1
     out.extend(lines[pos:])
     new_source = "\n".join(out)
-    if ok and is_code and _parses(source) and not _parses(new_source):
-        probs.add(
+    if not problems and is_code and _parses(source) and not _parses(new_source):
+        problems.append(
             "the student version of this cell is not valid Python: indent the "
-            f"'{BEGIN}' marker like the code it replaces",
-            cell,
-            index,
+            f"'{BEGIN}' marker like the code it replaces"
         )
-        ok = False
-    return new_source if ok else None
+    return new_source, problems
 
 
 def render(nb: Mapping[str, Any]) -> str:
@@ -514,47 +563,88 @@ def drift(
     solutions: str | Path, notebooks: str | Path, registry: Mapping[str, Any] | None = None
 ) -> list[str]:
     """Messages naming every student notebook that differs from what release would write:
-    changed, missing from ``notebooks`` or extra in it. Empty when in sync."""
+    changed, missing from ``notebooks`` or extra in it. Empty when in sync.
+
+    Only ``course release --check`` (CI, on the committed tree) runs this: in a student's
+    checkout ``notebooks/`` holds their answers and differs by design.
+    """
     expected = plan(solutions, registry)
-    nb_dir = Path(notebooks)
-    present = {p.name for p in nb_dir.glob("*.ipynb")} if nb_dir.is_dir() else set()
+    return drift_messages(expected, Path(solutions), Path(notebooks))
+
+
+def drift_messages(expected: Mapping[str, str], solutions: Path, notebooks: Path) -> list[str]:
+    """:func:`drift` for texts already planned (``name -> text``)."""
+    present = {p.name for p in notebooks.glob("*.ipynb")} if notebooks.is_dir() else set()
     messages = []
     for name, text in expected.items():
-        target = nb_dir / name
+        target = notebooks / name
         if name not in present:
-            messages.append(f"{target}: missing (run `course release`)")
+            messages.append(f"{target}: missing")
         elif target.read_bytes() != text.encode("utf-8"):
-            messages.append(
-                f"{target}: differs from what `course release` writes from {Path(solutions) / name}"
-            )
+            messages.append(f"{target}: differs from what release writes from {solutions / name}")
     for name in sorted(present - set(expected)):
-        messages.append(f"{nb_dir / name}: extra (no {Path(solutions) / name})")
+        messages.append(f"{notebooks / name}: extra (no {solutions / name})")
     return messages
 
 
+# What ``course release --check`` runs, in order: each takes the planned texts
+# (``name -> text``), the solutions folder and the notebooks folder and returns one message per
+# problem. Another rule (e.g. "no solution line leaked into a student notebook") is one more
+# function appended here.
+CHECKS: list[Callable[[Mapping[str, str], Path, Path], list[str]]] = [drift_messages]
+
+
+@dataclass
+class WriteResult:
+    """What :func:`write` did: one log line per file, and the notebooks it kept because
+    writing them would lose a student's work (name -> the cells that would be lost)."""
+
+    log: list[str] = field(default_factory=list)
+    kept: dict[str, list[str]] = field(default_factory=dict)
+
+
 def write(
-    solutions: str | Path, notebooks: str | Path, registry: Mapping[str, Any] | None = None
-) -> list[str]:
-    """Write every student notebook into ``notebooks`` (created if needed), remove student
-    notebooks whose solution is gone, and return one line per file saying what happened."""
+    solutions: str | Path,
+    notebooks: str | Path,
+    registry: Mapping[str, Any] | None = None,
+    *,
+    force: bool = False,
+) -> WriteResult:
+    """Write every student notebook into ``notebooks`` (created if needed).
+
+    A notebook on disk that holds a student's work (:mod:`course_utils.student_work`: an
+    exercise cell that is not the released stub, a cell the student added) is never
+    overwritten unless ``force``; it is kept and listed in ``WriteResult.kept`` with the
+    cells that would be lost. Notebooks in ``notebooks`` without a solution are kept too;
+    with ``force``, those named like course notebooks (``NN_*.ipynb``) are removed.
+    """
     expected = plan(solutions, registry)
     nb_dir = Path(notebooks)
     nb_dir.mkdir(parents=True, exist_ok=True)
-    log = []
+    result = WriteResult()
     for name, text in expected.items():
         target = nb_dir / name
         data = text.encode("utf-8")
-        if target.exists() and target.read_bytes() == data:
-            log.append(f"unchanged {target}")
-            continue
+        if target.exists():
+            if target.read_bytes() == data:
+                result.log.append(f"unchanged {target}")
+                continue
+            at_risk = student_work.describe(target, text)
+            if at_risk and not force:
+                result.kept[name] = at_risk
+                result.log.append(f"kept      {target} (holds your work; see below)")
+                continue
         tmp = target.with_name(f".{name}.tmp")
         tmp.write_bytes(data)
         os.replace(tmp, target)
-        log.append(f"wrote     {target}")
-    for stale in sorted(p for p in nb_dir.glob("*.ipynb") if p.name not in expected):
-        stale.unlink()
-        log.append(f"removed   {stale} (no {Path(solutions) / stale.name})")
-    return log
+        result.log.append(f"wrote     {target}")
+    for extra in sorted(p for p in nb_dir.glob("*.ipynb") if p.name not in expected):
+        if force and extra.match(SOLUTION_GLOB):
+            extra.unlink()
+            result.log.append(f"removed   {extra} (no {Path(solutions) / extra.name})")
+        else:
+            result.log.append(f"kept      {extra} (no {Path(solutions) / extra.name})")
+    return result
 
 
 def execute_solution(path: str | Path, *, profile: str | None = None, timeout: int = 600) -> None:
@@ -573,7 +663,35 @@ def execute_solution(path: str | Path, *, profile: str | None = None, timeout: i
     for cell in nb.cells:
         for key in _VOLATILE_CELL_METADATA:
             cell.metadata.pop(key, None)
+    strip_widget_views(nb)
     path.write_text(render(nb), encoding="utf-8")
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def strip_widget_views(nb: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Drop live-widget views from stored outputs (in place; returns ``nb``).
+
+    A stored widget cannot be replayed: JupyterLab would show "model not found" and other
+    readers the widget's text repr. An output that also holds a static picture (every
+    :mod:`course_utils.widgets` explorer does) keeps the picture and its note; one that holds
+    nothing else is removed. The saved widget state goes too.
+    """
+    for cell in nb.get("cells", []):
+        kept = []
+        for out in cell.get("outputs", []) or []:
+            data = out.get("data")
+            if isinstance(data, Mapping) and WIDGET_VIEW in data:
+                rest = {k: v for k, v in data.items() if k != WIDGET_VIEW}
+                if not any(k.startswith("image/") for k in rest):
+                    continue
+                out["data"] = rest
+            kept.append(out)
+        if "outputs" in cell:
+            cell["outputs"] = kept
+    nb.get("metadata", {}).pop("widgets", None)
+    return nb
 
 
 # --------------------------------------------------------------------------------- CLI
@@ -600,6 +718,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "date, missing or extra",
     )
     parser.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite student notebooks even where exercise cells hold answers or cells "
+        "were added (they are lost), and remove NN_*.ipynb notebooks without a solution",
+    )
+    parser.add_argument(
         "--execute",
         nargs="+",
         default=[],
@@ -614,8 +738,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="COURSE_PROFILE for --execute (default: the environment's)",
     )
     parser.epilog = (
-        "Exit codes: 0 ok; 1 notebooks/ out of date (--check); 2 invalid solution notebooks."
+        "A notebook holding a student's answers is never overwritten without --force. "
+        "Exit codes: 0 ok; 1 notebooks/ out of date (--check) or notebooks kept because they "
+        "hold a student's work; 2 invalid solution notebooks or usage error."
     )
+
+
+def _check(args: argparse.Namespace) -> int:
+    """``course release --check``: run every rule of :data:`CHECKS`, write nothing."""
+    solutions, notebooks = Path(args.solutions), Path(args.notebooks)
+    expected = plan(solutions)
+    messages = [m for rule in CHECKS for m in rule(expected, solutions, notebooks)]
+    if messages:
+        print(
+            f"{len(messages)} problem(s): {notebooks}/ is not what `course release` writes "
+            f"from {solutions}/ (instructors: run `course release`, then commit):",
+            file=sys.stderr,
+        )
+        for m in messages:
+            print(f"  {m}", file=sys.stderr)
+        return EXIT_DRIFT
+    print(f"{notebooks}/ is up to date with {solutions}/")
+    return EXIT_OK
 
 
 def main(args: argparse.Namespace) -> int:
@@ -632,19 +776,28 @@ def main(args: argparse.Namespace) -> int:
                 print(f"course release: {nb_path} failed to run: {exc}", file=sys.stderr)
                 return EXIT_INVALID
         if args.check:
-            messages = drift(args.solutions, args.notebooks)
-            if messages:
-                print(
-                    f"{len(messages)} student notebook(s) out of date; run `course release`:",
-                    file=sys.stderr,
-                )
-                for m in messages:
-                    print(f"  {m}", file=sys.stderr)
-                return EXIT_DRIFT
-            print(f"{args.notebooks}/ is up to date with {args.solutions}/")
-            return EXIT_OK
-        for line in write(args.solutions, args.notebooks):
+            if args.force:
+                print("course release: --force and --check cannot be combined", file=sys.stderr)
+                return EXIT_INVALID
+            return _check(args)
+        result = write(args.solutions, args.notebooks, force=args.force)
+        for line in result.log:
             print(line)
+        if result.kept:
+            print(
+                f"\n{len(result.kept)} notebook(s) kept: replacing them would lose your work.",
+                file=sys.stderr,
+            )
+            for name, cells in result.kept.items():
+                print(f"  {Path(args.notebooks) / name}:", file=sys.stderr)
+                for c in cells:
+                    print(f"    {c}", file=sys.stderr)
+            print(
+                "To replace them anyway, copy them somewhere safe, then run "
+                "`course release --force`.",
+                file=sys.stderr,
+            )
+            return EXIT_DRIFT
         return EXIT_OK
     except ReleaseError as exc:
         print(

@@ -173,27 +173,67 @@ def test_check_prints_one_verdict_line_when_passed(capsys):
     assert capsys.readouterr().out == "[03.1] Scaled dot-product attention: PASSED (3/3 points)\n"
 
 
-def test_check_prints_not_attempted_without_raising(capsys):
+def test_check_prints_not_attempted_without_raising(capsys, monkeypatch):
+    monkeypatch.delenv(checks.STRICT_ENV, raising=False)
     result = checks.check("05.2", stub_for(checks.get("05.2")))
     assert result.status == "not_attempted"
     assert capsys.readouterr().out == "[05.2] Masked softmax: not attempted (0/2 points)\n"
 
 
-def test_check_raises_with_the_hint_for_a_wrong_answer(capsys):
-    def no_scaling(q, k, v, attn_mask=None):
-        w = torch.softmax(q @ k.transpose(-2, -1), dim=-1)
-        return w @ v, w
+def _no_scaling(q, k, v, attn_mask=None):
+    w = torch.softmax(q @ k.transpose(-2, -1), dim=-1)
+    return w @ v, w
 
-    with pytest.raises(AssertionError, match="Likely mistake: missing 1/sqrt\\(d_k\\) scaling"):
-        checks.check("03.1", no_scaling)
+
+def test_check_prints_the_verdict_and_full_hint_for_a_wrong_answer_and_goes_on(capsys, monkeypatch):
+    monkeypatch.delenv(checks.STRICT_ENV, raising=False)
+    result = checks.check("03.1", _no_scaling)  # no exception: Run All reaches the end
+    assert result.status == "failed"
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[03.1] Scaled dot-product attention: FAILED (0/3 points)"
+    assert "Likely mistake: missing 1/sqrt(d_k) scaling" in lines[1]
+    assert "Hint: divide the scores" in lines[1]
+    assert "fallback" in lines[2]
+
+
+def test_check_prints_an_error_with_only_the_students_frames(capsys, monkeypatch):
+    monkeypatch.delenv(checks.STRICT_ENV, raising=False)
+    result = checks.check("06.3", raising_for(checks.get("06.3")))
+    assert result.status == "error"
     out = capsys.readouterr().out
-    assert out == "[03.1] Scaled dot-product attention: FAILED (0/3 points)\n"
+    assert out.startswith(f"[06.3] {checks.get('06.3').title}: ERROR (0/4 points)\n")
+    assert "boom from the student" in out and "in forward" in out
+    assert "course_utils" not in out  # no frame of the check machinery
 
 
-def test_check_raises_for_an_error(capsys):
+@pytest.mark.parametrize("strict", ["1", "true"])
+def test_strict_check_raises_with_the_hint_for_a_wrong_answer(capsys, monkeypatch, strict):
+    monkeypatch.setenv(checks.STRICT_ENV, strict)
+    with pytest.raises(AssertionError, match="Likely mistake: missing 1/sqrt\\(d_k\\) scaling"):
+        checks.check("03.1", _no_scaling)
+    assert capsys.readouterr().out == "[03.1] Scaled dot-product attention: FAILED (0/3 points)\n"
+
+
+def test_strict_check_raises_for_an_error_and_for_not_attempted(monkeypatch):
+    monkeypatch.setenv(checks.STRICT_ENV, "1")
     with pytest.raises(AssertionError, match="boom from the student"):
         checks.check("06.3", raising_for(checks.get("06.3")))
+    with pytest.raises(checks.CheckFailed, match="not attempted"):
+        checks.check("05.2", stub_for(checks.get("05.2")))
+
+
+def test_strict_check_passes_a_right_answer(capsys, monkeypatch):
+    monkeypatch.setenv(checks.STRICT_ENV, "1")
+    assert checks.check("03.1", checks.get("03.1").reference).passed
     assert capsys.readouterr().out.count("\n") == 1
+
+
+def test_strict_mode_is_off_unless_the_variable_says_on(monkeypatch):
+    for value in ("", "0", "no", "false"):
+        monkeypatch.setenv(checks.STRICT_ENV, value)
+        assert not checks.is_strict()
+    monkeypatch.delenv(checks.STRICT_ENV)
+    assert not checks.is_strict()
 
 
 def test_fallback_returns_the_reference_for_a_stub_or_a_wrong_answer(capsys):

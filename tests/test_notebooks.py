@@ -4,12 +4,14 @@ are picked up automatically). Each notebook is executed twice per test session, 
 (a) ``pytest --nbval`` passes on the solution under ``COURSE_PROFILE=ci``: every cell runs and
     every output not tagged ``nbval-ignore-output`` matches the stored one (the check cells'
     verdict lines included, so every exercise of the solution passes its check);
-(b) the official grader, end to end, on the untouched student version in ``notebooks/``: it
-    runs top to bottom, no non-check cell raises, and every check is "not attempted" (a check
-    that passes on a stub is vacuous and fails the suite).
+(b) the official grader, end to end, on the untouched student version (released from the
+    solution into a temporary folder: ``notebooks/`` may hold a student's answers, and
+    ``course release --check`` compares it with the release): it runs top to bottom, no
+    non-check cell raises, and every check is "not attempted" (a check that passes on a stub
+    is vacuous and fails the suite).
 Full marks for a solution through the grader are tested end to end on one notebook
 (``FULL_MARKS_NOTEBOOK``, several kinds of exercise); for every exercise of every notebook the
-grader's harvest-and-judge path is tested without a kernel in ``test_checks_machinery.py``.
+grader's harvest-and-judge path is tested without a kernel in ``test_checks_all.py``.
 
 What nbval compares (nbval 0.11): stream text
 (stdout and stderr, after folding ``\\r`` progress-bar updates) and every output MIME type
@@ -30,6 +32,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from course_utils import release
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted((REPO / "solutions").glob("[0-9][0-9]_*.ipynb"))
@@ -142,8 +146,9 @@ def _describe(report: dict) -> str:
 def test_grader_gives_the_untouched_student_version_zero_and_runs_it_to_the_end(
     solution: Path, tmp_path: Path
 ):
-    student = REPO / "notebooks" / solution.name
-    assert student.exists(), f"{student} is missing (`course release --check` names what drifted)"
+    student = tmp_path / "student" / solution.name
+    student.parent.mkdir()
+    student.write_text(release.release_file(solution), encoding="utf-8")
     (stu,) = _grade([student], tmp_path / "grades.json")
 
     assert stu["max"] > 0, _describe(stu)

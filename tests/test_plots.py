@@ -1,4 +1,4 @@
-"""course_utils.plots and course_utils.widgets: every figure is titled with labelled axes.
+"""course_utils.plots: every figure is titled with labelled axes.
 
 Runs on matplotlib's Agg backend (no display needed).
 """
@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from course_utils import plots, widgets  # noqa: E402
+from course_utils import plots  # noqa: E402
 from course_utils.training import History  # noqa: E402
 
 
@@ -113,53 +113,3 @@ def test_show_images_grid_with_titles():
     )
     assert fig._suptitle.get_text() == "digits"
     assert [ax.get_title() for ax in fig.axes if ax.get_images()] == list("01234")
-
-
-# --------------------------------------------------------------------------------------------
-# Widgets
-# --------------------------------------------------------------------------------------------
-def _render(item):
-    return plots.show_heatmap(item, title=f"sum {float(item.sum()):.0f}").figure
-
-
-def test_attention_browser_draws_a_static_figure_and_a_dropdown():
-    items = [torch.eye(3), 2 * torch.eye(3)]
-    explorer = widgets.attention_browser(items, _render, labels=["one", "two"])
-    assert isinstance(explorer.figure, Figure)
-    assert explorer.figure.axes[0].get_title() == "sum 3"  # the first item
-    assert "static preview" in explorer.note
-    assert explorer.widget is not None
-    assert explorer.update("two").axes[0].get_title() == "sum 6"
-    dropdown = explorer.widget.children[0]
-    assert [label for label, _ in dropdown.options] == ["one", "two"]
-
-
-def test_slider_explorer_uses_the_first_values_for_the_static_figure():
-    def render(scale, size):
-        fig, ax = plt.subplots()
-        ax.plot(range(size), [scale * i for i in range(size)])
-        ax.set_title(f"scale={scale} size={size}")
-        ax.set_xlabel("i")
-        ax.set_ylabel("value")
-        return fig
-
-    explorer = widgets.slider_explorer(render, scale=(0.5, 4.0, 0.5), size=[4, 8, 16])
-    assert explorer.figure.axes[0].get_title() == "scale=0.5 size=4"
-    assert explorer.update(size=16).axes[0].get_title() == "scale=0.5 size=16"
-    names = [c.description for c in explorer.widget.children[:-1]]
-    assert names == ["scale", "size"]
-    custom = widgets.slider_explorer(render, static_values={"size": 8}, scale=(1, 3), size=[4, 8])
-    assert custom.figure.axes[0].get_title() == "scale=1 size=8"
-    with pytest.raises(ValueError, match="unknown sliders"):
-        widgets.slider_explorer(render, static_values={"nope": 1}, scale=(1, 3), size=[4])
-
-
-def test_displaying_an_explorer_shows_the_static_figure_then_the_widget(monkeypatch, capsys):
-    import IPython.display
-
-    shown = []
-    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
-    explorer = widgets.attention_browser({"a": torch.eye(2)}, _render)
-    explorer._ipython_display_()
-    assert shown == [explorer.figure, explorer.widget]
-    assert "static preview" in capsys.readouterr().out

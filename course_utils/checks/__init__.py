@@ -8,6 +8,7 @@ See :mod:`course_utils.checks.core` for how a check works.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 
 from course_utils.checks.core import (
@@ -27,6 +28,16 @@ from course_utils.checks.core import (
 from course_utils.checks.core import (
     check as _check_impl,
 )
+from course_utils.nbval_strict import STRICT_ENV
+
+
+class CheckFailed(AssertionError):
+    """Raised by a check cell in a strict kernel when the exercise is not solved."""
+
+
+def is_strict() -> bool:
+    """True when check cells must fail on anything but ``PASSED`` (``COURSE_STRICT_CHECKS``)."""
+    return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _discover() -> dict[str, Exercise]:
@@ -60,15 +71,28 @@ def run(exercise_id: str, candidate, seed: int = 0) -> CheckResult:
 
 
 def check(exercise_id: str, candidate, seed: int = 0) -> CheckResult:
-    """What a check cell calls: print one verdict line; raise ``AssertionError`` if wrong.
+    """What a check cell calls: print the verdict line (and, unless passed, what to fix).
 
-    A stub that still raises ``NotImplementedError`` prints "not attempted" and does not raise,
-    so an untouched notebook still runs top to bottom (it only loses that exercise's points).
+    In an interactive kernel a check never raises: a wrong answer prints its verdict and the
+    full hint, and the notebook goes on (the ``fallback`` cell after it swaps in the verified
+    implementation), so "Run All" always reaches the end. In a *strict* kernel (environment
+    variable ``COURSE_STRICT_CHECKS=1``, set by the course's pytest plugin for the kernels
+    nbval starts, see :mod:`course_utils.nbval_strict`) every verdict but ``PASSED`` raises
+    ``AssertionError``, so ``pytest --nbval-lax`` fails exactly the check cells of unsolved or
+    wrong exercises. The official grader decides outside the kernel and ignores both.
     """
     result = run(exercise_id, candidate, seed=seed)
     print(result.verdict_line())
-    if result.status in (FAILED, ERROR):
-        raise AssertionError(f"{result.verdict_line()}\n{result.message}")
+    if result.passed:
+        return result
+    if is_strict():
+        raise CheckFailed(f"{result.verdict_line()}\n{result.message}")
+    if result.status != NOT_ATTEMPTED:
+        print(result.message)
+        print(
+            "(fix it and run this cell again; until then `fallback` gives the later cells "
+            f"the course's verified {get(exercise_id).function})"
+        )
     return result
 
 
@@ -97,6 +121,9 @@ __all__ = [
     "run",
     "check",
     "fallback",
+    "is_strict",
+    "CheckFailed",
+    "STRICT_ENV",
     "collect_outputs",
     "judge",
     "Case",

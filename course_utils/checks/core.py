@@ -16,6 +16,7 @@ An exercise is checked in three steps that can run in different processes:
 
 from __future__ import annotations
 
+import os
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -174,19 +175,33 @@ def collect_outputs(
                 "not attempted yet: the stub still raises NotImplementedError",
             )
         except Exception as exc:  # the student's code may raise anything
-            tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
             return (
                 ERROR,
                 outputs,
                 (
                     f"case '{case.name}': your code raised "
-                    f"{type(exc).__name__}: {exc}\n" + "".join(tb[-3:]).rstrip()
-                ),
+                    f"{type(exc).__name__}: {exc}\n" + _student_frames(exc)
+                ).rstrip(),
             )
         outputs.append(
             {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
         )
     return PASSED, outputs, ""
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _student_frames(exc: BaseException, limit: int = 3) -> str:
+    """The last ``limit`` traceback frames of ``exc`` outside ``course_utils`` (the student's
+    code and the libraries it called), formatted; the check machinery's own frames say
+    nothing to a student."""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)
+    ]
+    return "".join(traceback.format_list(frames[-limit:]))
 
 
 def _clone(value: Any) -> Any:

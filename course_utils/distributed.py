@@ -48,6 +48,7 @@ __all__ = [
     "demo_worker",
     "DataParallelDemo",
     "data_parallel_demo",
+    "data_parallel_backend",
 ]
 
 
@@ -68,6 +69,21 @@ class DistInfo:
 
 def _default_backend(world: int = 1) -> str:
     return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world else "gloo"
+
+
+def data_parallel_backend(world_size: int) -> tuple[str, str]:
+    """The backend for ``world_size`` processes on this machine and a sentence saying why:
+    ``nccl`` when there is one CUDA GPU per process, else ``gloo`` on the CPU (with one GPU, a
+    multi-process NCCL run is impossible: the sentence says it is skipped)."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus >= world_size:
+        return "nccl", f"nccl: {world_size} processes, one GPU each ({gpus} GPUs here)"
+    if gpus:
+        return "gloo", (
+            f"gloo on the CPU: NCCL needs one GPU per process and this machine has {gpus} GPU"
+            f"{'s' if gpus > 1 else ''} for {world_size} processes, so the NCCL run is skipped"
+        )
+    return "gloo", f"gloo on the CPU: {world_size} processes, no GPU here"
 
 
 def init_distributed(backend: str | None = None) -> DistInfo:
@@ -342,6 +358,8 @@ class DataParallelDemo:
     max_abs_diff: float
     parallel_seconds: float
     single_seconds: float
+    backend: str = "gloo"
+    note: str = ""  # which backend and why (data_parallel_backend)
 
     def __repr__(self) -> str:
         return (
@@ -352,29 +370,41 @@ class DataParallelDemo:
 
 
 def data_parallel_demo(
-    world_size: int = 2, steps: int = 20, batch_size: int = 16, lr: float = 1e-2, seed: int = 0
+    world_size: int = 2,
+    steps: int = 20,
+    batch_size: int = 16,
+    lr: float = 1e-2,
+    seed: int = 0,
+    backend: str | None = None,
 ) -> DataParallelDemo:
     """Train the demo MLP data-parallel in ``world_size`` processes and in this one alone.
 
     ``batch_size`` is the global batch (each process gets ``batch_size / world_size`` rows).
+    ``backend``: default :func:`data_parallel_backend` (NCCL with a GPU per process, else
+    gloo); the single-process reference runs on the first rank's device.
     """
+    if backend is None:
+        backend, note = data_parallel_backend(world_size)
+    else:
+        note = f"{backend}: chosen by the caller"
     if batch_size % world_size:
         raise ValueError(
             f"expected batch_size divisible by world_size, got {batch_size} and {world_size}"
         )
     t0 = time.perf_counter()
     ranks = spawn_data_parallel(
-        demo_worker, world_size, (steps, batch_size, lr, seed), backend="gloo"
+        demo_worker, world_size, (steps, batch_size, lr, seed), backend=backend
     )
     t1 = time.perf_counter()
-    single = demo_worker(DistInfo(0, 1, 0, torch.device("cpu"), None), steps, batch_size, lr, seed)
+    device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
+    single = demo_worker(DistInfo(0, 1, 0, device, None), steps, batch_size, lr, seed)
     t2 = time.perf_counter()
     diff = max(
         (r["state"][k] - single["state"][k]).abs().max().item()
         for r in ranks
         for k in single["state"]
     )
-    return DataParallelDemo(ranks, single, diff, t1 - t0, t2 - t1)
+    return DataParallelDemo(ranks, single, diff, t1 - t0, t2 - t1, backend, note)
 
 
 def main(argv: list[str] | None = None) -> int:

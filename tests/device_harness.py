@@ -23,7 +23,8 @@ backward included) closes those gaps:
 
 from __future__ import annotations
 
-import traceback
+import linecache
+import sys
 from typing import Any
 
 import torch
@@ -55,14 +56,27 @@ class DeviceLeak(AssertionError):
     """A CPU tensor or generator met the (stand-in) accelerator."""
 
 
+def _caller() -> tuple[str, int, str]:
+    """(file, line, function) of the innermost frame outside the dispatcher and this file."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.endswith(_DISPATCH_FRAMES):
+        f = f.f_back
+    if f is None:
+        return "?", 0, "?"
+    return f.f_code.co_filename, f.f_lineno, f.f_code.co_name
+
+
 def _where() -> str:
-    """The innermost frame outside torch and this file: where the offending call was made."""
-    for frame in reversed(traceback.extract_stack()[:-2]):
-        f = frame.filename
-        if "/torch/" in f or f.endswith(_DISPATCH_FRAMES):
-            continue
-        return f"{f}:{frame.lineno} ({frame.line})"
-    return "?"
+    """Where the offending call was made: the innermost frame outside torch (file:line)."""
+    f = sys._getframe(1)
+    while f is not None and (
+        "/torch/" in f.f_code.co_filename or f.f_code.co_filename.endswith(_DISPATCH_FRAMES)
+    ):
+        f = f.f_back
+    if f is None:
+        return "?"
+    line = linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
+    return f"{f.f_code.co_filename}:{f.f_lineno} ({line})"
 
 
 # Frames between the caller and __torch_dispatch__ (the dispatcher's own Python layers).
@@ -73,17 +87,6 @@ _DISPATCH_FRAMES = (
     "_dynamo/eval_frame.py",
     "torch/_compile.py",
 )
-
-
-def _called_from_torch() -> bool:
-    """The operator was called by PyTorch's own Python code (e.g. ``pad_packed_sequence``
-    building its CPU lengths), not by the code under test."""
-    for frame in reversed(traceback.extract_stack()[:-2]):
-        f = frame.filename
-        if f.endswith(_DISPATCH_FRAMES):
-            continue
-        return "/torch/" in f
-    return False
 
 
 class FakeAccelerator(TorchDispatchMode):
@@ -102,8 +105,7 @@ class FakeAccelerator(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         self.ops += 1
-        flat, _ = tree_flatten((args, kwargs))
-        tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+        tensors = _tensors(args, kwargs)
         on_meta = any(t.device.type == "meta" for t in tensors) or _device_kwarg(kwargs) == "meta"
 
         if func is aten._local_scalar_dense.default and tensors[0].device.type == "meta":
@@ -147,10 +149,23 @@ class FakeAccelerator(TorchDispatchMode):
 
     def _host_allocation(self, func, out) -> None:
         if isinstance(out, torch.Tensor) and out.device.type == "cpu" and out.dim() > 0:
-            where = f"{func} -> CPU tensor {tuple(out.shape)} at {_where()}"
-            self.cpu_allocations.append(where)
-            if self.strict and not _called_from_torch():
-                raise DeviceLeak(f"host allocation: {where}")
+            file, line, fn = _caller()
+            self.cpu_allocations.append(f"{func} -> CPU tensor {tuple(out.shape)} at {file}:{line}")
+            if self.strict and "/torch/" not in file:
+                raise DeviceLeak(
+                    f"host allocation: {func} -> CPU tensor {tuple(out.shape)} at {_where()}"
+                )
+
+
+def _tensors(args, kwargs) -> list[torch.Tensor]:
+    """The tensors among an operator's arguments (top level and inside lists / tuples)."""
+    found = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            found.append(a)
+        elif isinstance(a, (list, tuple)):
+            found.extend(t for t in a if isinstance(t, torch.Tensor))
+    return found
 
 
 def _stand_in(shape, dtype: torch.dtype) -> torch.Tensor:

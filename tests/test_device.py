@@ -167,3 +167,163 @@ def test_attention_kernels_on_the_device(causal):
         attention.scaled_dot_product_attention(q, k, v, is_causal=causal)
         attention.fast_attention(q, k, v, is_causal=causal)
     assert out.shape == (2, 2, 7, 4) and out.device == META
+
+
+# ----------------------------------------------------------------------------- recipes
+
+
+@pytest.fixture
+def on_meta_profile(monkeypatch):
+    """The profile's device is the stand-in accelerator (COURSE_DEVICE=meta), as a GPU would be
+    in the gpu profile: recipes that default to the profile's device must use it."""
+    monkeypatch.setenv("COURSE_PROFILE", "ci")
+    monkeypatch.setenv("COURSE_DEVICE", "meta")
+
+
+TEXT = "to be, or not to be, that is the question:\n" * 20
+
+
+def test_profile_device_override(on_meta_profile, monkeypatch):
+    from course_utils import profiles
+
+    assert profiles.current().device == META
+    assert devices.resolve(None) == META and "COURSE_DEVICE" in profiles.describe()
+    monkeypatch.setenv("COURSE_DEVICE", "not-a-device")
+    with pytest.raises(ValueError, match="COURSE_DEVICE"):
+        profiles.current()
+
+
+def test_nb08_training_sampling_and_timing_on_the_device(on_meta_profile):
+    from dataclasses import replace
+
+    from course_utils.checks.nb08_gpt import generate as reference_generate
+    from course_utils.data.text import CharDataset
+    from course_utils.recipes import nb08
+
+    cfg = nb08.config("ci")
+    cfg = replace(
+        cfg,
+        model=replace(cfg.model, block_size=8, n_layer=1, n_embd=16, n_head=2, dropout=0.1),
+        batch_size=2,
+        steps=3,
+        eval_every=2,
+        eval_batches=1,
+        final_eval_batches=1,
+        eval_batch_size=2,
+    )
+    data = CharDataset(TEXT)
+    with FakeAccelerator() as h:
+        model, history = nb08.train_char_gpt(cfg, data, progress=False, log_every=1)
+        assert devices.model_device(model) == META and history.steps_done == 3
+        prompt = torch.tensor([data.encode("\n")])  # (1, 1) on the CPU, as the notebook has it
+        sample = nb08.on_model_device(reference_generate)
+        out = sample(model, prompt, 10, temperature=0.8, top_k=3, seed=1)
+        assert out.shape == (1, 11) and out.device.type == "cpu"
+        for use_cache in (False, True):
+            _, ids = nb08.time_generation(model, prompt, 10, use_cache=use_cache, repeats=1)
+        assert nb08.next_token_distribution(model, data.val_data[:20]).device.type == "cpu"
+        maps = model.attention_maps(prompt)  # a CPU prompt joins the model
+    assert all_on_meta(maps) and h.ops > 100
+
+
+def test_nb08_autocast_and_fused_optimizer_paths_are_taken_in_the_gpu_recipe():
+    from course_utils.recipes import nb08
+
+    cfg = nb08.config("gpu")
+    assert cfg.autocast_dtype == torch.bfloat16
+    assert cfg.model.n_layer == 6 and cfg.model.n_head == 6 and cfg.model.n_embd == 384
+
+
+def test_nb06_training_and_analyses_on_the_device(on_meta_profile):
+    from dataclasses import replace
+
+    from course_utils.recipes import nb06
+
+    cfg = replace(nb06.config(), steps=2, batch=4, d_model=16, n_heads=2, n_layers=1, d_ff=16)
+    with FakeAccelerator():
+        model, task, _ = nb06.train_heads_model(cfg, progress=False)
+        assert devices.model_device(model) == META
+        x, y = task.sample(8, torch.Generator().manual_seed(1))  # CPU data, as in the notebook
+        assert nb06.accuracy(model, x, y).device.type == "cpu"
+        assert nb06.attention_maps(model, x).device.type == "cpu"
+        nb06.head_ablation(model, x, y)
+
+
+def test_nb07_gradient_norms_on_the_device(on_meta_profile):
+    from dataclasses import replace
+
+    from course_utils.recipes import nb07
+
+    cfg = replace(nb07.config(), depth=3, stack_width=16, stack_ff=16, stack_len=4, stack_batch=2)
+    with FakeAccelerator() as h:
+        for variant in nb07.VARIANTS.values():
+            norms, stds = nb07.gradient_norms_by_layer(variant, cfg)
+            assert norms.shape == (3,) and norms.device.type == "cpu"
+    assert h.ops > 0
+
+
+@pytest.mark.parametrize("name", ["transformer", "rnn", "rnn+attention"])
+def test_nb10_training_and_decoding_on_the_device(on_meta_profile, name):
+    from dataclasses import replace
+
+    from course_utils.recipes import nb10
+
+    cfg = nb10.config()
+    cfg = replace(
+        cfg,
+        task=replace(cfg.task, n_train=16, n_test=8),
+        transformer=replace(cfg.transformer, d_model=16, n_heads=2, n_layers=1, d_ff=16),
+        batch_size=4,
+        steps=2,
+        warmup=1,
+        eval_points=1,
+        eval_subset=4,
+    )
+    data = nb10.make_data(cfg)
+    with FakeAccelerator():
+        run = nb10.train_model(name, cfg, data, progress=False)
+        assert devices.model_device(run.model) == META
+        assert nb10.decode(run.model, data.test[:3]).device.type == "cpu"
+
+
+def test_nb09_vit_training_on_the_device(on_meta_profile):
+    from dataclasses import replace
+
+    from course_utils.data.images import ImageSplit
+    from course_utils.recipes import nb09
+
+    cfg = nb09.config()
+    g = torch.Generator().manual_seed(0)
+    data = ImageSplit(
+        torch.rand(8, 1, 8, 8, generator=g),
+        torch.randint(0, 10, (8,), generator=g),
+        torch.rand(4, 1, 8, 8, generator=g),
+        torch.randint(0, 10, (4,), generator=g),
+        [str(i) for i in range(10)],
+    )
+    vit = replace(cfg.vit, d_model=16, n_layers=1, n_heads=2)
+    tc = replace(cfg.train, epochs=1, batch_size=4, eval_every_epochs=1)
+    with FakeAccelerator():
+        run = nb09.train_vit(cfg, data, vit=vit, train_cfg=tc, progress=False)
+    assert devices.model_device(run.model) == META
+
+
+def test_data_parallel_step_on_the_device():
+    from course_utils import distributed
+
+    info = distributed.DistInfo(0, 1, 0, META, None)
+    with FakeAccelerator():
+        result = distributed.demo_worker(info, steps=2, batch_size=8)
+    assert result["world_size"] == 1 and all(
+        v.device.type == "cpu" for v in result["state"].values()
+    )
+
+
+def test_data_parallel_backend_says_why():
+    from course_utils import distributed
+
+    backend, note = distributed.data_parallel_backend(2)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert backend == ("nccl" if gpus >= 2 else "gloo")
+    assert ("skipped" in note) == (gpus == 1)
+    assert backend in note

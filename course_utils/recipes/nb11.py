@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from course_utils import devices
 from course_utils.memory import PeakMemory, peak_extra_memory
 from course_utils.profiles import pick
 
@@ -39,6 +41,8 @@ __all__ = [
     "fit_exponent",
     "flash_style",
     "sdpa_backends",
+    "naive_bytes",
+    "naive_limit",
     "sdpa_kernel_used",
     "compare_backends",
     "BACKEND_KERNELS",
@@ -192,6 +196,58 @@ def fit_exponent(curve: dict[int, float], last: int = 3) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
+def naive_bytes(n: int, cfg: Config, dtype: torch.dtype = torch.float32) -> int:
+    """Memory the naive (materialised) attention needs at length n: the (B, H, n, n) scores,
+    their softmax and one temporary of the same size, in ``dtype``."""
+    return 3 * cfg.batch * cfg.heads * n * n * torch.empty((), dtype=dtype).element_size()
+
+
+def available_bytes(device: torch.device | str) -> int | None:
+    """Memory free for new tensors: on CUDA what the driver reports free, on the CPU the
+    available physical memory (Linux), else ``None`` (unknown)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return devices.free_memory_bytes(device)
+    if device.type == "cpu":
+        try:
+            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return None
+    return None
+
+
+def naive_limit(
+    cfg: Config,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    free_bytes: int | None = None,
+    headroom: float = 0.7,
+) -> tuple[int, str]:
+    """The largest n of ``cfg.lengths`` (at most ``cfg.naive_max``) at which the naive attention
+    fits in ``headroom`` of the free memory (``free_bytes``, default measured on ``device``),
+    and a sentence saying where the sweep stops and why."""
+    free = available_bytes(device) if free_bytes is None else free_bytes
+    wanted = [n for n in cfg.lengths if n <= cfg.naive_max]
+    if free is None:
+        return max(
+            wanted
+        ), f"naive attention measured up to n = {max(wanted)} (free memory unknown)"
+    fits = [n for n in wanted if naive_bytes(n, cfg, dtype) <= headroom * free]
+    n_max = max(fits) if fits else 0
+    skipped = [n for n in wanted if n > n_max]
+    if not skipped:
+        return n_max, (
+            f"naive attention measured up to n = {n_max}: needs "
+            f"{naive_bytes(n_max, cfg, dtype) / 1e9:.2f} GB of {free / 1e9:.1f} GB free"
+        )
+    n = skipped[0]
+    return n_max, (
+        f"naive attention stops at n = {n_max}: at n = {n} its (B, H, n, n) scores need "
+        f"{naive_bytes(n, cfg, dtype) / 1e9:.1f} GB, more than {headroom:.0%} of the "
+        f"{free / 1e9:.1f} GB free on {torch.device(device)}"
+    )
+
+
 # ----------------------------------------------------------------------------- flash-style
 
 
@@ -297,6 +353,11 @@ def compare_backends(
         backend = getattr(SDPBackend, name)
         results[name] = {}
         for n in cfg.backend_lengths:
+            free = available_bytes(device)
+            if name == "MATH" and free is not None and naive_bytes(n, cfg, dtype) > 0.7 * free:
+                need = naive_bytes(n, cfg, dtype) / 1e9
+                results[name][n] = f"skipped: needs {need:.1f} GB (n x n), {free / 1e9:.1f} GB free"
+                continue
             try:
                 with sdpa_kernel(backend):
                     s, _ = measure(

@@ -18,7 +18,7 @@ backward included) closes those gaps:
   own Python code made it; for code that
   should create nothing on the host (a model's forward, attention kernels, generation);
 * ``.item()`` / ``float()`` / ``bool()`` of a ``meta`` scalar answer a stand-in (1, 1.0,
-  True) and copies from ``meta`` to the CPU are zeros (ones for integers), so loops that log and plot run to the end.
+  True), as do ``torch.equal`` / ``torch.allclose`` (True), and copies from ``meta`` to the CPU are zeros (ones for integers), so loops that log and plot run to the end.
 """
 
 from __future__ import annotations
@@ -46,9 +46,19 @@ _COPIES = {
 }
 
 
+# Operators that answer a Python bool from data.
+_COMPARISONS = {aten.allclose.default, aten.equal.default}
+
 # Operators that take a host tensor by design, on CUDA too.
 _HOST_ARGUMENT_OK = {
     aten._pack_padded_sequence.default,  # lengths must be a CPU int64 tensor
+}
+# Advanced indexing accepts host index tensors on CUDA (they are copied over).
+_HOST_INDEX_OK = {
+    aten.index.Tensor,
+    aten.index_put.default,
+    aten.index_put_.default,
+    aten._index_put_impl_.default,
 }
 
 
@@ -111,11 +121,15 @@ class FakeAccelerator(TorchDispatchMode):
         if func is aten._local_scalar_dense.default and tensors[0].device.type == "meta":
             t = tensors[0]
             return True if t.dtype == torch.bool else (1.0 if t.is_floating_point() else 1)
+        if func in _COMPARISONS and on_meta:
+            return True  # no data to compare: the stand-in answer
         if func in _COPIES:
             return self._copy(func, args, kwargs)
 
         if on_meta and func not in _HOST_ARGUMENT_OK:
             host = [t for t in tensors if t.device.type == "cpu" and t.dim() > 0]
+            if func in _HOST_INDEX_OK:
+                host = [t for t in host if t.is_floating_point() or t.is_complex()]
             if host:
                 raise DeviceLeak(
                     f"{func} got a CPU tensor of shape {tuple(host[0].shape)} together with "

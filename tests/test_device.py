@@ -327,3 +327,61 @@ def test_data_parallel_backend_says_why():
     assert backend == ("nccl" if gpus >= 2 else "gloo")
     assert ("skipped" in note) == (gpus == 1)
     assert backend in note
+
+
+# ----------------------------------------------------------------------------- exercises
+
+
+def _solution_function(notebook: str, name: str):
+    """The function ``name`` as the solution notebook defines it (its exercise cell run alone,
+    after the notebook's imports cell)."""
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).parents[1] / "solutions" / notebook).read_text())
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    imports = next(src for src in code if "import torch" in src)
+    cell = next(src for src in code if f"def {name}(" in src or f"class {name}(" in src)
+    namespace: dict = {}
+    exec(compile(imports + "\n" + cell, f"{notebook}:{name}", "exec"), namespace)
+    return namespace[name]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_notebook_11_solution_tiled_attention_allocates_on_the_device(causal):
+    """The crash site of issue 16: the solution's running max / sum / accumulator / positions."""
+    tiled = _solution_function("11_attention_at_scale.ipynb", "tiled_attention")
+    q, k, v = (torch.randn(1, 2, 7, 4, device=META) for _ in range(3))
+    with FakeAccelerator(strict=True):
+        assert tiled(q, k, v, 3, causal=causal).device == META
+
+
+def test_notebook_08_solutions_run_on_the_device():
+    forward = _solution_function("08_gpt.ipynb", "gpt_forward")
+    generate = _solution_function("08_gpt.ipynb", "generate")
+    model = to_meta(_tiny_gpt())
+    idx = torch.zeros(2, 3, dtype=torch.long, device=META)
+    with FakeAccelerator(strict=True):
+        logits, loss = forward(model, idx, idx)
+        loss.backward()
+        assert generate(model, idx, 9, temperature=0.9, top_k=4).shape == (2, 12)
+
+
+def _exercise_ids():
+    from course_utils import checks
+
+    return [ex.id for ex in checks.EXERCISES]
+
+
+@pytest.mark.parametrize("exercise_id", _exercise_ids())
+def test_exercise_harness_runs_the_reference_on_the_device(exercise_id):
+    """Each exercise's check harness (its cases and its ``call``) drives the verified
+    reference with every input on the device: what ``fallback(...)`` hands the later cells."""
+    from course_utils import checks
+
+    ex = checks.get(exercise_id)
+    case = ex.make_cases(0)[0]
+    case = type(case)(case.name, to_meta(case.inputs))
+    with FakeAccelerator():
+        outputs = ex.call(ex.reference, case)
+    assert outputs is not None

@@ -42,6 +42,7 @@ __all__ = [
     "shard",
     "all_reduce_mean",
     "spawn_data_parallel",
+    "data_parallel_backend",
 ]
 
 
@@ -62,6 +63,21 @@ class DistInfo:
 
 def _default_backend(world: int = 1) -> str:
     return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world else "gloo"
+
+
+def data_parallel_backend(world_size: int) -> tuple[str, str]:
+    """The backend for ``world_size`` processes on this machine and a sentence saying why:
+    ``nccl`` when there is one CUDA GPU per process, else ``gloo`` on the CPU (with one GPU, a
+    multi-process NCCL run is impossible: the sentence says it is skipped)."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus >= world_size:
+        return "nccl", f"nccl: {world_size} processes, one GPU each ({gpus} GPUs here)"
+    if gpus:
+        return "gloo", (
+            f"gloo on the CPU: NCCL needs one GPU per process and this machine has {gpus} GPU"
+            f"{'s' if gpus > 1 else ''} for {world_size} processes, so the NCCL run is skipped"
+        )
+    return "gloo", f"gloo on the CPU: {world_size} processes, no GPU here"
 
 
 def init_distributed(backend: str | None = None) -> DistInfo:

@@ -1,7 +1,9 @@
 """Run profiles (``ci`` / ``cpu`` / ``gpu``), device choice and seeding.
 
 The profile decides how big every experiment is. It is ``gpu`` when CUDA is available and
-``cpu`` otherwise; ``COURSE_PROFILE=ci|cpu|gpu`` overrides it (CI sets ``ci``).
+``cpu`` otherwise; ``COURSE_PROFILE=ci|cpu|gpu`` overrides it (CI sets ``ci``). The profile
+also carries the device every recipe uses: the GPU in ``gpu``, the CPU in ``ci`` and ``cpu``;
+``COURSE_DEVICE`` (e.g. ``cuda:1``, or ``meta`` in the device tests) overrides that.
 
 Notebooks never hard-code sizes: they ask ``pick(ci=..., cpu=..., gpu=...)`` or use a recipe
 in ``course_utils.recipes`` that does.
@@ -21,6 +23,7 @@ import torch
 
 PROFILES = ("ci", "cpu", "gpu")
 ENV_VAR = "COURSE_PROFILE"
+DEVICE_VAR = "COURSE_DEVICE"
 
 T = TypeVar("T")
 
@@ -78,10 +81,18 @@ def using_profile(name: str | None) -> Iterator[None]:
 
 
 def current() -> Profile:
-    """The active :class:`Profile`. ``ci`` and ``cpu`` run on the CPU even when a GPU exists."""
+    """The active :class:`Profile`. ``ci`` and ``cpu`` run on the CPU even when a GPU exists;
+    ``COURSE_DEVICE`` overrides the device of any profile."""
     name = profile_name()
     source = ENV_VAR if os.environ.get(ENV_VAR, "").strip() else "auto-detected"
     device = best_device() if name == "gpu" else torch.device("cpu")
+    override = os.environ.get(DEVICE_VAR, "").strip()
+    if override:
+        try:
+            device = torch.device(override)
+        except RuntimeError as exc:
+            raise ValueError(f"{DEVICE_VAR}={override!r} is not a device: {exc}") from None
+        source += f", {DEVICE_VAR}"
     return Profile(name=name, device=device, source=source)
 
 

@@ -206,6 +206,15 @@ def random_weights(
     return out
 
 
+def case_device(inputs: dict[str, Any]) -> torch.device:
+    """The device of a case's tensors (the first one found; the CPU if none): checks build
+    their modules there, so a harness runs on a GPU as it does on the CPU."""
+    for value in inputs.values():
+        if isinstance(value, torch.Tensor):
+            return value.device
+    return torch.device("cpu")
+
+
 def build_module(
     cls: Any, args: tuple, kwargs: dict[str, Any], inputs: dict[str, Any], class_name: str
 ) -> nn.Module:
@@ -218,7 +227,7 @@ def build_module(
         module = cls(*args, **kwargs)
     if not isinstance(module, nn.Module):
         raise TypeError(f"{class_name}(...) should build an nn.Module, got {type(module).__name__}")
-    module = module.double().eval()
+    module = module.double().to(case_device(inputs)).eval()
     with torch.no_grad():
         for key, value in inputs.items():
             if not key.startswith(WEIGHT_PREFIX):

@@ -482,7 +482,12 @@ def _greedy_call(candidate, case: Case) -> dict[str, Tensor]:
         )
     tokens = tokens.long()
     if tokens.shape[1] < max_len:  # stopping early once every row has ended is allowed
-        pad = torch.full((tokens.shape[0], max_len - tokens.shape[1]), PAD, dtype=torch.long)
+        pad = torch.full(
+            (tokens.shape[0], max_len - tokens.shape[1]),
+            PAD,
+            dtype=torch.long,
+            device=tokens.device,
+        )
         tokens = torch.cat([tokens, pad], dim=1)
     return {"tokens": tokens}
 

@@ -182,7 +182,7 @@ def call_self_attention(candidate, case: Case) -> Outputs:
         raise AttributeError(
             f"expected SelfAttention to have nn.Linear layers W_q, W_k, W_v; missing {missing}"
         )
-    layer = layer.double()
+    layer = layer.double().to(i["W_q"].device)
     with torch.no_grad():
         for name in ("W_q", "W_k", "W_v"):
             lin = getattr(layer, name)
@@ -255,14 +255,21 @@ def _params(D: int) -> dict[str, Tensor]:
     }
 
 
+def _params_like(x: Tensor) -> dict[str, Tensor]:
+    """:func:`_params` for x's width, on x's device."""
+    return {name: w.to(x.device) for name, w in _params(x.shape[-1]).items()}
+
+
 def _attention(x: Tensor, *, causal: bool = False, positions: str | None = None) -> Tensor:
-    p = _params(x.shape[-1])
+    p = _params_like(x)
     if positions == "sinusoidal":
-        x = x + sinusoidal_positional_encoding(x.shape[1], x.shape[-1], dtype=x.dtype)
+        x = x + sinusoidal_positional_encoding(
+            x.shape[1], x.shape[-1], dtype=x.dtype, device=x.device
+        )
     q, k, v = x @ p["q"], x @ p["k"], x @ p["v"]
     if positions == "rope":
         q, k = apply_rope(q), apply_rope(k)
-    mask = causal_mask(x.shape[1]) if causal else None
+    mask = causal_mask(x.shape[1], device=x.device) if causal else None
     return scaled_dot_product_attention(q, k, v, mask)[0]
 
 
@@ -276,7 +283,7 @@ def _sequential_sum(x: Tensor) -> Tensor:
 
 
 def _mlp(x: Tensor) -> Tensor:
-    p = _params(x.shape[-1])
+    p = _params_like(x)
     return torch.tanh(x @ p["w1"]) @ p["w2"]
 
 
@@ -306,7 +313,9 @@ TEST_FUNCTIONS: list[tuple[str, Callable[[Tensor], Tensor], bool]] = [
     ("sorting the tokens along each feature", lambda x: x.sort(dim=1).values, False),
     (
         "scaling each token by its position",
-        lambda x: x * torch.arange(1, x.shape[1] + 1, dtype=x.dtype)[None, :, None],
+        lambda x: (
+            x * torch.arange(1, x.shape[1] + 1, dtype=x.dtype, device=x.device)[None, :, None]
+        ),
         False,
     ),
 ]

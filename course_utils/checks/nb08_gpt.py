@@ -28,7 +28,15 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from course_utils.checks._common import WEIGHT_PREFIX, FormulaOnly, as_tensor, close, size
+from course_utils import devices
+from course_utils.checks._common import (
+    WEIGHT_PREFIX,
+    FormulaOnly,
+    as_tensor,
+    case_device,
+    close,
+    size,
+)
 from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator
 from course_utils.models.gpt import GPT, GPTConfig
 
@@ -101,7 +109,7 @@ def _build_gpt(inputs: dict[str, Any], cls: type[GPT] = GPT) -> GPT:
     cfg = GPTConfig(**{k: int(inputs[k]) for k in _CONFIG_KEYS}, dropout=0.0)
     with torch.random.fork_rng(devices=[]):
         model = cls(cfg)
-    model = model.double().eval()
+    model = model.double().to(case_device(inputs)).eval()
     with torch.no_grad():
         for key, value in inputs.items():
             if key.startswith(WEIGHT_PREFIX):
@@ -363,7 +371,7 @@ class _MultinomialRecorder(TorchFunctionMode):
 def _generate_call(candidate, case: Case) -> Outputs:
     i = case.inputs
     model = _build_gpt(i, _GenerateNotAllowed)
-    gen = torch.Generator().manual_seed(int(i["seed"]))
+    gen = devices.generator(int(i["seed"]), case_device(i))
     with _MultinomialRecorder() as rec, torch.no_grad():
         out = candidate(
             model,

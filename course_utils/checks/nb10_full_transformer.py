@@ -29,6 +29,7 @@ from course_utils.checks._common import (
     WEIGHT_PREFIX,
     as_tensor,
     build_module,
+    case_device,
     close,
     distinct_sizes,
     lengths_mask,
@@ -337,7 +338,7 @@ def _build_model(inputs: dict) -> EncoderDecoderTransformer:
             *(int(inputs[k]) for k in _MODEL_KEYS[:2]),
             **{k: int(inputs[k]) for k in _MODEL_KEYS[2:]},
         )
-    model = model.double().eval()
+    model = model.double().to(case_device(inputs)).eval()
     with torch.no_grad():
         for key, value in inputs.items():
             if key.startswith(WEIGHT_PREFIX):

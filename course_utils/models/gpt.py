@@ -202,6 +202,7 @@ class GPT(nn.Module):
         Runs in eval mode (no dropout) through the manual attention path, then restores the
         previous mode. Row i of a map is query position i; its entries after i are zero.
         """
+        idx = idx.to(self.tok_emb.weight.device)  # a prompt from the CPU joins the model
         was_training = self.training
         self.eval()
         try:
@@ -235,12 +236,14 @@ class GPT(nn.Module):
         reuses the cached keys/values; once the cache holds ``block_size`` positions the
         window slides, the positions shift, and the cache is rebuilt from the cropped context,
         so the output equals ``use_cache=False`` exactly (up to float rounding).
-        Runs in eval mode (no dropout) and restores the previous mode.
+        Runs in eval mode (no dropout) and restores the previous mode. The prompt moves to
+        the model's device; pass a ``generator`` on that device (``devices.generator``).
         """
         if idx.dim() != 2:
             raise ValueError(f"expected idx of shape (B, T), got {tuple(idx.shape)}")
         if idx.shape[1] == 0:
             raise ValueError("expected a prompt with at least one token, got T = 0")
+        idx = idx.to(self.tok_emb.weight.device)  # a prompt from the CPU joins the model
         was_training = self.training
         self.eval()
         block_size = self.config.block_size

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from matplotlib.patches import Rectangle
 from torch import Tensor, nn
 
+from course_utils import devices
 from course_utils.layers import TransformerBlock, record_attention
 from course_utils.profiles import pick
 
@@ -159,8 +160,14 @@ def _loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
     return F.cross_entropy(logits.flatten(0, -2), y.flatten())
 
 
-def train_heads_model(cfg: Config | None = None, seed: int = 0, progress: bool | str = "auto"):
-    """Train a :class:`HeadsModel` on :class:`LookupTask`; returns ``(model, task, history)``."""
+def train_heads_model(
+    cfg: Config | None = None,
+    seed: int = 0,
+    progress: bool | str = "auto",
+    device: torch.device | str | None = None,
+):
+    """Train a :class:`HeadsModel` on :class:`LookupTask` on ``device`` (default: the
+    profile's); returns ``(model, task, history)``."""
     from course_utils.training import train
 
     cfg = cfg or config()
@@ -181,23 +188,27 @@ def train_heads_model(cfg: Config | None = None, seed: int = 0, progress: bool |
         eval_every=max(cfg.steps // 5, 1),
         progress=progress,
         desc="lookup task",
+        device=devices.resolve(device),
     )
     return model, task, history
 
 
 @torch.no_grad()
 def accuracy(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-    """Per-lookup token accuracy, shape (3,): previous, mirror, first."""
-    return (model(x).argmax(-1) == y).float().mean(dim=(0, 1))
+    """Per-lookup token accuracy, shape (3,): previous, mirror, first (on the CPU; x and y move
+    to the model's device)."""
+    x, y = devices.to_model_device(model, x, y)
+    return (model(x).argmax(-1) == y).float().mean(dim=(0, 1)).cpu()
 
 
 @torch.no_grad()
 def attention_maps(model: HeadsModel, x: Tensor) -> Tensor:
     """Every head's attention weights on the sentences x (B, T): (L, B, H, T, T)."""
     model.eval()
+    x = devices.to_model_device(model, x)
     with record_attention(model) as maps:  # one (B, H, T, T) per layer
         model(x)
-    return torch.stack(maps)
+    return torch.stack(maps).cpu()
 
 
 @torch.no_grad()

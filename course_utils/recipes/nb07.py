@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from course_utils import devices
 from course_utils.layers import MLP, MultiHeadAttention
 from course_utils.profiles import pick
 from course_utils.scaling import fit_exponent
@@ -151,24 +152,31 @@ _CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 @torch.no_grad()
 def time_vs_length(
-    cfg: Config | None = None, seed: int = 0, clock: str = "cpu"
+    cfg: Config | None = None,
+    seed: int = 0,
+    clock: str = "cpu",
+    device: torch.device | str | None = None,
 ) -> dict[str, dict[int, float]]:
     """Seconds per forward pass, ``{contender: {n: seconds}}``, on x (B, n, D).
 
     ``clock="cpu"`` (default) measures the CPU time this process used (all its threads
     together): unlike wall-clock time it does not count the time other programs ran, so it
-    stays stable on a busy machine. ``clock="wall"`` measures elapsed time. Each value is the
-    median of ``torch.utils.benchmark``'s repeats.
+    stays stable on a busy machine. ``clock="wall"`` measures elapsed time (always on a GPU,
+    where the benchmark waits for the device). Each value is the median of
+    ``torch.utils.benchmark``'s repeats. ``device``: default the profile's.
     """
     from torch.utils import benchmark
 
     cfg = cfg or config()
+    device = devices.resolve(device)
+    if device.type != "cpu":
+        clock = "wall"  # CPU time says nothing about work done on an accelerator
     torch.manual_seed(seed)
     results: dict[str, dict[int, float]] = {}
     for n in cfg.lengths:
-        x = torch.randn(cfg.time_batch, n, cfg.width)
+        x = torch.randn(cfg.time_batch, n, cfg.width).to(device)
         for name, model in sequence_models(n, cfg).items():
-            model.eval()
+            model.to(device).eval()
             timer = benchmark.Timer(
                 stmt="model(x)",
                 globals={"model": model, "x": x},
@@ -281,7 +289,10 @@ VARIANTS: dict[str, dict] = {
 
 
 def gradient_norms_by_layer(
-    variant: dict, cfg: Config | None = None, seed: int = 0
+    variant: dict,
+    cfg: Config | None = None,
+    seed: int = 0,
+    device: torch.device | str | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Build a ``cfg.depth``-block stack of :class:`VariantBlock` (``variant`` = its kwargs),
     run one batch through it at initialisation and backpropagate a loss.
@@ -291,16 +302,20 @@ def gradient_norms_by_layer(
     deviation of each block's output, (depth,). Computed in float64, so that a vanishing
     gradient shows its size instead of underflowing to 0. The loss is the mean squared error against
     random targets, read out through a final LayerNorm and linear layer (as a model's head).
+    Runs on ``device`` (default the profile's); the results come back on the CPU.
     """
     cfg = cfg or config()
+    device = devices.resolve(device)
     torch.manual_seed(seed)
     D = cfg.stack_width
     blocks = nn.ModuleList(
         VariantBlock(D, cfg.stack_heads, cfg.stack_ff, **variant) for _ in range(cfg.depth)
     ).double()  # float64: tiny norms stay > 0
     head = nn.Sequential(nn.LayerNorm(D), nn.Linear(D, D)).double()
-    x = torch.randn(cfg.stack_batch, cfg.stack_len, D, dtype=torch.float64)
-    target = torch.randn(cfg.stack_batch, cfg.stack_len, D, dtype=torch.float64)
+    blocks.to(device)
+    head.to(device)
+    x = torch.randn(cfg.stack_batch, cfg.stack_len, D, dtype=torch.float64).to(device)
+    target = torch.randn(cfg.stack_batch, cfg.stack_len, D, dtype=torch.float64).to(device)
     stds = []
     h = x
     for block in blocks:
@@ -314,4 +329,4 @@ def gradient_norms_by_layer(
             for block in blocks
         ]
     )
-    return norms, torch.stack(stds)
+    return norms.cpu(), torch.stack(stds).cpu()

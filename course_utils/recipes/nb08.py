@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from course_utils import devices
 from course_utils.data.text import CharDataset, TextCorpus, load_text_corpus
 from course_utils.models.gpt import GPT, GPTConfig
 from course_utils.profiles import current
@@ -173,9 +174,7 @@ def estimate_loss(
 
 
 def _autocast(device: torch.device, dtype: torch.dtype | None):
-    if dtype is None:
-        return torch.autocast(device_type=device.type, enabled=False)
-    return torch.autocast(device_type=device.type, dtype=dtype)
+    return devices.autocast(device, dtype)
 
 
 @dataclass
@@ -250,7 +249,7 @@ def train_char_gpt(
     ds = data if isinstance(data, CharDataset) else CharDataset(data)
     device = torch.device(cfg.device) if cfg.device else current().device
     torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)  # draws the batch windows, on the CPU with the data
     if model is None:
         model = GPT(replace(cfg.model, vocab_size=ds.vocab_size))
     model.to(device)
@@ -319,27 +318,52 @@ def time_generation(
     """Best-of-``repeats`` wall time (s) of ``model.generate`` and the generated ids (B, T + new).
 
     Greedy decoding (temperature 0) so that the runs with and without the cache can be
-    compared token for token."""
+    compared token for token. The prompt moves to the model's device; the ids come back on the
+    CPU; the clock waits for the device."""
+    device = devices.model_device(model)
+    prompt = prompt.to(device)
     best, out = float("inf"), prompt
     for _ in range(repeats):
+        devices.synchronize(device)
         t0 = time.perf_counter()
         out = model.generate(
             prompt,
             max_new_tokens,
             temperature=0.0,
             use_cache=use_cache,
-            generator=torch.Generator().manual_seed(seed),
+            generator=devices.generator(seed, device),
         )
+        devices.synchronize(device)
         best = min(best, time.perf_counter() - t0)
-    return best, out
+    return best, out.cpu()
 
 
 def next_token_distribution(model: GPT, ids: torch.Tensor) -> torch.Tensor:
-    """Logits (V,) of the token after the 1-D prompt ``ids`` (cropped to the block size)."""
-    ctx = ids[-model.config.block_size :][None, :]
+    """Logits (V,) of the token after the 1-D prompt ``ids`` (cropped to the block size), in
+    float32 on the CPU, ready to plot; the prompt runs on the model's device."""
+    ctx = devices.to_model_device(model, ids[-model.config.block_size :][None, :])
     with torch.no_grad():
         logits, _ = model(ctx)
-    return logits[0, -1]
+    return logits[0, -1].float().cpu()
+
+
+def on_model_device(sample_fn):
+    """Wrap a sampler ``sample_fn(model, idx, max_new_tokens, ..., generator=None)`` (the
+    notebook's ``generate``) so that it runs where the model is: the prompt ``idx`` moves to the
+    model's device, ``seed=`` becomes a generator on that device, and the ids come back on the
+    CPU. ``sample(model, prompt, 100, temperature=0.8, seed=1) -> (B, T + 100)``."""
+
+    def sample(
+        model: GPT, idx: torch.Tensor, max_new_tokens: int, *, seed: int | None = None, **kw
+    ):
+        device = devices.model_device(model)
+        if seed is not None:
+            kw["generator"] = devices.generator(seed, device)
+        return sample_fn(model, idx.to(device), max_new_tokens, **kw).cpu()
+
+    sample.__doc__ = sample_fn.__doc__
+    sample.__name__ = getattr(sample_fn, "__name__", "sample")
+    return sample
 
 
 def describe(cfg: Config) -> dict[str, Any]:
@@ -364,4 +388,4 @@ def describe(cfg: Config) -> dict[str, Any]:
     }
 
 
-__all__ += ["next_token_distribution", "describe"]
+__all__ += ["next_token_distribution", "on_model_device", "describe"]

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from course_utils import devices
 from course_utils.data.images import (
     CIFAR10_MEAN,
     CIFAR10_STD,
@@ -487,11 +488,7 @@ def run_model(
     try:
         for i in range(0, len(images), batch_size):
             xb = images[i : i + batch_size].to(device)
-            with torch.autocast(
-                device.type,
-                dtype=autocast_dtype or torch.float32,
-                enabled=autocast_dtype is not None,
-            ):
+            with devices.autocast(device, autocast_dtype):
                 out = forward(model, xb) if forward is not None else model(xb)
             logits.append(out.float().cpu())
     finally:
@@ -811,7 +808,7 @@ def train_vit_spectrograms(
     *,
     seed: int = 0,
     progress: bool | str = "auto",
-    device: torch.device | str | None = "cpu",
+    device: torch.device | str | None = None,
 ) -> ImageRun:
     """The same ViT (blocks, patches, class token) on spectrogram patches."""
     cfg = cfg or config().spectrogram

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from course_utils import devices
 from course_utils.data.tasks import (
     TaskData,
     accuracy_by_length,
@@ -181,19 +182,21 @@ def decode(
 
     ``decode_fn(model, src, src_lengths, max_len)`` returns tokens or ``(tokens, extra)``;
     default: the model's own ``greedy_decode``. Rows are padded with PAD to a common length.
+    Each chunk runs on the model's device; the tokens come back on the CPU.
     """
+    device = devices.model_device(model)
     was = model.training
     model.eval()
     max_len = int(data.tgt_out.shape[1]) + 2
     outs = []
     try:
         for start in range(0, len(data), batch_size):
-            part = data[start : start + batch_size]
+            part = data[start : start + batch_size].to(device)
             if decode_fn is None:
                 out = model.greedy_decode(part.src, part.src_lengths, max_len)
             else:
                 out = decode_fn(model, part.src, part.src_lengths, max_len)
-            outs.append(out[0] if isinstance(out, tuple) else out)
+            outs.append((out[0] if isinstance(out, tuple) else out).cpu())
     finally:
         model.train(was)
     width = max(o.shape[1] for o in outs)
@@ -232,9 +235,16 @@ class Run:
 
 
 def train_model(
-    name: str, cfg: Config, data: TaskData, *, seed: int = 0, progress: bool | str = "auto"
+    name: str,
+    cfg: Config,
+    data: TaskData,
+    *,
+    seed: int = 0,
+    progress: bool | str = "auto",
+    device: torch.device | str | None = None,
 ) -> Run:
-    """Train model ``name`` for ``cfg.steps`` steps on ``data.train`` and evaluate it.
+    """Train model ``name`` for ``cfg.steps`` steps on ``data.train`` and evaluate it, on
+    ``device`` (default: the profile's).
 
     Evaluations (greedy exact match on ``cfg.eval_subset`` test pairs) run ``cfg.eval_points``
     times; their own time is subtracted, so ``train_time_s`` counts optimizer steps only.
@@ -267,6 +277,7 @@ def train_model(
         seed=seed,
         progress=progress,
         desc=name,
+        device=devices.resolve(device),
     )
     wall = time.perf_counter() - start["wall"] - spent["wall"]
     cpu = time.process_time() - start["cpu"] - spent["cpu"]

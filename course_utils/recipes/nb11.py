@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -30,10 +31,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from course_utils import devices
 from course_utils.data.tasks import batches
 from course_utils.distributed import (
     DistInfo,
     cleanup,
+    data_parallel_backend,
     init_distributed,
     spawn_data_parallel,
 )
@@ -53,6 +56,8 @@ __all__ = [
     "fit_exponent",
     "flash_style",
     "sdpa_backends",
+    "naive_bytes",
+    "naive_limit",
     "sdpa_kernel_used",
     "compare_backends",
     "BACKEND_KERNELS",
@@ -199,6 +204,61 @@ def scaling(
     return results
 
 
+def naive_bytes(n: int, cfg: Config, dtype: torch.dtype = torch.float32) -> int:
+    """Memory the naive (materialised) attention needs at length n: the (B, H, n, n) scores,
+    their softmax and one temporary of the same size, in ``dtype``."""
+    return 3 * cfg.batch * cfg.heads * n * n * torch.empty((), dtype=dtype).element_size()
+
+
+def available_bytes(device: torch.device | str) -> int | None:
+    """Memory free for new tensors: on CUDA what the driver reports free, on the CPU the
+    available physical memory (Linux), else ``None`` (unknown)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return devices.free_memory_bytes(device)
+    if device.type == "cpu":
+        try:
+            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return None
+    return None
+
+
+def naive_limit(
+    cfg: Config,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    free_bytes: int | None = None,
+    headroom: float = 0.7,
+) -> tuple[int, str]:
+    """The largest n of ``cfg.lengths`` (at most ``cfg.naive_max``) at which the naive attention
+    fits in ``headroom`` of the free memory (``free_bytes``, default measured on ``device``),
+    and a sentence saying where the sweep stops and why."""
+    free = available_bytes(device) if free_bytes is None else free_bytes
+    wanted = [n for n in cfg.lengths if n <= cfg.naive_max]
+    if free is None:
+        return max(
+            wanted
+        ), f"naive attention measured up to n = {max(wanted)} (free memory unknown)"
+    fits = [n for n in wanted if naive_bytes(n, cfg, dtype) <= headroom * free]
+    n_max = max(fits) if fits else 0
+    skipped = [n for n in wanted if n > n_max]
+    if not skipped:
+        return n_max, (
+            f"naive attention measured up to n = {n_max}: needs "
+            f"{naive_bytes(n_max, cfg, dtype) / 1e9:.2f} GB of {free / 1e9:.1f} GB free"
+        )
+    n = skipped[0]
+    return n_max, (
+        f"naive attention stops at n = {n_max}: at n = {n} its (B, H, n, n) scores need "
+        f"{naive_bytes(n, cfg, dtype) / 1e9:.1f} GB, more than {headroom:.0%} of the "
+        f"{free / 1e9:.1f} GB free on {torch.device(device)}"
+    )
+
+
+# ----------------------------------------------------------------------------- flash-style
+
+
 def flash_style(
     tiled: Callable[..., Tensor], block_q: int, block_k: int
 ) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
@@ -301,6 +361,11 @@ def compare_backends(
         backend = getattr(SDPBackend, name)
         results[name] = {}
         for n in cfg.backend_lengths:
+            free = available_bytes(device)
+            if name == "MATH" and free is not None and naive_bytes(n, cfg, dtype) > 0.7 * free:
+                need = naive_bytes(n, cfg, dtype) / 1e9
+                results[name][n] = f"skipped: needs {need:.1f} GB (n x n), {free / 1e9:.1f} GB free"
+                continue
             try:
                 with sdpa_kernel(backend):
                     s, _ = measure(
@@ -379,6 +444,8 @@ class DataParallelDemo:
     max_abs_diff: float
     parallel_seconds: float
     single_seconds: float
+    backend: str = "gloo"
+    note: str = ""  # which backend and why (distributed.data_parallel_backend)
 
     def __repr__(self) -> str:
         return (
@@ -389,29 +456,41 @@ class DataParallelDemo:
 
 
 def data_parallel_demo(
-    world_size: int = 2, steps: int = 20, batch_size: int = 16, lr: float = 1e-2, seed: int = 0
+    world_size: int = 2,
+    steps: int = 20,
+    batch_size: int = 16,
+    lr: float = 1e-2,
+    seed: int = 0,
+    backend: str | None = None,
 ) -> DataParallelDemo:
     """Train the demo MLP data-parallel in ``world_size`` processes and in this one alone.
 
     ``batch_size`` is the global batch (each process gets ``batch_size / world_size`` rows).
+    ``backend``: default :func:`~course_utils.distributed.data_parallel_backend` (NCCL with a
+    GPU per process, else gloo); the single-process reference runs on the first rank's device.
     """
+    if backend is None:
+        backend, note = data_parallel_backend(world_size)
+    else:
+        note = f"{backend}: chosen by the caller"
     if batch_size % world_size:
         raise ValueError(
             f"expected batch_size divisible by world_size, got {batch_size} and {world_size}"
         )
     t0 = time.perf_counter()
     ranks = spawn_data_parallel(
-        demo_worker, world_size, (steps, batch_size, lr, seed), backend="gloo"
+        demo_worker, world_size, (steps, batch_size, lr, seed), backend=backend
     )
     t1 = time.perf_counter()
-    single = demo_worker(DistInfo(0, 1, 0, torch.device("cpu"), None), steps, batch_size, lr, seed)
+    device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
+    single = demo_worker(DistInfo(0, 1, 0, device, None), steps, batch_size, lr, seed)
     t2 = time.perf_counter()
     diff = max(
         (r["state"][k] - single["state"][k]).abs().max().item()
         for r in ranks
         for k in single["state"]
     )
-    return DataParallelDemo(ranks, single, diff, t1 - t0, t2 - t1)
+    return DataParallelDemo(ranks, single, diff, t1 - t0, t2 - t1, backend, note)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,7 @@ from device_harness import META, DeviceLeak, FakeAccelerator, all_on_meta, to_me
 
 from course_utils import attention, devices
 from course_utils.models import GPT, EncoderDecoderTransformer, Seq2SeqRNN, ViT, ViTConfig
+from course_utils.recipes import nb09
 
 
 def _first(out):
@@ -129,7 +130,7 @@ def test_vit_forward_backward_on_the_device():
     images = torch.randn(3, 1, 8, 8, device=META)
     with FakeAccelerator(strict=True):
         _first(model(images)).sum().backward()
-        model.position_similarity()
+        nb09.position_similarity(model)
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
@@ -310,10 +311,11 @@ def test_nb09_vit_training_on_the_device(on_meta_profile):
 
 def test_data_parallel_step_on_the_device():
     from course_utils import distributed
+    from course_utils.recipes import nb11
 
     info = distributed.DistInfo(0, 1, 0, META, None)
     with FakeAccelerator():
-        result = distributed.demo_worker(info, steps=2, batch_size=8)
+        result = nb11.demo_worker(info, steps=2, batch_size=8)
     assert result["world_size"] == 1 and all(
         v.device.type == "cpu" for v in result["state"].values()
     )

@@ -22,7 +22,8 @@ version ``notebooks/NN_name.ipynb`` is derived, and nothing else is in it:
   plus a trailing newline, so the same solutions always give byte-identical notebooks.
 
 ``course release --check`` writes nothing: it exits 1 and names every notebook that differs
-from what release would write (changed, missing or extra). CI runs it.
+from what release would write (changed, missing or extra), and every solution line that
+appears in a student notebook (the no-answer rule, :mod:`course_utils.leaks`). CI runs it.
 
 Before anything is written, every solution is validated; problems are listed with the file and
 cell they are in and the command exits 2. A notebook is invalid when: a cell has no id or two
@@ -596,8 +597,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="write nothing; exit 1 naming every student notebook that is out of "
-        "date, missing or extra",
+        help="write nothing; exit 1 naming every student notebook that is out of date, "
+        "missing or extra, and every solution line found in a student notebook",
     )
     parser.add_argument(
         "--execute",
@@ -616,6 +617,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "Exit codes: 0 ok; 1 notebooks/ out of date (--check); 2 invalid solution notebooks."
     )
+
+
+def _no_answer_rule(solutions: str | Path) -> bool:
+    """The no-answer rule of :mod:`course_utils.leaks` for ``--check``: print every solution
+    line found in a student notebook; True when there is one."""
+    from course_utils.leaks import leak_messages
+
+    leaks = leak_messages(solutions)
+    if leaks:
+        print(
+            f"{len(leaks)} solution line(s) appear in the student notebooks (no-answer rule: "
+            "reword the prose or use the student's function):",
+            file=sys.stderr,
+        )
+        for m in leaks:
+            print(f"  {m}", file=sys.stderr)
+    return bool(leaks)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -640,9 +658,10 @@ def main(args: argparse.Namespace) -> int:
                 )
                 for m in messages:
                     print(f"  {m}", file=sys.stderr)
-                return EXIT_DRIFT
-            print(f"{args.notebooks}/ is up to date with {args.solutions}/")
-            return EXIT_OK
+            else:
+                print(f"{args.notebooks}/ is up to date with {args.solutions}/")
+            leaked = _no_answer_rule(args.solutions)
+            return EXIT_DRIFT if messages or leaked else EXIT_OK
         for line in write(args.solutions, args.notebooks):
             print(line)
         return EXIT_OK

@@ -60,8 +60,7 @@ def average_features(x):
 
 
 AVERAGE_WRONG = {
-    "averages the whole sequence (the future included)": lambda x: x.mean(-2, keepdim=True)
-    + 0 * x,
+    "averages the whole sequence (the future included)": lambda x: x.mean(-2, keepdim=True) + 0 * x,
     "sums the past instead of averaging it": lambda x: torch.stack(
         [x[..., : t + 1, :].sum(-2) for t in range(x.shape[-2])], dim=-2
     ),

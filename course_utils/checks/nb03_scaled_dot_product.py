@@ -19,9 +19,9 @@ from course_utils.checks._common import (
     as_pair,
     close,
     compare_or_raised,
-    raised,
     distinct_sizes,
     lengths_mask,
+    raised,
     random_mask,
     size,
 )
@@ -128,7 +128,7 @@ def _swapped_outputs(q, k, v, attn_mask=None):
     return weights, out
 
 
-# Mistakes a mask can cause, shared with later notebooks' checks (05.2, 06.3).
+# Mistakes a mask can cause, shared with later notebooks' checks (05.3, 06.3).
 MASK_MISTAKES_HINTS = {
     "after": (
         "mask before the softmax: fill blocked scores with float('-inf'), then softmax; "

@@ -22,7 +22,8 @@ version ``notebooks/NN_name.ipynb`` is derived, and nothing else is in it:
   plus a trailing newline, so the same solutions always give byte-identical notebooks.
 
 ``course release --check`` writes nothing: it exits 1 and names every notebook that differs
-from what release would write (changed, missing or extra). CI runs it.
+from what release would write (changed, missing or extra), and every solution line that
+appears in a student notebook (the no-answer rule, :mod:`course_utils.leaks`). CI runs it.
 
 Before anything is written, every solution is validated; problems are listed with the file and
 cell they are in and the command exits 2. A notebook is invalid when: a cell has no id or two
@@ -591,7 +592,18 @@ def drift_messages(expected: Mapping[str, str], solutions: Path, notebooks: Path
 # (``name -> text``), the solutions folder and the notebooks folder and returns one message per
 # problem. Another rule (e.g. "no solution line leaked into a student notebook") is one more
 # function appended here.
-CHECKS: list[Callable[[Mapping[str, str], Path, Path], list[str]]] = [drift_messages]
+def no_answer_messages(expected: Mapping[str, str], solutions: Path, notebooks: Path) -> list[str]:
+    """The no-answer rule of :mod:`course_utils.leaks`: one message per solution line found
+    elsewhere in a student notebook (the release of ``solutions``), markdown included."""
+    from course_utils.leaks import leak_messages
+
+    return [f"no-answer rule: {m}" for m in leak_messages(solutions)]
+
+
+CHECKS: list[Callable[[Mapping[str, str], Path, Path], list[str]]] = [
+    drift_messages,
+    no_answer_messages,
+]
 
 
 @dataclass
@@ -714,8 +726,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="write nothing; exit 1 naming every student notebook that is out of "
-        "date, missing or extra",
+        help="write nothing; exit 1 naming every student notebook that is out of date, "
+        "missing or extra, and every solution line found in a student notebook",
     )
     parser.add_argument(
         "--force",
@@ -751,8 +763,8 @@ def _check(args: argparse.Namespace) -> int:
     messages = [m for rule in CHECKS for m in rule(expected, solutions, notebooks)]
     if messages:
         print(
-            f"{len(messages)} problem(s): {notebooks}/ is not what `course release` writes "
-            f"from {solutions}/ (instructors: run `course release`, then commit):",
+            f"{len(messages)} problem(s) with {notebooks}/ and {solutions}/ (instructors: "
+            "reword a leaking exercise's prose, or run `course release` and commit):",
             file=sys.stderr,
         )
         for m in messages:

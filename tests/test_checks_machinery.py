@@ -20,8 +20,8 @@ FOUNDATION = {
     "03.1": ("scaled_dot_product_attention", "03_scaled_dot_product.ipynb", 3),
     "04.3": ("sinusoidal_positional_encoding", "04_self_cross_position.ipynb", 2),
     "04.4": ("apply_rope", "04_self_cross_position.ipynb", 3),
-    "05.1": ("causal_mask", "05_masked_attention.ipynb", 1),
-    "05.2": ("masked_softmax", "05_masked_attention.ipynb", 2),
+    "05.2": ("causal_mask", "05_masked_attention.ipynb", 1),
+    "05.3": ("masked_softmax", "05_masked_attention.ipynb", 3),
     "06.1": ("split_heads", "06_multi_head.ipynb", 1),
     "06.2": ("merge_heads", "06_multi_head.ipynb", 1),
     "06.3": ("MultiHeadAttention", "06_multi_head.ipynb", 4),
@@ -175,9 +175,9 @@ def test_check_prints_one_verdict_line_when_passed(capsys):
 
 def test_check_prints_not_attempted_without_raising(capsys, monkeypatch):
     monkeypatch.delenv(checks.STRICT_ENV, raising=False)
-    result = checks.check("05.2", stub_for(checks.get("05.2")))
+    result = checks.check("05.3", stub_for(checks.get("05.3")))
     assert result.status == "not_attempted"
-    assert capsys.readouterr().out == "[05.2] Masked softmax: not attempted (0/2 points)\n"
+    assert capsys.readouterr().out == "[05.3] Masked softmax: not attempted (0/3 points)\n"
 
 
 def _no_scaling(q, k, v, attn_mask=None):

@@ -103,3 +103,83 @@ def test_softmax_cases_include_overflow_and_batch_edge_cases():
     assert any(torch.isneginf(x).any() for x in xs)
     assert any(x.ndim == 4 for x in xs)
     assert {x.dtype for x in xs} == {torch.float64, torch.float32}
+
+
+# ----------------------------------------------------------------------------- 00.2 logsumexp
+
+LSE = "00.2"
+
+
+def lse_by_hand(x):
+    m = x.max(dim=-1).values
+    shift = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    return shift + (x - shift[..., None]).exp().sum(-1).log()
+
+
+def lse_from_softmax_denominator(x):
+    m = x.amax(-1, keepdim=True).nan_to_num(neginf=0.0)
+    return (m + torch.log(torch.sum(torch.exp(x - m), dim=-1, keepdim=True)))[..., 0]
+
+
+def lse_in_float64(x):
+    return torch.logsumexp(x.double(), -1).to(x.dtype)
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        lse_by_hand,
+        lse_from_softmax_denominator,
+        lse_in_float64,
+        lambda x: x.logsumexp(dim=x.ndim - 1),
+        checks.get(LSE).reference,
+    ],
+    ids=["by-hand", "keepdim-then-index", "float64", "Tensor.logsumexp", "reference"],
+)
+def test_logsumexp_check_accepts_correct_answers(candidate):
+    assert_passes(LSE, candidate)
+
+
+def lse_shift_kept(x):
+    m = x.max(-1, keepdim=True).values
+    return m + (x - m).exp().sum(-1).log()
+
+
+def lse_nan_rows(x):
+    m = x.max(-1).values
+    return m + (x - m[..., None]).exp().sum(-1).log()
+
+
+LSE_WRONG = {
+    "log(sum(exp(x))) without subtracting the max (overflow)": lambda x: x.exp().sum(-1).log(),
+    "the maximum is not added back": lambda x: (
+        (x - x.max(-1, keepdim=True).values).exp().sum(-1).log()
+    ),
+    "max taken over the whole tensor instead of per row": lambda x: (
+        x.max() + (x - x.max()).exp().sum(-1).log()
+    ),
+    "a kept dimension broadcast the result to the wrong shape": lse_shift_kept,
+    "result keeps the reduced dimension (shape (..., 1))": lambda x: torch.logsumexp(
+        x, -1, keepdim=True
+    ),
+    "NaN on a row of only -inf": lse_nan_rows,
+    "reduced over the wrong dimension": lambda x: torch.logsumexp(x, 0),
+    "returned the row maximum only": lambda x: x.max(-1).values,
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(LSE_WRONG))
+def test_logsumexp_check_names_each_classic_mistake(mistake):
+    assert_rejected(LSE, LSE_WRONG[mistake], mistake)
+
+
+def test_logsumexp_check_covers_every_registered_mistake():
+    assert set(LSE_WRONG) == mistake_names(LSE)
+    assert_registered_mistakes_named(LSE)
+
+
+def test_logsumexp_cases_include_overflow_and_an_empty_row():
+    xs = [c.inputs["x"] for c in checks.get(LSE).make_cases(0)]
+    assert any(torch.isinf(torch.exp(x)).any() for x in xs)
+    assert any(torch.isneginf(x).all(dim=-1).any() for x in xs)  # a row of only -inf
+    assert any(x.ndim == 4 for x in xs)

@@ -1,4 +1,4 @@
-"""Check 03.1 (scaled dot-product attention) accepts correct answers written differently and
+"""Checks 03.1 (scaled dot-product attention) and 03.2 (learned q/k/v projections) accept correct answers written differently and
 names each classic mistake; its reference agrees with F.scaled_dot_product_attention. The
 wrong answers here are written independently of the check's own."""
 
@@ -177,3 +177,122 @@ def test_sdpa_reference_agrees_with_torch_sdpa_on_every_case(seed):
             weights.sum(-1)[weights.sum(-1) > 0],
             torch.ones_like(weights.sum(-1)[weights.sum(-1) > 0]),
         )
+
+
+# ----------------------------------------------------------------------------- 03.2
+
+QKV = "03.2"
+
+
+def qkv_einsum(queries, x, W_q, W_k, W_v):
+    q = torch.einsum("...ti,ik->...tk", queries, W_q)
+    k = torch.einsum("...si,ik->...sk", x, W_k)
+    v = torch.einsum("...si,iv->...sv", x, W_v)
+    scores = torch.einsum("...tk,...sk->...ts", q / math.sqrt(q.shape[-1]), k)
+    w = torch.exp(scores - scores.amax(-1, keepdim=True))
+    w = w / w.sum(-1, keepdim=True)
+    return torch.einsum("...ts,...sv->...tv", w, v), w
+
+
+def qkv_torch_sdpa(queries, x, W_q, W_k, W_v):
+    q, k, v = queries @ W_q, x @ W_k, x @ W_v
+    out = F.scaled_dot_product_attention(q, k, v)
+    w = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1)
+    return out, w
+
+
+def qkv_linear(queries, x, W_q, W_k, W_v):
+    q = F.linear(queries, W_q.T)  # F.linear multiplies by the transpose of its weight
+    k, v = F.linear(x, W_k.T), F.linear(x, W_v.T)
+    return checks.get(ID).reference(q, k, v)
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [qkv_einsum, qkv_torch_sdpa, qkv_linear, checks.get(QKV).reference],
+    ids=["einsum", "F.sdpa", "F.linear", "reference"],
+)
+def test_qkv_check_accepts_correct_answers(candidate):
+    assert_passes(QKV, candidate)
+
+
+def _weights(q, k, v, scale, dim=-1):
+    w = torch.softmax(q @ k.transpose(-1, -2) * scale, dim=dim)
+    return w @ v, w
+
+
+QKV_WRONG = {
+    "keys and values swapped": lambda Q, x, Wq, Wk, Wv: _weights(
+        Q @ Wq, x @ Wv, x @ Wk, Wk.shape[1] ** -0.5
+    ),
+    "queries not projected": lambda Q, x, Wq, Wk, Wv: _weights(
+        Q, x @ Wk, x @ Wv, Wk.shape[1] ** -0.5
+    ),
+    "queries projected with W_k instead of W_q": lambda Q, x, Wq, Wk, Wv: _weights(
+        Q @ Wk, x @ Wk, x @ Wv, Wk.shape[1] ** -0.5
+    ),
+    "missing 1/sqrt(d) scaling": lambda Q, x, Wq, Wk, Wv: _weights(Q @ Wq, x @ Wk, x @ Wv, 1.0),
+    "scaled by sqrt(Din) instead of sqrt(Dk)": lambda Q, x, Wq, Wk, Wv: _weights(
+        Q @ Wq, x @ Wk, x @ Wv, x.shape[-1] ** -0.5
+    ),
+    "scaled by 1/d instead of 1/sqrt(d)": lambda Q, x, Wq, Wk, Wv: _weights(
+        Q @ Wq, x @ Wk, x @ Wv, 1 / Wk.shape[1]
+    ),
+    "values not projected (V = x)": lambda Q, x, Wq, Wk, Wv: _weights(
+        Q @ Wq, x @ Wk, x, Wk.shape[1] ** -0.5
+    ),
+    "keys not projected (K = x)": lambda Q, x, Wq, Wk, Wv: _weights(
+        Q @ Wq, x, x @ Wv, Wk.shape[1] ** -0.5
+    ),
+    "projection matrices transposed": lambda Q, x, Wq, Wk, Wv: _weights(
+        Q @ Wq.T, x @ Wk.T, x @ Wv.T, Wk.shape[0] ** -0.5
+    ),
+    "softmax over the queries instead of the keys": lambda Q, x, Wq, Wk, Wv: _weights(
+        Q @ Wq, x @ Wk, x @ Wv, Wk.shape[1] ** -0.5, dim=-2
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(QKV_WRONG))
+def test_qkv_check_names_each_classic_mistake(mistake):
+    assert_rejected(QKV, QKV_WRONG[mistake], mistake)
+
+
+def test_qkv_check_covers_every_registered_mistake():
+    assert set(QKV_WRONG) == mistake_names(QKV)
+    assert_registered_mistakes_named(QKV)
+
+
+def test_qkv_check_reports_an_unknown_shape_error_with_the_case():
+    def broken(queries, x, W_q, W_k, W_v):
+        if x.shape[-1] != queries.shape[-1]:  # an error no known mistake makes
+            return torch.cat([queries, x], dim=-1)
+        return checks.get(QKV).reference(queries, x, W_q, W_k, W_v)
+
+    result = checks.run(QKV, broken)
+    assert result.status == "failed" and result.mistake is None
+    assert "your code raised RuntimeError" in result.message
+
+
+def test_qkv_check_asks_for_the_weights_too():
+    result = checks.run(QKV, lambda *a: checks.get(QKV).reference(*a)[0])
+    assert result.status == "failed" and "(output, weights)" in result.message
+
+
+def test_qkv_cases_cover_batch_dims_unequal_widths_and_a_square_first_case():
+    cases = checks.get(QKV).make_cases(0)
+    assert {c.inputs["queries"].ndim for c in cases} >= {2, 3, 4}
+    assert any(len({c.inputs[w].shape[0] for w in ("W_q", "W_k")}) == 2 for c in cases)
+    first = cases[0].inputs
+    assert len({*first["W_q"].shape, *first["W_k"].shape, *first["W_v"].shape}) == 1
+
+
+def test_qkv_reference_matches_torch_sdpa_on_every_case():
+    for case in checks.get(QKV).make_cases(3):
+        i = case.inputs
+        out, w = checks.get(QKV).reference(i["queries"], i["x"], i["W_q"], i["W_k"], i["W_v"])
+        expected = F.scaled_dot_product_attention(
+            i["queries"] @ i["W_q"], i["x"] @ i["W_k"], i["x"] @ i["W_v"]
+        )
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))

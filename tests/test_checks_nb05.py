@@ -1,6 +1,6 @@
-"""Checks 05.1 (causal mask) and 05.2 (masked softmax) accept correct answers written
-differently and name each classic mistake. The wrong answers here are written independently of
-the check's own."""
+"""Checks 05.1 (average of the past), 05.2 (causal mask) and 05.3 (masked softmax, forward and
+backward) accept correct answers written differently and name each classic mistake. The wrong
+answers here are written independently of the check's own."""
 
 from __future__ import annotations
 
@@ -16,6 +16,74 @@ from checks_testing import (
 from course_utils import attention, checks
 
 # ----------------------------------------------------------------------------- 05.1
+
+
+def average_loop(x):
+    out = torch.empty_like(x)
+    for t in range(x.shape[-2]):
+        out[..., t, :] = x[..., : t + 1, :].mean(dim=-2)
+    return out
+
+
+def average_matmul(x):
+    T = x.shape[-2]
+    W = torch.tril(torch.ones(T, T, dtype=x.dtype))
+    return (W / W.sum(-1, keepdim=True)) @ x
+
+
+def average_list(x):
+    return torch.stack([x[..., :t, :].sum(-2) / t for t in range(1, x.shape[-2] + 1)], dim=-2)
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [average_loop, average_matmul, average_list, checks.get("05.1").reference],
+    ids=["loop", "matmul", "list of sums", "reference"],
+)
+def test_average_past_check_accepts_correct_answers(candidate):
+    assert_passes("05.1", candidate)
+
+
+def average_strict(x):
+    out = torch.zeros_like(x)
+    for t in range(1, x.shape[-2]):
+        out[..., t, :] = x[..., :t, :].mean(dim=-2)
+    return out
+
+
+def average_future(x):
+    return torch.stack([x[..., t:, :].mean(-2) for t in range(x.shape[-2])], dim=-2)
+
+
+def average_features(x):
+    return torch.stack([x[..., : j + 1].mean(-1) for j in range(x.shape[-1])], dim=-1)
+
+
+AVERAGE_WRONG = {
+    "averages the whole sequence (the future included)": lambda x: x.mean(-2, keepdim=True) + 0 * x,
+    "sums the past instead of averaging it": lambda x: torch.stack(
+        [x[..., : t + 1, :].sum(-2) for t in range(x.shape[-2])], dim=-2
+    ),
+    "divides by T instead of the number of past positions": lambda x: torch.stack(
+        [x[..., : t + 1, :].sum(-2) / x.shape[-2] for t in range(x.shape[-2])], dim=-2
+    ),
+    "excludes the current position (strict past)": average_strict,
+    "averages the future instead of the past": average_future,
+    "averaged along the feature dimension instead of time": average_features,
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(AVERAGE_WRONG))
+def test_average_past_check_names_each_classic_mistake(mistake):
+    assert_rejected("05.1", AVERAGE_WRONG[mistake], mistake)
+
+
+def test_average_past_check_covers_every_registered_mistake():
+    assert set(AVERAGE_WRONG) == mistake_names("05.1")
+    assert_registered_mistakes_named("05.1")
+
+
+# ----------------------------------------------------------------------------- 05.2
 
 
 def causal_arange(T):
@@ -38,7 +106,7 @@ def causal_lists(T):
     ids=["arange comparison", "python lists", "reference", "not triu(1)"],
 )
 def test_causal_mask_check_accepts_correct_answers(candidate):
-    assert_passes("05.1", candidate)
+    assert_passes("05.2", candidate)
 
 
 def arange_compare(op):
@@ -62,21 +130,21 @@ CAUSAL_WRONG = {
 
 @pytest.mark.parametrize("mistake", sorted(CAUSAL_WRONG))
 def test_causal_mask_check_names_each_classic_mistake(mistake):
-    assert_rejected("05.1", CAUSAL_WRONG[mistake], mistake)
+    assert_rejected("05.2", CAUSAL_WRONG[mistake], mistake)
 
 
 def test_causal_mask_check_covers_every_registered_mistake():
-    assert set(CAUSAL_WRONG) == mistake_names("05.1")
-    assert_registered_mistakes_named("05.1")
+    assert set(CAUSAL_WRONG) == mistake_names("05.2")
+    assert_registered_mistakes_named("05.2")
 
 
 def test_causal_mask_check_names_the_dtype_of_an_integer_mask():
-    result = checks.run("05.1", lambda T: causal_arange(T).long())
+    result = checks.run("05.2", lambda T: causal_arange(T).long())
     assert result.status == "failed"
     assert "dtype torch.int64, expected torch.bool" in result.message
 
 
-# ----------------------------------------------------------------------------- 05.2
+# ----------------------------------------------------------------------------- 05.3
 
 
 def ms_nan_to_num(scores, mask):
@@ -100,7 +168,13 @@ def ms_manual(scores, mask):
     "candidate", [ms_nan_to_num, ms_logsumexp, ms_manual, attention.masked_softmax]
 )
 def test_masked_softmax_check_accepts_correct_answers(candidate):
-    assert_passes("05.2", candidate)
+    assert_passes("05.3", candidate)
+
+
+def ms_additive_then_where(scores, mask):
+    bias = torch.where(mask, 0.0, float("-inf")).to(scores.dtype)  # an additive float mask
+    w = (scores + bias).softmax(-1)
+    return torch.where(torch.isnan(w), torch.zeros_like(w), w)
 
 
 def ms_exp_overflow(scores, mask):
@@ -126,14 +200,32 @@ MS_WRONG = {
         ~m, -1e9
     ).softmax(-1),
     "exp without subtracting the max (overflow)": ms_exp_overflow,
+    "NaN gradient on fully masked rows (0/0 computed, then replaced)": ms_additive_then_where,
 }
 
 
 @pytest.mark.parametrize("mistake", sorted(MS_WRONG))
 def test_masked_softmax_check_names_each_classic_mistake(mistake):
-    assert_rejected("05.2", MS_WRONG[mistake], mistake)
+    assert_rejected("05.3", MS_WRONG[mistake], mistake)
 
 
 def test_masked_softmax_check_covers_every_registered_mistake():
-    assert set(MS_WRONG) == mistake_names("05.2")
-    assert_registered_mistakes_named("05.2")
+    assert set(MS_WRONG) == mistake_names("05.3")
+    assert_registered_mistakes_named("05.3")
+
+
+def test_masked_softmax_check_tests_the_backward_pass_on_fully_masked_rows():
+    cases = checks.get("05.3").make_cases(0)
+    case = next(c for c in cases if "fully masked" in c.name)
+    outputs = checks.get("05.3").call(attention.masked_softmax, case)
+    empty = ~case.inputs["mask"].any(dim=-1)
+    assert empty.any()
+    assert torch.isfinite(outputs["d loss / d scores"]).all()
+    assert (outputs["d loss / d scores"][empty] == 0).all()
+    result = checks.run("05.3", ms_additive_then_where)
+    assert "d loss / d scores" in result.message and "contains NaN" in result.message
+
+
+def test_masked_softmax_check_rejects_a_detached_answer_with_a_clear_message():
+    result = checks.run("05.3", lambda s, m: attention.masked_softmax(s.detach(), m))
+    assert result.status == "error" and "differentiable" in result.message

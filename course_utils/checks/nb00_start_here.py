@@ -1,4 +1,4 @@
-"""Checks for notebook 00 (start here): 00.1 a numerically stable softmax.
+"""Checks for notebook 00 (start here): 00.1 a numerically stable softmax, 00.2 logsumexp.
 
 To add an exercise: define its cases, call and mistakes below, then append it to ``EXERCISES``.
 """
@@ -140,4 +140,136 @@ SOFTMAX = Exercise(
     "all along the last dimension; each row of the result sums to 1",
 )
 
-EXERCISES = [SOFTMAX]  # append this notebook's later exercises here
+# ----------------------------------------------------------------------------- 00.2 logsumexp
+
+
+def _logsumexp_reference(x: Tensor) -> Tensor:
+    """log(sum(exp(x))) over the last dimension, stably: (..., D) -> (...); -inf for a row of
+    -inf (the log of an empty sum), never NaN."""
+    return torch.logsumexp(x, dim=-1)
+
+
+def _logsumexp_cases(seed: int) -> list[Case]:
+    g = generator(seed)
+    R, C = size(g, 2, 4), size(g, 5, 8)
+    huge = 1e4 + randn(g, R, C)
+    mixed = randn(g, R, C)
+    mixed[0] += 1e4
+    with_inf = randn(g, R, C) * 3
+    with_inf[torch.rand(R, C, generator=g) < 0.3] = float("-inf")
+    with_inf[:, size(g, 0, C - 1)] = 0.5
+    empty_row = randn(g, R, C)
+    empty_row[size(g, 0, R - 1)] = float("-inf")  # a row with nothing in it: log 0 = -inf
+    return [
+        Case("matrix (R, C)", {"x": randn(g, R, C) * 3}),
+        Case("extra batch dims (2, 3, R, C)", {"x": randn(g, 2, 3, R, C) * 3}),
+        Case("huge logits (about 1e4)", {"x": huge}),
+        Case("very negative logits (about -1e4)", {"x": -huge}),
+        Case("rows of very different scale (1e4 and 1)", {"x": mixed}),
+        Case("-inf entries", {"x": with_inf}),
+        Case("a row of only -inf (expect -inf, not NaN)", {"x": empty_row}),
+        Case("float32 logits", {"x": randn(g, R, C, dtype=torch.float32) * 5}),
+    ]
+
+
+def _logsumexp_call(candidate, case: Case) -> dict[str, Tensor]:
+    return {"logsumexp(x)": as_tensor(candidate(case.inputs["x"]), "logsumexp(x)")}
+
+
+def _lse_naive(x: Tensor) -> Tensor:
+    return torch.exp(x).sum(dim=-1).log()
+
+
+def _lse_no_add_back(x: Tensor) -> Tensor:
+    m = x.amax(dim=-1, keepdim=True)
+    return torch.exp(x - m).sum(dim=-1).log()
+
+
+def _lse_global_max(x: Tensor) -> Tensor:
+    m = x.max()
+    return m + torch.exp(x - m).sum(dim=-1).log()
+
+
+def _lse_keepdim_added(x: Tensor) -> Tensor:
+    m = x.amax(dim=-1, keepdim=True)  # (..., 1) added to (...,): broadcasts to (..., ...)
+    return m + torch.exp(x - m).sum(dim=-1).log()
+
+
+def _lse_keepdim_result(x: Tensor) -> Tensor:
+    m = x.amax(dim=-1, keepdim=True)
+    return m + torch.exp(x - m).sum(dim=-1, keepdim=True).log()
+
+
+def _lse_nan_on_empty(x: Tensor) -> Tensor:
+    m = x.amax(dim=-1, keepdim=True)  # -inf on an all -inf row: -inf - (-inf) = NaN
+    return (m + torch.exp(x - m).sum(dim=-1, keepdim=True).log()).squeeze(-1)
+
+
+def _lse_max(x: Tensor) -> Tensor:
+    return x.amax(dim=-1)
+
+
+LOGSUMEXP_MISTAKES = [  # NaN first: on a 1-D output any NaN hides the other values
+    Mistake(
+        "NaN on a row of only -inf",
+        "on a row where every entry is -inf the maximum is -inf and x - m is -inf - (-inf) = NaN; "
+        "the right answer is log 0 = -inf: where the maximum is not finite, shift by 0 instead",
+        _lse_nan_on_empty,
+    ),
+    Mistake(
+        "log(sum(exp(x))) without subtracting the max (overflow)",
+        "exp(1e4) is inf, so the log of the sum is inf (and exp(-1e4) underflows to log 0 = "
+        "-inf): pull the row maximum m out first, log sum exp(x) = m + log sum exp(x - m)",
+        _lse_naive,
+    ),
+    Mistake(
+        "the maximum is not added back",
+        "log sum exp(x - m) is the log of the shifted sum; the identity is "
+        "log sum exp(x) = m + log sum exp(x - m): add m back",
+        _lse_no_add_back,
+    ),
+    Mistake(
+        "max taken over the whole tensor instead of per row",
+        "one global maximum leaves a row far below it with exp(...) = 0 and log 0 = -inf: "
+        "take each row's own maximum over the last dimension",
+        _lse_global_max,
+    ),
+    Mistake(
+        "a kept dimension broadcast the result to the wrong shape",
+        "the row maximum kept as (..., 1) and the log of the sum reduced to (...,) broadcast "
+        "against each other: reduce both the same way so the result has shape (...,)",
+        _lse_keepdim_added,
+    ),
+    Mistake(
+        "result keeps the reduced dimension (shape (..., 1))",
+        "logsumexp reduces the last dimension: return shape (...,), one number per row",
+        _lse_keepdim_result,
+    ),
+    Mistake(
+        "reduced over the wrong dimension",
+        "one number per row: reduce the last dimension (dim=-1)",
+        lambda x: torch.logsumexp(x, dim=0),
+    ),
+    Mistake(
+        "returned the row maximum only",
+        "max(x) is only a lower bound of log sum exp(x); add log sum exp(x - max)",
+        _lse_max,
+    ),
+]
+
+LOGSUMEXP = Exercise(
+    id="00.2",
+    title="Stable logsumexp",
+    points=1,
+    notebook=NOTEBOOK,
+    function="logsumexp",
+    reference=_logsumexp_reference,
+    make_cases=_logsumexp_cases,
+    call=_logsumexp_call,
+    mistakes=LOGSUMEXP_MISTAKES,
+    compare=close(),
+    hint="log sum_j exp(x_j) = m + log sum_j exp(x_j - m) with m each row's maximum (shift by 0 "
+    "where m = -inf); the result has one number per row, shape (...,)",
+)
+
+EXERCISES = [SOFTMAX, LOGSUMEXP]  # append this notebook's later exercises here

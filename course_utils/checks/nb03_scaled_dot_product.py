@@ -1,4 +1,5 @@
-"""Checks for notebook 03 (scaled dot-product attention): 03.1 scaled_dot_product_attention.
+"""Checks for notebook 03 (scaled dot-product attention): 03.1 scaled_dot_product_attention,
+03.2 attention with learned query, key and value projections (slides 27-29).
 
 Masks are bool, True = may attend; a fully masked query row must give zero weights and a zero
 output (never NaN), as everywhere in the course.
@@ -17,12 +18,14 @@ from course_utils import attention
 from course_utils.checks._common import (
     as_pair,
     close,
+    compare_or_raised,
     distinct_sizes,
     lengths_mask,
+    raised,
     random_mask,
     size,
 )
-from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
+from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator, randn
 
 NOTEBOOK = "03_scaled_dot_product.ipynb"
 
@@ -125,7 +128,7 @@ def _swapped_outputs(q, k, v, attn_mask=None):
     return weights, out
 
 
-# Mistakes a mask can cause, shared with later notebooks' checks (05.2, 06.3).
+# Mistakes a mask can cause, shared with later notebooks' checks (05.3, 06.3).
 MASK_MISTAKES_HINTS = {
     "after": (
         "mask before the softmax: fill blocked scores with float('-inf'), then softmax; "
@@ -243,4 +246,180 @@ SDPA = Exercise(
     "softmax over dim=-1 with fully masked rows set to 0; output = weights @ v (..., T, Dv)",
 )
 
-EXERCISES = [SDPA]  # append this notebook's later exercises (03.2) here
+# ----------------------------------------------------------------------------- 03.2 q/k/v projections
+
+
+def _check_qkv_shapes(queries: Tensor, x: Tensor, W_q: Tensor, W_k: Tensor, W_v: Tensor) -> None:
+    if any(W.ndim != 2 for W in (W_q, W_k, W_v)):
+        raise ValueError("expected 2-D projection matrices W_q, W_k, W_v")
+    if W_k.shape[0] != x.shape[-1] or W_v.shape[0] != x.shape[-1]:
+        raise ValueError(
+            f"expected W_k (Din, Dk) and W_v (Din, Dv) with Din == x.shape[-1] = {x.shape[-1]}, "
+            f"got W_k {tuple(W_k.shape)} and W_v {tuple(W_v.shape)}"
+        )
+    if W_q.shape[0] != queries.shape[-1] or W_q.shape[1] != W_k.shape[1]:
+        raise ValueError(
+            f"expected W_q of shape (Dq, Dk) with Dq == queries.shape[-1] = {queries.shape[-1]} "
+            f"and Dk == W_k.shape[1] = {W_k.shape[1]}, got {tuple(W_q.shape)}"
+        )
+
+
+def qkv_attention(
+    queries: Tensor, x: Tensor, W_q: Tensor, W_k: Tensor, W_v: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Attention with learned projections: Q = queries W_q, K = x W_k, V = x W_v.
+
+    queries: (..., T, Dq) query inputs; x: (..., S, Din) data vectors; W_q: (Dq, Dk);
+    W_k: (Din, Dk); W_v: (Din, Dv). Returns (output (..., T, Dv), weights (..., T, S)) of
+    softmax(Q K^T / sqrt(Dk)) V.
+    """
+    _check_qkv_shapes(queries, x, W_q, W_k, W_v)
+    q = queries @ W_q  # (..., T, Dk): what each query looks for
+    k = x @ W_k  # (..., S, Dk): what each data vector is matched on
+    v = x @ W_v  # (..., S, Dv): what each data vector hands back
+    return attention.scaled_dot_product_attention(q, k, v)
+
+
+def _qkv(project_q=True, keys="k", values="v", scale="dk", transpose=False, dim=-1):
+    """A classic wrong answer built from the right one by changing one choice."""
+
+    def impl(queries, x, W_q, W_k, W_v):
+        Wq, Wk, Wv = (W_q.T, W_k.T, W_v.T) if transpose else (W_q, W_k, W_v)
+        q = queries @ {True: Wq, "Wk": Wk}[project_q] if project_q else queries
+        k, v = (x if p == "x" else x @ {"k": Wk, "v": Wv}[p] for p in (keys, values))
+        width = {"dk": q.shape[-1], "din": x.shape[-1], "d": q.shape[-1] ** 2}
+        factor = 1.0 if scale is None else 1 / math.sqrt(width[scale])
+        w = torch.softmax(q @ k.transpose(-2, -1) * factor, dim=dim)
+        return w @ v, w
+
+    return impl
+
+
+QKV_MISTAKES = [
+    Mistake(
+        "keys and values swapped",
+        "the keys are what a query is compared with, K = x @ W_k; the values are what "
+        "comes back, V = x @ W_v. You used W_v for the scores and W_k for the output.",
+        _qkv(keys="v", values="k"),
+    ),
+    Mistake(
+        "queries not projected",
+        "the query inputs are projected too, Q = queries @ W_q, before they are compared with "
+        "the keys.",
+        _qkv(project_q=False),
+    ),
+    Mistake(
+        "queries projected with W_k instead of W_q",
+        "queries have their own projection W_q (Dq, Dk); W_k projects the data vectors x.",
+        _qkv(project_q="Wk"),
+    ),
+    Mistake(
+        "missing 1/sqrt(d) scaling",
+        "divide the scores Q @ K^T by sqrt(Dk) before the softmax (Dk = W_k.shape[1]).",
+        _qkv(scale=None),
+    ),
+    Mistake(
+        "scaled by sqrt(Din) instead of sqrt(Dk)",
+        "the scale is 1/sqrt(Dk), the width of the projected queries and keys that are "
+        "multiplied, not the width Din of the data vectors x.",
+        _qkv(scale="din"),
+    ),
+    Mistake(
+        "scaled by 1/d instead of 1/sqrt(d)",
+        "the variance of q . k is Dk, so its standard deviation is sqrt(Dk): divide by "
+        "sqrt(Dk), not Dk.",
+        _qkv(scale="d"),
+    ),
+    Mistake(
+        "values not projected (V = x)",
+        "the values are a second projection of the data, V = x @ W_v, not x itself.",
+        _qkv(values="x"),
+    ),
+    Mistake(
+        "keys not projected (K = x)",
+        "the keys are a projection of the data, K = x @ W_k, not x itself.",
+        _qkv(keys="x"),
+    ),
+    Mistake(
+        "projection matrices transposed",
+        "each W multiplies from the right with its input width first: Q = queries @ W_q, "
+        "K = x @ W_k, V = x @ W_v (no .T).",
+        _qkv(transpose=True),
+    ),
+    Mistake(
+        "softmax over the queries instead of the keys",
+        "each query's weights over the S data vectors must sum to 1: softmax over the last "
+        "dimension.",
+        _qkv(dim=-2),
+    ),
+]
+
+
+def _qkv_cases(seed: int) -> list[Case]:
+    """The first case is square (Dq = Din = Dk = Dv) so every classic mistake can be named."""
+    gen = generator(seed)
+    specs = [  # name, batch dims, T, S, Dq, Din, Dk, Dv
+        ("square, one batch dim", (2,), 3, 5, 4, 4, 4, 4),
+        ("Dq != Din != Dk != Dv, T != S", (2,), 4, 6, 3, 5, 6, 7),
+        ("no batch dims", (), 2, 5, 4, 6, 5, 3),
+        ("two batch dims", (2, 3), 3, 4, 2, 5, 6, 3),
+        ("one query", (3,), 1, 7, 5, 4, 8, 5),
+    ]
+    return [
+        Case(
+            name,
+            {
+                "queries": randn(gen, *batch, T, Dq),
+                "x": randn(gen, *batch, S, Din),
+                "W_q": randn(gen, Dq, Dk),
+                "W_k": randn(gen, Din, Dk),
+                "W_v": randn(gen, Din, Dv),
+            },
+        )
+        for name, batch, T, S, Dq, Din, Dk, Dv in specs
+    ]
+
+
+def _qkv_call(candidate, case: Case) -> Outputs:
+    """Run ``candidate(queries, x, W_q, W_k, W_v)``, which should return ``(output, weights)``."""
+    i = case.inputs
+    try:
+        result = candidate(i["queries"], i["x"], i["W_q"], i["W_k"], i["W_v"])
+    except NotImplementedError:  # a RuntimeError too: the stub, "not attempted"
+        raise
+    except RuntimeError as exc:  # shape mismatches from torch
+        return raised(exc)
+    if isinstance(result, (tuple, list)) and len(result) == 2:
+        out, weights = result
+        return {"output": torch.as_tensor(out), "weights": torch.as_tensor(weights)}
+    return {
+        "output": torch.as_tensor(result if not isinstance(result, (tuple, list)) else result[0])
+    }
+
+
+def _qkv_compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
+    """Output and weights within tolerance; a missing ``weights`` says what to return."""
+    if "weights" in expected and "output" in got and "weights" not in got:
+        return (
+            f"case '{case.name}': qkv_attention should return a tuple (output, weights), "
+            "like scaled_dot_product_attention"
+        )
+    return compare_or_raised(case, got, expected)
+
+
+QKV = Exercise(
+    id="03.2",
+    title="Attention with learned query, key and value projections",
+    points=3,
+    notebook=NOTEBOOK,
+    function="qkv_attention",
+    reference=qkv_attention,
+    make_cases=_qkv_cases,
+    call=_qkv_call,
+    mistakes=QKV_MISTAKES,
+    compare=_qkv_compare,
+    hint="project the queries with W_q and the data vectors with W_k (keys) and W_v (values), "
+    "then attention with the 1/sqrt(Dk) scale (reuse your scaled_dot_product_attention).",
+)
+
+EXERCISES = [SDPA, QKV]  # append this notebook's later exercises here

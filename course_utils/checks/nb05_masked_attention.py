@@ -1,6 +1,8 @@
-"""Checks for notebook 05 (masked attention): 05.1 the causal mask, 05.2 masked softmax.
+"""Checks for notebook 05 (masked attention): 05.1 averaging the past with a loop, 05.2 the
+causal mask, 05.3 masked softmax (forward and backward).
 
-Masks are bool, True = may attend. A fully masked row gives all-zero weights, never NaN.
+Masks are bool, True = may attend. A fully masked row gives all-zero weights, never NaN, and
+all-zero gradients.
 
 To add an exercise: define its cases, call and mistakes below, then append it to ``EXERCISES``.
 """
@@ -17,7 +19,104 @@ from course_utils.checks.nb03_scaled_dot_product import MASK_MISTAKES_HINTS
 
 NOTEBOOK = "05_masked_attention.ipynb"
 
-# ----------------------------------------------------------------------------- 05.1 causal mask
+# ----------------------------------------------------------------------------- 05.1 average the past
+
+
+def average_past_reference(x: Tensor) -> Tensor:
+    """y[..., t, :] = mean of x[..., 0..t, :] (the past and the present, never the future).
+
+    x: (..., T, D) -> (..., T, D); a running mean along the time dimension -2.
+    """
+    counts = torch.arange(1, x.shape[-2] + 1, dtype=x.dtype, device=x.device)
+    return x.cumsum(dim=-2) / counts[:, None]
+
+
+def _average_cases(seed: int) -> list[Case]:
+    g = generator(seed)
+    T, D = size(g, 4, 7), size(g, 2, 5)
+    return [
+        Case("(T, D) sequence", {"x": randn(g, T, D)}),
+        Case("a batch (B, T, D)", {"x": randn(g, size(g, 2, 3), T, D)}),
+        Case("heads (B, H, T, D)", {"x": randn(g, 2, size(g, 2, 3), T + 1, D)}),
+        Case("one token (T = 1)", {"x": randn(g, 1, D)}),
+        Case("T == D (a square input)", {"x": randn(g, 5, 5)}),
+        Case("float32", {"x": randn(g, T, D, dtype=torch.float32)}),
+    ]
+
+
+def _average_call(candidate, case: Case) -> dict[str, Tensor]:
+    return {"y": as_tensor(candidate(case.inputs["x"]), "average_past(x)")}
+
+
+def _counts(x: Tensor, start: int = 1) -> Tensor:
+    return torch.arange(start, x.shape[-2] + start, dtype=x.dtype)[:, None]
+
+
+def _strict_past(x: Tensor) -> Tensor:
+    prev = x.cumsum(dim=-2) - x  # sum over s < t
+    return prev / _counts(x, 0).clamp_min(1)
+
+
+def _future(x: Tensor) -> Tensor:
+    rev = x.flip(-2).cumsum(dim=-2).flip(-2)  # sum over s >= t
+    return rev / _counts(x).flip(0)
+
+
+def _over_features(x: Tensor) -> Tensor:
+    return x.cumsum(dim=-1) / torch.arange(1, x.shape[-1] + 1, dtype=x.dtype)
+
+
+AVERAGE_MISTAKES = [
+    Mistake(
+        "averages the whole sequence (the future included)",
+        "position t may only use positions 0..t: average x over the past and present, not over "
+        "all T positions",
+        lambda x: x.mean(dim=-2, keepdim=True).expand_as(x),
+    ),
+    Mistake(
+        "sums the past instead of averaging it",
+        "divide the sum over positions 0..t by how many there are, t + 1",
+        lambda x: x.cumsum(dim=-2),
+    ),
+    Mistake(
+        "divides by T instead of the number of past positions",
+        "position t averages t + 1 vectors (positions 0..t), not T",
+        lambda x: x.cumsum(dim=-2) / x.shape[-2],
+    ),
+    Mistake(
+        "excludes the current position (strict past)",
+        "position t may see itself: average positions 0..t, inclusive",
+        _strict_past,
+    ),
+    Mistake(
+        "averages the future instead of the past",
+        "position t averages positions 0..t (before it), not t..T-1 (after it)",
+        _future,
+    ),
+    Mistake(
+        "averaged along the feature dimension instead of time",
+        "time is the second-to-last dimension (..., T, D): average along dim -2; each feature "
+        "is averaged on its own",
+        _over_features,
+    ),
+]
+
+AVERAGE_PAST = Exercise(
+    id="05.1",
+    title="Average of the past, with a loop",
+    points=1,
+    notebook=NOTEBOOK,
+    function="average_past",
+    reference=average_past_reference,
+    make_cases=_average_cases,
+    call=_average_call,
+    mistakes=AVERAGE_MISTAKES,
+    compare=close(),
+    hint="y[..., t, :] is the mean over positions 0..t (inclusive) of x[..., :, :], for every t, "
+    "with the same shape as x",
+)
+
+# ----------------------------------------------------------------------------- 05.2 causal mask
 
 
 def _causal_cases(seed: int) -> list[Case]:
@@ -69,7 +168,7 @@ CAUSAL_MISTAKES = [
 ]
 
 CAUSAL = Exercise(
-    id="05.1",
+    id="05.2",
     title="Causal mask",
     points=1,
     notebook=NOTEBOOK,
@@ -83,7 +182,7 @@ CAUSAL = Exercise(
     "dtype=torch.bool))",
 )
 
-# ----------------------------------------------------------------------------- 05.2 masked softmax
+# ----------------------------------------------------------------------------- 05.3 masked softmax
 
 
 def _masked_softmax_cases(seed: int) -> list[Case]:
@@ -91,7 +190,7 @@ def _masked_softmax_cases(seed: int) -> list[Case]:
     T, S = size(g, 3, 6), size(g, 7, 9)  # T != S
     B, H = size(g, 2, 3), size(g, 2, 3)
     huge = 1e4 + randn(g, B, T, S)
-    return [
+    cases = [
         Case(
             "(T, S) scores with a mask",
             {"scores": randn(g, T, S) * 2, "mask": random_mask(g, T, S)},
@@ -113,11 +212,31 @@ def _masked_softmax_cases(seed: int) -> list[Case]:
             "nothing masked", {"scores": randn(g, T, S), "mask": torch.ones(T, S, dtype=torch.bool)}
         ),
     ]
+    for case in cases:  # the upstream gradient of a loss sum(u * weights), for the backward pass
+        case.inputs["u"] = randn(g, *case.inputs["scores"].shape)
+    return cases
 
 
 def _masked_softmax_call(candidate, case: Case) -> dict[str, Tensor]:
+    """The weights, and the gradient of sum(u * weights) with respect to the scores: a row with
+    no allowed entry must get zero weights and a zero (finite) gradient."""
     i = case.inputs
-    return {"weights": as_tensor(candidate(i["scores"], i["mask"]), "masked_softmax(scores, mask)")}
+    scores = i["scores"].detach().clone().requires_grad_(True)
+    weights = as_tensor(candidate(scores, i["mask"]), "masked_softmax(scores, mask)")
+    if not weights.requires_grad:
+        raise TypeError(
+            "masked_softmax(scores, mask) must be differentiable with respect to scores (it is "
+            "trained through): no .detach(), .item(), numpy or torch.no_grad() on the way"
+        )
+    (grad,) = torch.autograd.grad((weights * i["u"]).sum(), scores, allow_unused=True)
+    if grad is None:
+        grad = torch.zeros_like(scores)
+    return {"weights": weights.detach(), "d loss / d scores": grad}
+
+
+def _additive_nan_to_num(scores: Tensor, mask: Tensor) -> Tensor:
+    additive = torch.zeros(mask.shape, dtype=scores.dtype).masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores + additive, dim=-1).nan_to_num(0.0)
 
 
 def _filled(fill: float, invert: bool = False, dim: int = -1):
@@ -160,6 +279,15 @@ MASKED_SOFTMAX_MISTAKES = [
     ),
     Mistake("NaN on fully masked rows", MASK_MISTAKES_HINTS["nan"], _filled(float("-inf"))),
     Mistake(
+        "NaN gradient on fully masked rows (0/0 computed, then replaced)",
+        "the weights are right but the backward pass of a fully masked row is NaN: the softmax "
+        "divided 0 by 0 and the NaN was replaced afterwards, while autograd still "
+        "differentiates the 0/0 and the mask (added as a float -inf) passes the NaN on to the "
+        "scores. Never compute 0/0: shift an empty row by 0 instead of its -inf maximum and "
+        "divide by 1 where the row sum is 0",
+        _additive_nan_to_num,
+    ),
+    Mistake(
         "fully masked rows get uniform weights (finite fill such as -1e9)",
         MASK_MISTAKES_HINTS["uniform"],
         _filled(-1e9),
@@ -173,9 +301,9 @@ MASKED_SOFTMAX_MISTAKES = [
 ]
 
 MASKED_SOFTMAX = Exercise(
-    id="05.2",
+    id="05.3",
     title="Masked softmax",
-    points=2,
+    points=3,
     notebook=NOTEBOOK,
     function="masked_softmax",
     reference=attention.masked_softmax,
@@ -183,8 +311,8 @@ MASKED_SOFTMAX = Exercise(
     call=_masked_softmax_call,
     mistakes=MASKED_SOFTMAX_MISTAKES,
     compare=close(),
-    hint="scores.masked_fill(~mask, float('-inf')), a stable softmax over dim=-1, and rows with "
-    "no allowed entry set to 0 (not NaN); masked entries get exactly 0",
+    hint="blocked scores count as -inf, a stable softmax over dim=-1 among the allowed entries, "
+    "and rows with no allowed entry all 0 (not NaN) in the forward and the backward pass",
 )
 
-EXERCISES = [CAUSAL, MASKED_SOFTMAX]  # append this notebook's later exercises here
+EXERCISES = [AVERAGE_PAST, CAUSAL, MASKED_SOFTMAX]  # append this notebook's later exercises here

@@ -29,6 +29,9 @@ class Config:
     recall_d_key: int  # width of a record's key (and of the queries)
     recall_d_value: int  # width of a record's value
     recall_lr: float
+    timing_tokens: int  # queries (and keys) in the loop-versus-matrix timing
+    timing_width: int  # their width
+    timing_repeats: int  # timings per form; the median is reported
 
 
 def config() -> Config:
@@ -47,6 +50,9 @@ def config() -> Config:
         recall_d_key=8,
         recall_d_value=8,
         recall_lr=0.03,
+        timing_tokens=pick(ci=128, cpu=512),
+        timing_width=64,
+        timing_repeats=pick(ci=5, cpu=9),
     )
 
 

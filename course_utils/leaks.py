@@ -1,0 +1,189 @@
+"""The no-answer rule: no line of a solution may appear in the student notebook.
+
+An exercise's instructions state the goal, the math, the shapes and the edge cases, never a line
+of the reference code; help comes as progressive hints. This module enforces the first half:
+``course release --check`` fails when a line of a ``### BEGIN SOLUTION`` ... ``### END
+SOLUTION`` region of ``solutions/NN_x.ipynb`` appears anywhere in the student version of that
+notebook (markdown included), and names the notebook, exercise, line and cell.
+
+What counts as a leak, precisely. Each code line of a solution region gives one or two
+**needles**: the line itself and, for an assignment (``a = expr``, ``a += expr``) or a
+``return expr``, the expression ``expr`` (a prompt that says "use ``x.max(dim=-1)``" gives the
+answer away as surely as the whole line would). Comparison ignores whitespace and comments. A
+needle is **trivial** and not searched when it is shorter than :data:`MIN_CHARS` characters
+(whitespace removed), is a bare name or a ``return`` of bare names (``return out, w``), is a
+block header (``for t in range(T):``, ``else:``) or a keyword statement (``pass``, ``break``),
+or appears in the scaffold of its own exercise cell (the code around the region that the
+student sees anyway). Every other needle is searched in every cell of the student notebook
+(code and markdown, whole text, whitespace removed); each hit is a :class:`Leak`.
+
+There is deliberately no allowlist: reword the prose or rewrite the later cell to use the
+student's function (``fallback``) instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import re
+import tokenize
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MIN_CHARS = 12  # needles shorter than this (whitespace removed) are too common to mean anything
+
+_WS = re.compile(r"\s+")
+_NAMES = re.compile(r"^(?:return\s*)?[A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*,?$")
+_HEADER = re.compile(r"^(?:for|if|elif|else|while|with|try|except|finally|def|class|async)\b.*:$")
+_KEYWORD = re.compile(r"^(?:pass|break|continue|return|raise|yield)$")
+
+
+@dataclass(frozen=True)
+class Leak:
+    """A line of ``exercise``'s solution found in cell ``cell_id`` of the student notebook."""
+
+    notebook: str  # solution file name, e.g. "03_scaled_dot_product.ipynb"
+    exercise: str  # the exercise id of the region the line comes from, e.g. "03.1"
+    line: str  # the solution line (stripped), or the expression found when only it leaked
+    cell_id: str
+    cell_index: int
+    cell_type: str
+
+    def message(self) -> str:
+        """One line for a report: notebook, exercise, cell and the leaked code."""
+        return (
+            f"{self.notebook}: exercise {self.exercise}: solution line {self.line!r} appears "
+            f"in {self.cell_type} cell {self.cell_id!r} (#{self.cell_index})"
+        )
+
+
+def _squash(text: str) -> str:
+    return _WS.sub("", text)
+
+
+def strip_comment(line: str) -> str:
+    """``line`` without a trailing ``# comment`` (a ``#`` inside a string is kept)."""
+    if "#" not in line:
+        return line.strip()
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return line.split("#", 1)[0].strip()  # an unclosed bracket: the line is part of more
+    for tok in tokens:
+        if tok.type == tokenize.COMMENT:
+            return line.strip()[: tok.start[1]].rstrip()
+    return line.strip()
+
+
+def is_trivial(code: str) -> bool:
+    """True for a needle too common to reveal an answer (see the module docstring)."""
+    code = code.strip()
+    return (
+        len(_squash(code)) < MIN_CHARS
+        or bool(_NAMES.match(code))
+        or bool(_HEADER.match(code))
+        or bool(_KEYWORD.match(code))
+        or code.startswith(('"""', "'''"))
+    )
+
+
+def needles(line: str) -> list[str]:
+    """The searched forms of one solution line: the line, and the expression it assigns or
+    returns; comments dropped, trivial forms left out."""
+    code = strip_comment(line)
+    forms = [code]
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:  # part of a statement spread over several lines
+        tree = None
+    if tree is not None and len(tree.body) == 1:
+        stmt = tree.body[0]
+        if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return)):
+            if stmt.value is not None:
+                forms.append(ast.get_source_segment(code, stmt.value) or "")
+    return [f.strip() for f in forms if f.strip() and not is_trivial(f)]
+
+
+def _source(cell: Mapping[str, Any]) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def _solution_lines(cell: Mapping[str, Any]) -> tuple[list[str], str]:
+    """The code lines inside the cell's solution regions, and the rest of the cell (scaffold)."""
+    from course_utils.release import find_regions
+
+    lines = _source(cell).split("\n")
+    regions, _ = find_regions(_source(cell))
+    inside: set[int] = set()
+    for r in regions:
+        inside.update(range(r.begin, r.end + 1))
+    solution = [lines[i] for r in regions for i in range(r.begin + 1, r.end)]
+    scaffold = "\n".join(strip_comment(ln) for i, ln in enumerate(lines) if i not in inside)
+    return solution, scaffold
+
+
+def find_leaks(
+    solution: Mapping[str, Any], student: Mapping[str, Any], name: str = "notebook"
+) -> list[Leak]:
+    """Every solution line of ``solution`` (a parsed ``.ipynb``) that appears in ``student``
+    (its student version, parsed). One leak per (needle's line, student cell)."""
+    targets = [
+        (i, c.get("id") or f"#{i}", c.get("cell_type", "?"), _squash(_source(c)))
+        for i, c in enumerate(student.get("cells", []))
+    ]
+    leaks: list[Leak] = []
+    for cell in solution.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        lines, scaffold = _solution_lines(cell)
+        if not lines:
+            continue
+        ex_id = str(cell.get("metadata", {}).get("course", {}).get("id", "?"))
+        scaffold_sq = _squash(scaffold)
+        for line in lines:
+            found: set[int] = set()
+            for needle in needles(line):
+                sq = _squash(needle)
+                if sq in scaffold_sq:
+                    continue
+                for index, cid, ctype, text in targets:
+                    if index not in found and sq in text:
+                        found.add(index)
+                        shown = line.strip() if needle == strip_comment(line) else needle
+                        leaks.append(Leak(name, ex_id, shown, cid, index, ctype))
+    return leaks
+
+
+def notebook_leaks(path: str | Path, registry: Mapping[str, Any] | None = None) -> list[Leak]:
+    """The leaks of one solution notebook at ``path`` into the student version that
+    ``course release`` would write (computed in memory; ``notebooks/`` is not read)."""
+    from course_utils.release import release_notebook
+
+    path = Path(path)
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return find_leaks(nb, release_notebook(nb, path.name, registry), path.name)
+
+
+def leaks_per_notebook(
+    solutions: str | Path = "solutions", registry: Mapping[str, Any] | None = None
+) -> dict[str, list[Leak]]:
+    """Solution file name -> its leaks (an empty list when it keeps the rule), for every
+    ``solutions/NN_*.ipynb``. Invalid notebooks raise ``ReleaseError`` as in release."""
+    from course_utils.release import solution_paths
+
+    return {p.name: notebook_leaks(p, registry) for p in solution_paths(solutions)}
+
+
+def leak_messages(
+    solutions: str | Path = "solutions", registry: Mapping[str, Any] | None = None
+) -> list[str]:
+    """One message per leak in every solution notebook; empty when the rule holds."""
+    return [
+        leak.message()
+        for leaks in leaks_per_notebook(solutions, registry).values()
+        for leak in leaks
+    ]

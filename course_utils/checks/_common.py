@@ -313,3 +313,12 @@ class FormulaOnly(TorchDispatchMode):
             if isinstance(t, Tensor) and t.numel() > self.limit:
                 raise ValueError(self.message(tuple(t.shape)))
         return out
+
+
+def parameter_shapes(module_cls: Callable[..., nn.Module], *args, **kwargs) -> dict[str, tuple]:
+    """Name -> shape of every parameter of ``module_cls(*args, **kwargs)``, in registration
+    order, built on the ``meta`` device (no memory): the weights a check seeds for a module
+    the student completes (e.g. ``parameter_shapes(layers.TransformerBlock, D, 1, d_ff)``)."""
+    with torch.device("meta"):
+        module = module_cls(*args, **kwargs)
+    return {name: tuple(p.shape) for name, p in module.named_parameters()}

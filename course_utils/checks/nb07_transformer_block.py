@@ -44,6 +44,7 @@ from course_utils.checks._common import (
     as_tensor,
     build_module,
     close,
+    parameter_shapes,
     random_weights,
     size,
 )
@@ -52,23 +53,6 @@ from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator
 NOTEBOOK = "07_transformer_block.ipynb"
 
 # ----------------------------------------------------------------------------- 07.1 TransformerBlock
-
-
-def _block_shapes(D: int, F_: int) -> dict[str, tuple[int, ...]]:
-    return {
-        "attn.qkv.weight": (3 * D, D),
-        "attn.qkv.bias": (3 * D,),
-        "attn.out.weight": (D, D),
-        "attn.out.bias": (D,),
-        "norm1.weight": (D,),
-        "norm1.bias": (D,),
-        "norm2.weight": (D,),
-        "norm2.bias": (D,),
-        "mlp.fc1.weight": (F_, D),
-        "mlp.fc1.bias": (F_,),
-        "mlp.fc2.weight": (D, F_),
-        "mlp.fc2.bias": (D,),
-    }
 
 
 def _block_cases(seed: int) -> list[Case]:
@@ -86,7 +70,7 @@ def _block_cases(seed: int) -> list[Case]:
                 "d_ff": F_,
                 "norm_first": norm_first,
                 "x": randn(g, B, T, D),
-                **random_weights(g, _block_shapes(D, F_)),
+                **random_weights(g, parameter_shapes(layers.TransformerBlock, D, H, F_)),
             },
         )
 

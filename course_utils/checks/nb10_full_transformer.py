@@ -33,6 +33,7 @@ from course_utils.checks._common import (
     close,
     distinct_sizes,
     lengths_mask,
+    parameter_shapes,
     random_weights,
     size,
     weights_of,
@@ -43,31 +44,6 @@ from course_utils.models.transformer import EncoderDecoderTransformer
 NOTEBOOK = "10_full_transformer.ipynb"
 
 # ----------------------------------------------------------------------------- 10.1 decoder layer
-
-
-def _mha_shapes(prefix: str, D: int) -> dict[str, tuple[int, ...]]:
-    return {
-        f"{prefix}.qkv.weight": (3 * D, D),
-        f"{prefix}.qkv.bias": (3 * D,),
-        f"{prefix}.out.weight": (D, D),
-        f"{prefix}.out.bias": (D,),
-    }
-
-
-def _layer_shapes(D: int, F_: int) -> dict[str, tuple[int, ...]]:
-    shapes = {**_mha_shapes("self_attn", D), **_mha_shapes("cross_attn", D)}
-    for k in (1, 2, 3):
-        shapes[f"norm{k}.weight"] = (D,)
-        shapes[f"norm{k}.bias"] = (D,)
-    shapes.update(
-        {
-            "mlp.fc1.weight": (F_, D),
-            "mlp.fc1.bias": (F_,),
-            "mlp.fc2.weight": (D, F_),
-            "mlp.fc2.bias": (D,),
-        }
-    )
-    return shapes
 
 
 def _layer_cases(seed: int) -> list[Case]:
@@ -88,7 +64,7 @@ def _layer_cases(seed: int) -> list[Case]:
                 "x": randn(g, B, T, D),
                 "memory": randn(g, B, S, D),
                 "memory_key_padding_mask": mask,
-                **random_weights(g, _layer_shapes(D, F_)),
+                **random_weights(g, parameter_shapes(layers.TransformerDecoderBlock, D, H, F_)),
             },
         )
 

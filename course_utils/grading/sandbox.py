@@ -22,8 +22,8 @@ Limits on the whole submission (:class:`Limits`), enforced by the first that app
 memory by a cgroup (v1 ``memory`` controller, or v2 ``memory.max`` where delegated), else by
 the watchdog summing the resident memory of the sandbox's process tree; processes by a
 ``pids`` cgroup, else ``RLIMIT_NPROC`` on the per-submission uid (root), else the watchdog;
-bytes written by ``RLIMIT_FSIZE`` per file and the watchdog summing the sandbox's writable
-folders; CPU time by the watchdog (user + system time of the tree); wall time by the grader's
+bytes written by ``RLIMIT_FSIZE`` per file, a ``/dev/shm`` tmpfs of that size and the
+watchdog summing the sandbox's writable folders; CPU time by the watchdog (user + system time of the tree); wall time by the grader's
 per-cell and total limits. :meth:`Sandbox.describe` says which mechanism enforced what.
 """
 
@@ -770,7 +770,8 @@ class Sandbox:
                     if (root and self.backend == "bwrap")
                     else "watchdog: process count of the tree, sampled every 0.25 s"
                 ),
-                "bytes_written": "RLIMIT_FSIZE per file; watchdog on the writable folders (1 s)",
+                "bytes_written": "RLIMIT_FSIZE per file; /dev/shm tmpfs of --disk-mb; "
+                "watchdog on the writable folders (1 s)",
                 "cpu_time": "watchdog: user+system time of the process tree"
                 if self.limits.cpu_s
                 else "none (wall-time limits only)",

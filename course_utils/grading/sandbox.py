@@ -771,7 +771,9 @@ class Sandbox:
                     else "watchdog: process count of the tree, sampled every 0.25 s"
                 ),
                 "bytes_written": "RLIMIT_FSIZE per file; /dev/shm tmpfs of --disk-mb; "
-                "watchdog on the writable folders (1 s)",
+                "watchdog on the writable folders (1 s)"
+                if self.isolated
+                else "RLIMIT_FSIZE per file only (unsandboxed: it can write wherever you can)",
                 "cpu_time": "watchdog: user+system time of the process tree"
                 if self.limits.cpu_s
                 else "none (wall-time limits only)",

@@ -54,6 +54,8 @@ examples:
   course grade notebooks/00_start_here.ipynb                 # a student checks their work
   course grade submissions/*.ipynb --assignment 00_start_here -j 4 \\
       --csv gradebook.csv --feedback feedback/ --json grades.json --junit grades.xml
+  course grade submissions/*.ipynb --sandbox docker --image course-grade:latest \\
+      --similarity --report report.md --csv gradebook.csv   # in containers, with copying
 """
 
 
@@ -130,7 +132,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=6144,
         metavar="M",
-        help="address-space limit of the kernel in MiB (default 6144; 0 = none). "
+        help="memory of one submission in MiB, all its processes together (a cgroup, else "
+        "a watchdog), and the address-space limit of each process (default 6144; 0 = none). "
         "Virtual memory: torch alone maps about 1 GB",
     )
     lim.add_argument(

@@ -37,7 +37,7 @@ from typing import Any
 from course_utils.grading.sandbox import Limits, Sandbox
 
 MAX_FILE_BYTES = 4 << 30  # RLIMIT_FSIZE: no single file written by the kernel above 4 GiB
-MAX_MESSAGE_BYTES = 64 << 20  # the largest Jupyter message the grader accepts from a kernel
+MAX_MESSAGE_BYTES = 256 << 20  # the largest Jupyter message the grader accepts (larger: dropped)
 
 # Environment variables passed from the grader to the kernel; everything else (tokens, cloud
 # credentials, CI secrets) stays out of the student's reach.

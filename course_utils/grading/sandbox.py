@@ -22,32 +22,38 @@ Limits on the whole submission (:class:`Limits`), enforced by the first that app
 memory by a cgroup (v1 ``memory`` controller, or v2 ``memory.max`` where delegated), else by
 the watchdog summing the resident memory of the sandbox's process tree; processes by a
 ``pids`` cgroup, else ``RLIMIT_NPROC`` on the per-submission uid (root), else the watchdog;
-bytes written by ``RLIMIT_FSIZE`` per file and the watchdog summing the sandbox's writable
-folders; CPU time by the watchdog (user + system time of the tree); wall time by the grader's
+bytes written by ``RLIMIT_FSIZE`` per file, a ``/dev/shm`` tmpfs of that size and the
+watchdog summing the sandbox's writable folders; CPU time by the watchdog (user + system time of the tree); wall time by the grader's
 per-cell and total limits. :meth:`Sandbox.describe` says which mechanism enforced what.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from course_utils.grading.confine import (
+    Cgroups,
+    ConfineError,
+    UidLease,
+    proc_table,
+    process_tree,
+    tree_size,
+)
+
 BACKENDS = ("auto", "bwrap", "docker", "podman", "none")
 INSIDE_WORK = "/submission"
 INSIDE_HOME = "/home/student"
 INSIDE_RUN = "/run/course"
-UID_BASE, UID_COUNT = 200_000, 1000  # per-submission uids when the grader is root
 DOCKER_IMAGE = "course-grade:latest"
 _ETC = (
     "ld.so.cache",
@@ -144,271 +150,6 @@ def container_problem(engine: str) -> str | None:
     return None
 
 
-# ----------------------------------------------------------------------------- cgroups
-
-
-def _own_cgroup(controller: str) -> str | None:
-    """This process's cgroup path for a v1 controller ('' for v2), from /proc/self/cgroup."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) == 3 and controller in parts[1].split(","):
-            return parts[2]
-    return None
-
-
-class Cgroups:
-    """Memory and pids cgroups for one submission, where this machine lets us make them."""
-
-    def __init__(self, name: str, limits: Limits) -> None:
-        self.dirs: dict[str, Path] = {}
-        self.notes: list[str] = []
-        for controller, setting, value in (
-            ("memory", "memory.limit_in_bytes", limits.memory_mb << 20),
-            ("pids", "pids.max", limits.max_procs),
-        ):
-            if not value:
-                continue
-            base = _own_cgroup(controller)
-            root = Path("/sys/fs/cgroup") / controller
-            if base is None or not (root / "cgroup.procs").exists():
-                continue
-            path = root / base.lstrip("/") / name
-            try:
-                path.mkdir()
-                (path / setting).write_text(str(value))
-                if controller == "memory" and (path / "memory.memsw.limit_in_bytes").exists():
-                    try:
-                        (path / "memory.memsw.limit_in_bytes").write_text(str(value))
-                    except OSError:
-                        pass
-                self.dirs[controller] = path
-            except OSError as exc:
-                self.notes.append(f"no {controller} cgroup ({exc.strerror or exc})")
-                try:
-                    path.rmdir()
-                except OSError:
-                    pass
-        if "memory" not in self.dirs:
-            self._try_v2(name, limits)
-
-    def _try_v2(self, name: str, limits: Limits) -> None:
-        base = _own_cgroup("")
-        root = Path("/sys/fs/cgroup")
-        if (root / "unified").is_dir():
-            root = root / "unified"
-        if base is None:
-            return
-        parent = root / base.lstrip("/")
-        try:
-            controllers = (parent / "cgroup.subtree_control").read_text().split()
-        except OSError:
-            return
-        if "memory" not in controllers:
-            return
-        path = parent / name
-        try:
-            path.mkdir()
-            (path / "memory.max").write_text(str(limits.memory_mb << 20))
-            if "pids" in controllers and limits.max_procs:
-                (path / "pids.max").write_text(str(limits.max_procs))
-                self.dirs["pids"] = path
-            self.dirs["memory"] = path
-            self.dirs["v2"] = path
-        except OSError:
-            try:
-                path.rmdir()
-            except OSError:
-                pass
-
-    @property
-    def procs_files(self) -> list[str]:
-        return sorted({str(p / "cgroup.procs") for p in self.dirs.values()})
-
-    def pids(self) -> set[int]:
-        out: set[int] = set()
-        for f in self.procs_files:
-            try:
-                out |= {int(x) for x in Path(f).read_text().split()}
-            except (OSError, ValueError):
-                pass
-        return out
-
-    def memory_bytes(self) -> tuple[int, int] | None:
-        """(current, peak) bytes of the memory cgroup."""
-        path = self.dirs.get("memory")
-        if path is None:
-            return None
-        try:
-            if "v2" in self.dirs:
-                cur = int((path / "memory.current").read_text())
-                peak_file = path / "memory.peak"
-                peak = int(peak_file.read_text()) if peak_file.exists() else cur
-            else:
-                cur = int((path / "memory.usage_in_bytes").read_text())
-                peak = int((path / "memory.max_usage_in_bytes").read_text())
-            return cur, peak
-        except (OSError, ValueError):
-            return None
-
-    def oom_killed(self) -> bool:
-        path = self.dirs.get("memory")
-        if path is None:
-            return False
-        try:
-            name = "memory.events" if "v2" in self.dirs else "memory.oom_control"
-            for line in (path / name).read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill" and int(value) > 0:
-                    return True
-            if "v2" not in self.dirs:
-                return int((path / "memory.failcnt").read_text()) > 0
-        except (OSError, ValueError):
-            pass
-        return False
-
-    def kill_all(self) -> None:
-        for _ in range(50):
-            pids = self.pids()
-            if not pids:
-                return
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.02)
-
-    def remove(self) -> None:
-        self.kill_all()
-        for path in set(self.dirs.values()):
-            for _ in range(50):
-                try:
-                    path.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.02)
-
-
-# ----------------------------------------------------------------------------- process trees
-
-
-def _proc_table() -> dict[int, tuple[int, int, float]]:
-    """pid -> (ppid, rss bytes, cpu seconds incl. reaped children) for every process."""
-    table: dict[int, tuple[int, int, float]] = {}
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return table
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                raw = fh.read(4096).decode("ascii", "replace")
-        except OSError:
-            continue
-        rest = raw[raw.rfind(")") + 2 :].split()
-        try:
-            ppid = int(rest[1])
-            cpu = sum(int(x) for x in rest[11:15]) / tick
-            rss = int(rest[21]) * page
-        except (IndexError, ValueError):
-            continue
-        table[int(name)] = (ppid, rss, cpu)
-    return table
-
-
-def process_tree(root: int, table: dict[int, tuple[int, int, float]] | None = None) -> set[int]:
-    """``root`` and all its descendants (host pids)."""
-    table = _proc_table() if table is None else table
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    out, stack = set(), [root]
-    while stack:
-        pid = stack.pop()
-        if pid in out or (pid != root and pid not in table):
-            continue
-        out.add(pid)
-        stack.extend(children.get(pid, []))
-    return out & (set(table) | {root})
-
-
-def _tree_size(path: Path, cap_entries: int = 200_000) -> tuple[int, int]:
-    """(bytes on disk, entries) under ``path``, never following symlinks."""
-    total, count = 0, 0
-    stack = [str(path)]
-    while stack and count < cap_entries:
-        top = stack.pop()
-        try:
-            with os.scandir(top) as it:
-                for entry in it:
-                    count += 1
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    total += getattr(st, "st_blocks", 0) * 512 or st.st_size
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-        except OSError:
-            continue
-    return total, count
-
-
-# ----------------------------------------------------------------------------- uids
-
-
-class _UidLease:
-    """A uid of its own for one running submission (root only), held by a file lock."""
-
-    def __init__(self) -> None:
-        lock_dir = Path(tempfile.gettempdir()) / "course-grade-uids"
-        lock_dir.mkdir(mode=0o700, exist_ok=True)
-        self.fh = None
-        self.uid = None
-        start = (os.getpid() * 7919) % UID_COUNT
-        for k in range(UID_COUNT):
-            uid = UID_BASE + (start + k) % UID_COUNT
-            fh = open(lock_dir / str(uid), "w")  # noqa: SIM115 - held until release()
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                fh.close()
-                continue
-            self.fh, self.uid = fh, uid
-            return
-        raise SandboxError("no free sandbox uid (more than 1000 submissions graded at once?)")
-
-    def kill_all(self) -> None:
-        """SIGKILL every process of this uid (a helper that becomes the uid: no fork of this
-        multi-threaded process)."""
-        if self.uid is None:
-            return
-        launcher = str(Path(__file__).with_name("launch.py"))
-        try:
-            subprocess.run(
-                [sys.executable, "-I", "-S", launcher, "--kill-uid", str(self.uid)],
-                timeout=30,
-                capture_output=True,
-            )
-        except (OSError, subprocess.SubprocessError):
-            pass
-
-    def release(self) -> None:
-        if self.fh is not None:
-            self.fh.close()
-            self.fh = None
-
-
 # ----------------------------------------------------------------------------- the sandbox
 
 
@@ -435,7 +176,7 @@ class Sandbox:
     def __post_init__(self) -> None:
         self.box = Path(self.box)
         self.name = "course-grade-" + self.box.name.replace("_", "-").lower()
-        self._lease: _UidLease | None = None
+        self._lease: UidLease | None = None
         self.cgroups: Cgroups | None = None
         self._watch: threading.Thread | None = None
         self._stop = threading.Event()
@@ -473,12 +214,15 @@ class Sandbox:
         for sub in ("work", "tmp", "home", "run", "run/ipc", "run/results"):
             (self.box / sub).mkdir(parents=True, exist_ok=True)
         if self.backend == "bwrap" and os.geteuid() == 0:
-            self._lease = _UidLease()
+            try:
+                self._lease = UidLease()
+            except ConfineError as exc:
+                raise SandboxError(str(exc)) from exc
             self.uid = self.gid = self._lease.uid
         elif self.backend in ("docker", "podman"):
             self.uid = self.gid = 65534 if os.geteuid() == 0 else None
         if self.backend != "docker" and self.backend != "podman":
-            self.cgroups = Cgroups(self.name, self.limits)
+            self.cgroups = Cgroups(self.name, self.limits.memory_mb, self.limits.max_procs)
 
     def own(self, path: Path) -> None:
         """Make ``path`` (a folder or file under ``box``) the submission's own."""
@@ -667,7 +411,7 @@ class Sandbox:
         lim, use = self.limits, self.usage
         if self._root_pid is None or self.backend in ("docker", "podman"):
             return None
-        table = _proc_table()
+        table = proc_table()
         tree = process_tree(self._root_pid, table)
         if self.cgroups is not None:
             tree |= self.cgroups.pids() & set(table)
@@ -694,7 +438,7 @@ class Sandbox:
             size = 0
             entries = 0
             for sub in ("work", "tmp", "home", "run"):
-                b, n = _tree_size(self.box / sub)
+                b, n = tree_size(self.box / sub)
                 size, entries = size + b, entries + n
             use.peak_disk_mb = max(use.peak_disk_mb, size / 2**20)
             if size > lim.disk_mb << 20:
@@ -770,7 +514,10 @@ class Sandbox:
                     if (root and self.backend == "bwrap")
                     else "watchdog: process count of the tree, sampled every 0.25 s"
                 ),
-                "bytes_written": "RLIMIT_FSIZE per file; watchdog on the writable folders (1 s)",
+                "bytes_written": "RLIMIT_FSIZE per file; /dev/shm tmpfs of --disk-mb; "
+                "watchdog on the writable folders (1 s)"
+                if self.isolated
+                else "RLIMIT_FSIZE per file only (unsandboxed: it can write wherever you can)",
                 "cpu_time": "watchdog: user+system time of the process tree"
                 if self.limits.cpu_s
                 else "none (wall-time limits only)",

@@ -140,8 +140,8 @@ def lab(tmp_path):
     work.mkdir()
     path = _student_notebook(work)
     port, token = _free_port(), "course-browser-test"
-    env = dict(os.environ, COURSE_PROFILE="ci", PYTHONHASHSEED="0", MPLBACKEND="")
-    env.pop("MPLBACKEND")
+    env = dict(os.environ, COURSE_PROFILE="ci", PYTHONHASHSEED="0")
+    env.pop("MPLBACKEND", None)  # the kernel draws inline, as in a student's JupyterLab
     env.update(_jupyter_dirs(tmp_path / "jupyter"))
     log = (tmp_path / "lab.log").open("w")
     cmd = [
@@ -188,8 +188,14 @@ def _shot(page, name: str) -> None:
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
-def test_run_all_in_jupyterlab_reaches_the_end_with_verdicts_and_a_live_slider(lab):
-    sync_playwright = _require_browser()
+@pytest.fixture
+def playwright_api():
+    """Playwright's sync API, checked before any server starts."""
+    return _require_browser()
+
+
+def test_run_all_in_jupyterlab_reaches_the_end_with_verdicts_and_a_live_slider(playwright_api, lab):
+    sync_playwright = playwright_api
     base, token, path = lab
     if SCREENSHOTS.exists():
         shutil.rmtree(SCREENSHOTS)

@@ -1,0 +1,45 @@
+"""The README's quick start is in a newcomer's order and agrees with what CI runs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _section(title: str) -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index(f"## {title}")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+def test_quick_start_goes_venv_cpu_torch_setup_start_tests():
+    quick = _section("Quick start")
+    steps = [
+        "python -m venv .venv",
+        "pip install torch --index-url https://download.pytorch.org/whl/cpu",
+        'pip install -e ".[dev]"',
+        "jupyter lab notebooks/",
+        "python -m pytest -n 2\n",
+        'python -m pytest -n 2 -m "not slow"',
+    ]
+    positions = [quick.find(step) for step in steps]
+    assert -1 not in positions, dict(zip(steps, positions))
+    assert positions == sorted(positions), "quick start steps out of order"
+    assert "--allow-root" in quick  # containers running as root
+
+
+def test_the_readme_test_command_is_the_one_ci_runs():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^python -m pytest -n 2\s", ci, re.M)
+    assert "python -m pytest -n 2\n" in _section("Quick start")
+
+
+def test_the_virtual_environment_is_ignored_by_git():
+    assert ".venv/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_instructors_see_the_nbval_command():
+    assert "pytest --nbval-lax" in _section("Instructors")

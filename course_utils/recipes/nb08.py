@@ -25,7 +25,7 @@ import torch
 from course_utils import devices
 from course_utils.data.text import CharDataset, TextCorpus, load_text_corpus
 from course_utils.models.gpt import GPT, GPTConfig
-from course_utils.profiles import current
+from course_utils.profiles import cap_steps, current
 from course_utils.training import History
 
 __all__ = [
@@ -246,7 +246,7 @@ def train_char_gpt(
     given ``seed`` when stopped by steps.
     """
     ds = data if isinstance(data, CharDataset) else CharDataset(data)
-    steps = cfg.steps if steps is None else steps
+    steps = cap_steps(cfg.steps if steps is None else steps)  # COURSE_MAX_STEPS: GPU check
     budget = cfg.time_budget_s if time_budget_s is None else time_budget_s
     device = torch.device(cfg.device) if cfg.device else current().device
     torch.manual_seed(seed)

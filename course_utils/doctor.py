@@ -34,9 +34,17 @@ def report() -> list[str]:
     else:
         device = f"CPU ({torch.get_num_threads()} threads)"
     lines.append(f"device      {device}")
-    lines.append(f"profile     {profiles.describe()}")
+    lines.append(f"profile     {profiles.describe().splitlines()[0]}")
+    lines += _gpu_profile_lines()
     lines += _data_lines()
     return lines
+
+
+def _gpu_profile_lines() -> list[str]:
+    """The gpu profile's assumptions and per-notebook estimates (course_utils.gpu_plan)."""
+    from course_utils import gpu_plan
+
+    return [f"gpu profile {line}" for line in gpu_plan.doctor_lines()]
 
 
 def _data_lines() -> list[str]:

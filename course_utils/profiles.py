@@ -24,6 +24,7 @@ import torch
 PROFILES = ("ci", "cpu", "gpu")
 ENV_VAR = "COURSE_PROFILE"
 DEVICE_VAR = "COURSE_DEVICE"
+MAX_STEPS_VAR = "COURSE_MAX_STEPS"  # the GPU check's smoke runs: every training loop stops early
 
 T = TypeVar("T")
 
@@ -109,6 +110,21 @@ def pick(*, ci: T, cpu: T, gpu: T | None = None) -> T:
     return cpu
 
 
+def cap_steps(steps: int) -> int:
+    """``steps``, or fewer when ``COURSE_MAX_STEPS`` is set (the GPU check runs every notebook
+    with shortened training this way; training loops call this once)."""
+    value = os.environ.get(MAX_STEPS_VAR, "").strip()
+    if not value:
+        return steps
+    try:
+        cap = int(value)
+    except ValueError:
+        raise ValueError(f"{MAX_STEPS_VAR}={value!r} is not a whole number of steps") from None
+    if cap < 1:
+        raise ValueError(f"{MAX_STEPS_VAR} must be >= 1, got {cap}")
+    return min(steps, cap)
+
+
 def seed_everything(seed: int = 0) -> torch.Generator:
     """Seed Python, NumPy and torch (CPU and CUDA) and return a CPU ``torch.Generator`` seeded alike."""
     random.seed(seed)
@@ -117,7 +133,21 @@ def seed_everything(seed: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def describe() -> str:
-    """One line naming the profile and device, printed at the top of every notebook."""
+def describe(notebook: str | None = None) -> str:
+    """One line naming the profile and device, printed at the top of every notebook.
+
+    In the ``gpu`` profile a second line states what the profile assumes and this notebook's
+    estimate (``notebook`` like "08", default: the running notebook's, when Jupyter names it).
+    """
     p = current()
-    return f"Running the '{p.name}' profile on {p.device} ({p.source}); torch {torch.__version__}"
+    line = f"Running the '{p.name}' profile on {p.device} ({p.source}); torch {torch.__version__}"
+    if p.name != "gpu":
+        return line
+    from course_utils import gpu_plan
+
+    notebook = notebook or gpu_plan.current_notebook()
+    est = f"; notebook {gpu_plan.row(notebook)}" if notebook in gpu_plan.EXPECTATIONS else ""
+    return (
+        f"{line}\ngpu profile: sized for {gpu_plan.REFERENCE}{est} "
+        "(estimates; `course doctor` lists every notebook)"
+    )

@@ -396,6 +396,9 @@ def train(  # noqa: C901 -- the taught loop: one branch per documented option
     """
     if steps < 1:
         raise ValueError(f"expected steps >= 1, got {steps}")
+    from course_utils.profiles import cap_steps
+
+    steps = cap_steps(steps)  # COURSE_MAX_STEPS (the GPU check's smoke runs)
     if log_every < 1 or (eval_every is not None and eval_every < 1):
         raise ValueError(
             f"expected log_every >= 1 and eval_every >= 1, got {log_every}, {eval_every}"

@@ -14,11 +14,14 @@ backward included) closes those gaps:
   devices (``.to``, ``copy_``) are of course allowed;
 * an operator on ``meta`` given a CPU ``torch.Generator`` raises :class:`DeviceLeak` (CUDA does);
 * ``strict=True``: any operator that makes a new CPU tensor (of one or more dimensions) from
-  no tensor at all (``torch.zeros(n)``, ``torch.arange(n)``, ...) raises too, unless PyTorch's
-  own Python code made it; for code that
-  should create nothing on the host (a model's forward, attention kernels, generation);
+  no tensor at all (``torch.zeros(n)``, ``torch.arange(n)``, ``torch.tensor([...])``) raises
+  too, unless PyTorch's own Python code made it: for code that should create nothing on the
+  host (a model's forward, attention kernels, generation);
+* CPU index tensors are accepted by indexing (CUDA accepts them), and operators that take a
+  host tensor by design (``pack_padded_sequence``'s lengths) are exempt;
 * ``.item()`` / ``float()`` / ``bool()`` of a ``meta`` scalar answer a stand-in (1, 1.0,
-  True), as do ``torch.equal`` / ``torch.allclose`` (True), and copies from ``meta`` to the CPU are zeros (ones for integers), so loops that log and plot run to the end.
+  True), as do ``torch.equal`` / ``torch.allclose`` (True); copies from ``meta`` to the CPU
+  are zeros (ones for integers): loops that log, decode and plot run to the end.
 """
 
 from __future__ import annotations

@@ -387,3 +387,16 @@ def test_exercise_harness_runs_the_reference_on_the_device(exercise_id):
     with FakeAccelerator():
         outputs = ex.call(ex.reference, case)
     assert outputs is not None
+
+
+def test_greedy_decoders_take_a_source_from_the_cpu():
+    """Notebook 10's cross-attention cell decodes one CPU sentence with the trained model."""
+    src, lengths = torch.randint(3, 9, (2, 4)), torch.tensor([4, 3])
+    for model in (
+        EncoderDecoderTransformer(9, 9, d_model=16, n_heads=2, n_layers=1, max_len=12),
+        Seq2SeqRNN(9, 9, 8, 12, attention=True),
+    ):
+        model = to_meta(model)
+        with FakeAccelerator(strict=True):
+            tokens, _ = model.greedy_decode(src, lengths, 5)
+        assert tokens.device == META

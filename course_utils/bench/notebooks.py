@@ -20,12 +20,13 @@ PER_NOTEBOOK_S = 60.0
 TOTAL_S = 480.0
 
 
-def time_notebook(path: Path, timeout: int = 600) -> tuple[float, str]:
-    """Seconds to execute ``path`` top to bottom in the ci profile, and "ok" or the error."""
+def time_notebook(path: Path, timeout: int = 600, profile: str = "ci") -> tuple[float, str]:
+    """Seconds to execute ``path`` top to bottom in ``profile`` (default ci), and "ok" or the
+    error. The kernel inherits this process's environment (e.g. ``COURSE_MAX_STEPS``)."""
     nb = nbformat.read(path, as_version=4)
     t0 = time.perf_counter()
     try:
-        with using_profile("ci"):
+        with using_profile(profile):
             NotebookClient(
                 nb,
                 timeout=timeout,

@@ -158,7 +158,11 @@ class Seq2SeqRNN(nn.Module):
 
         src (B, S), src_lengths (B,) -> (tokens (B, T') without BOS, T' <= max_len, each row
         up to and including its EOS and ``pad_id`` after it; attention (B, T', S) or None).
+        Inputs from the CPU move to the model's device; the results stay there.
         """
+        device = self.out.weight.device  # a source from the CPU joins the model
+        src = src.to(device)
+        src_lengths = None if src_lengths is None else src_lengths.to(device)
         enc_states, c = self.encode(src, src_lengths)
         mask = self.src_mask(src, src_lengths)
         B = src.shape[0]

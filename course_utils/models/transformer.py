@@ -162,8 +162,14 @@ class EncoderDecoderTransformer(nn.Module):
         src (B, S), src_lengths (B,) -> (tokens (B, T') without BOS, T' <= max_len, each row
         up to and including its EOS and ``pad_id`` after it; None), the pair of
         ``Seq2SeqRNN.greedy_decode``. Each step re-runs the decoder on the whole prefix
-        (simple; T' is small here).
+        (simple; T' is small here). Inputs from the CPU move to
+        the model's device; the results stay there.
         """
+        device = next(self.parameters()).device  # a source from the CPU joins the model
+        src = src.to(device)
+        src_lengths = None if src_lengths is None else src_lengths.to(device)
+        if src_key_padding_mask is not None:
+            src_key_padding_mask = src_key_padding_mask.to(device)
         if src_key_padding_mask is None:
             src_key_padding_mask = self.src_mask(src, src_lengths)
         memory = self.encode(src, src_key_padding_mask)

@@ -24,7 +24,7 @@ import torch
 from course_utils import devices
 from course_utils.data.text import CharDataset, TextCorpus, load_text_corpus
 from course_utils.models.gpt import GPT, GPTConfig
-from course_utils.profiles import current
+from course_utils.profiles import cap_steps, current
 from course_utils.training import History, lr_schedule, train
 
 __all__ = [
@@ -247,6 +247,7 @@ def train_char_gpt(
     Deterministic for a given ``seed`` when stopped by steps.
     """
     ds = data if isinstance(data, CharDataset) else CharDataset(data)
+    steps = cap_steps(cfg.steps if steps is None else steps)  # COURSE_MAX_STEPS: GPU check
     device = torch.device(cfg.device) if cfg.device else current().device
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)  # draws the batch windows, on the CPU with the data
@@ -268,7 +269,7 @@ def train_char_gpt(
     history = train(
         model,
         lambda step: ds.get_batch("train", T, B, gen, device),
-        steps=cfg.steps if steps is None else steps,
+        steps=steps,
         lr=cfg.lr,
         loss_fn=lambda net, batch: net(*batch)[1],
         weight_decay=cfg.weight_decay,

@@ -1,0 +1,141 @@
+"""The gpu profile's sizing (memory-adapted sweep, stated expectations, step cap) and the prepared
+GPU check (``benchmarks/gpu.sh``), exercised on the CPU with tiny sizes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_utils import doctor, gpu_plan, profiles
+from course_utils.bench import gpu_check
+from course_utils.recipes import nb11
+
+ROOT = Path(__file__).parents[1]
+
+
+# ----------------------------------------------------------------------------- sized for real cards
+
+
+def test_naive_sweep_stops_where_it_would_not_fit_and_says_so():
+    cfg = nb11.config()
+    n16k = 16384
+    assert nb11.naive_bytes(n16k, cfg, torch.float16) == 3 * 8 * n16k * n16k * 2  # 12.9 GB
+    big = dict(cfg.__dict__, lengths=(1024, 4096, 16384), naive_max=16384)
+    cfg = type(cfg)(**big)
+    n_max, why = nb11.naive_limit(cfg, "cuda", torch.float16, free_bytes=15 * 10**9)
+    assert n_max == 4096
+    assert "stops at n = 4096" in why and "n = 16384" in why and "15.0 GB free" in why
+    n_max, why = nb11.naive_limit(cfg, "cuda", torch.float16, free_bytes=80 * 10**9)
+    assert n_max == 16384 and "measured up to n = 16384" in why
+    n_max, _ = nb11.naive_limit(cfg, "cuda", torch.float16, free_bytes=10**6)
+    assert n_max == 0  # nothing fits: the sweep measures no naive point
+
+
+def test_every_notebook_has_a_gpu_estimate_and_doctor_prints_them():
+    notebooks = sorted(p.name[:2] for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+    assert notebooks == sorted(gpu_plan.EXPECTATIONS)
+    report = "\n".join(doctor.report())
+    for key in notebooks:
+        assert f"gpu profile {key}: about" in report
+    assert "not yet measured" in report and f"{gpu_plan.MIN_MEMORY_GB} GB" in report
+
+
+def test_describe_states_the_gpu_expectations_only_in_the_gpu_profile(monkeypatch):
+    monkeypatch.setenv("COURSE_PROFILE", "ci")
+    assert "\n" not in profiles.describe()  # the stored ci/cpu outputs do not change
+    monkeypatch.setenv("COURSE_PROFILE", "gpu")
+    text = profiles.describe("08")
+    assert "sized for one current data-centre GPU" in text and "08: about 4 min" in text
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/me/course/notebooks/11_attention_at_scale.ipynb")
+    assert "11: about" in profiles.describe()
+
+
+def test_step_cap(monkeypatch):
+    from course_utils.training import train
+
+    assert profiles.cap_steps(500) == 500
+    monkeypatch.setenv("COURSE_MAX_STEPS", "3")
+    assert profiles.cap_steps(500) == 3 and profiles.cap_steps(2) == 2
+    model = torch.nn.Linear(2, 1)
+    batch = (torch.randn(4, 2), torch.randn(4, 1))
+    history = train(
+        model,
+        lambda step: batch,
+        steps=50,
+        loss_fn=lambda m, b: ((m(b[0]) - b[1]) ** 2).mean(),
+        progress=False,
+    )
+    assert history.step[-1] == 2  # three steps, 0..2
+    monkeypatch.setenv("COURSE_MAX_STEPS", "zero")
+    with pytest.raises(ValueError, match="COURSE_MAX_STEPS"):
+        profiles.cap_steps(5)
+
+
+# ----------------------------------------------------------------------------- the GPU check
+
+
+def test_gpu_check_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
+    assert gpu_check.main(["--dry-run", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    for stage in gpu_check.STAGES:
+        assert f"  {stage}" in text
+    assert "val <= 1.47" in text and "NCCL" in text and "total budget ~510 s" in text
+    assert not list(tmp_path.iterdir())
+
+
+def test_gpu_check_runs_its_stages_on_the_cpu(tmp_path, monkeypatch):
+    """doctor, paths and the GPT bar, tiny: the logic a GPU run depends on, proven here."""
+    monkeypatch.delenv("COURSE_MAX_STEPS", raising=False)
+    argv = ["--profile", "ci", "--device", "cpu", "--max-steps", "2", "--bar-steps", "2"]
+    argv += ["--stages", "doctor", "paths", "gpt-bar", "--out", str(tmp_path)]
+    assert gpu_check.main(argv) == 0
+    report = json.loads((tmp_path / "gpu.json").read_text())
+    stages = report["stages"]
+    assert [stages[s]["status"] for s in ("doctor", "paths", "gpt-bar")] == ["ok"] * 3
+    paths = stages["paths"]
+    assert paths["gpt_step"]["steps"] == 2 and paths["kv_cache_identical"] is True
+    assert "MATH" in paths["sdpa_backends"] and paths["sdpa_kernel"]
+    if not torch.cuda.is_available():
+        assert paths["data_parallel"]["backend"] == "skipped"
+        assert "no GPU" in paths["data_parallel"]["note"]
+    assert stages["gpt-bar"]["met"] is None  # a 2-step ci run is not judged against 1.47
+    md = (tmp_path / "gpu.md").read_text()
+    assert "| paths | ok |" in md and "GPT bar: val" in md and "not judged" in md
+    assert "== paths" in (tmp_path / "gpu.txt").read_text()
+
+
+def test_gpu_check_reports_a_failing_stage_and_exits_1(tmp_path):
+    argv = ["--profile", "ci", "--stages", "notebooks", "--solutions", str(tmp_path / "none")]
+    assert gpu_check.main([*argv, "--out", str(tmp_path)]) == 1
+    stage = json.loads((tmp_path / "gpu.json").read_text())["stages"]["notebooks"]
+    assert stage["status"].startswith("FAILED: FileNotFoundError")
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_notebooks_in_the_profile_with_the_step_cap(tmp_path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "import os\n"
+            "from course_utils.profiles import cap_steps, profile_name\n"
+            "assert profile_name() == 'ci', profile_name()\n"
+            "assert cap_steps(1000) == 3, cap_steps(1000)\n"
+        )
+    ]
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    nbformat.write(nb, solutions / "00_probe.ipynb")
+    argv = ["--profile", "ci", "--stages", "notebooks", "--max-steps", "3"]
+    assert gpu_check.main([*argv, "--solutions", str(solutions), "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "gpu.json").read_text())["stages"]["notebooks"]["rows"]
+    assert rows == [{"notebook": "00_probe", "seconds": rows[0]["seconds"], "status": "ok"}]
+
+
+def test_gpu_sh_calls_the_check():
+    script = (ROOT / "benchmarks" / "gpu.sh").read_text()
+    assert "python -m course_utils.bench.gpu_check" in script and "set -euo pipefail" in script

@@ -139,6 +139,7 @@ def recipe() -> Recipe:
         warmup=50,
         hidden_sizes=(32, 64, 128, 256),
         profile="cpu",
+        control_factor=3,
     )
     gpu = Recipe(
         n_train=50000,

@@ -30,6 +30,20 @@ LOG_ENV_VAR = "COURSE_CLAIMS_LOG"
 HELD, FAILED, SKIPPED = "held", "failed", "skipped"
 
 
+class Held:
+    """What :func:`claim` returns when the claim held: truthy, and invisible when it is the
+    last expression of a cell (the ``✓`` line is the output; a bare ``True`` would be noise)."""
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "Held()"
+
+    def _ipython_display_(self) -> None:
+        """Show nothing: the claim already printed its line."""
+
+
 class ClaimFailed(AssertionError):
     """A result-dependent sentence of the prose does not hold in this run."""
 
@@ -59,13 +73,14 @@ def claim(
     *,
     profiles: Iterable[str] | str = PROFILES,
     detail: str = "",
-) -> bool | None:
+) -> Held | None:
     """Assert that ``statement`` holds in this run when the active profile is in ``profiles``.
 
     ``holds`` is the evidence: a bool (e.g. ``gap >= 25``) or a zero-argument callable, which is
     only called when the claim is checked (so an expensive test costs nothing where the claim is
-    not made). ``detail`` is shown with a failure (e.g. the measured values). Returns True when
-    the claim held, None when it was skipped; raises :class:`ClaimFailed` when it did not hold.
+    not made). ``detail`` is shown with a failure (e.g. the measured values). Returns a truthy
+    :class:`Held` (displayed as nothing in a notebook) when the claim held, None when it was
+    skipped; raises :class:`ClaimFailed` when it did not hold.
     """
     if not isinstance(statement, str) or not statement.strip():
         raise ValueError("a claim needs the sentence it checks, as a non-empty string")
@@ -93,7 +108,7 @@ def claim(
             f"{statement}{extra}. Fix the prose or the experiment before storing outputs."
         )
     print(f"✓ {statement}")
-    return True
+    return Held()
 
 
 def read_log(path: str | Path) -> list[dict]:

@@ -325,3 +325,170 @@ def test_greedy_decode_cases_end_sentences_at_several_different_steps():
 def test_greedy_decode_cases_make_an_argmax_over_the_batch_axis_run():
     for case in checks.get("01.2").make_cases(0):
         assert case.inputs["src"].shape[0] == case.inputs["tgt_vocab"]
+
+
+# ----------------------------------------------------------------------------- 01.3
+
+
+def _masked_mean_ce(logits, tgt_out):
+    """The loss written by hand: log-softmax, gather, mask, mean over real words."""
+    logp = logits.log_softmax(-1).gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    mask = tgt_out != PAD
+    return -(logp * mask).sum() / mask.sum()
+
+
+def loop_written_differently(
+    model, forward, batches, optimizer, scheduler, *, steps, val_batch, eval_every, clip=1.0
+):
+    """A correct loop: hand-written loss, zero_grad(set_to_none=False), clipping on the
+    optimizer's parameter groups, inference_mode for validation, an explicit step counter."""
+    train_losses, val_losses = [], []
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    it = iter(batches)
+    for step in range(steps):
+        model.train()
+        batch = next(it)
+        loss = _masked_mean_ce(
+            forward(model, batch.src, batch.src_lengths, batch.tgt_in), batch.tgt_out
+        )
+        optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, max_norm=clip)
+        optimizer.step()
+        if scheduler:
+            scheduler.step()
+        train_losses.append(float(loss.detach()))
+        if (step + 1) % eval_every == 0:
+            model.eval()
+            with torch.inference_mode():
+                v = forward(model, val_batch.src, val_batch.src_lengths, val_batch.tgt_in)
+                val_losses.append(float(_masked_mean_ce(v, val_batch.tgt_out)))
+    model.train()
+    return train_losses, val_losses
+
+
+def loop_returning_tuples(*args, **kwargs):
+    """Returning tuples instead of lists is fine."""
+    train, val = checks.get("01.3").reference(*args, **kwargs)
+    return tuple(train), tuple(val)
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [loop_written_differently, loop_returning_tuples, checks.get("01.3").reference],
+    ids=["written differently", "tuples", "reference"],
+)
+def test_train_loop_check_accepts_correct_answers(candidate):
+    assert_passes("01.3", candidate, seeds=(0, 1))
+
+
+def _loop_without_zero_grad(
+    model, forward, batches, optimizer, scheduler, *, steps, val_batch, eval_every, clip=1.0
+):
+    """Written independently: everything right except that .grad is never reset."""
+    train_losses, val_losses = [], []
+    model.train()
+    for step in range(1, steps + 1):
+        batch = next(batches)
+        loss = _masked_mean_ce(
+            forward(model, batch.src, batch.src_lengths, batch.tgt_in), batch.tgt_out
+        )
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        train_losses.append(loss.item())
+        if step % eval_every == 0:
+            model.eval()
+            with torch.no_grad():
+                v = forward(model, val_batch.src, val_batch.src_lengths, val_batch.tgt_in)
+                val_losses.append(_masked_mean_ce(v, val_batch.tgt_out).item())
+            model.train()
+    return train_losses, val_losses
+
+
+def _loop_padding_in_loss(
+    model, forward, batches, optimizer, scheduler, *, steps, val_batch, eval_every, clip=1.0
+):
+    """Written independently: a plain mean over every position, PAD included."""
+    train_losses, val_losses = [], []
+
+    def ce(logits, y):
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+    for step in range(1, steps + 1):
+        model.train()
+        batch = next(batches)
+        loss = ce(forward(model, batch.src, batch.src_lengths, batch.tgt_in), batch.tgt_out)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        train_losses.append(loss.item())
+        if step % eval_every == 0:
+            model.eval()
+            with torch.no_grad():
+                v = forward(model, val_batch.src, val_batch.src_lengths, val_batch.tgt_in)
+                val_losses.append(ce(v, val_batch.tgt_out).item())
+    return train_losses, val_losses
+
+
+def _loop_without_eval_mode(
+    model, forward, batches, optimizer, scheduler, *, steps, val_batch, eval_every, clip=1.0
+):
+    """Written independently: validation under no_grad, but the model stays in training mode."""
+    ref = checks.get("01.3").reference
+    train_losses, val_losses = [], []
+    for _ in range(steps // eval_every):
+        t, _ = ref(
+            model,
+            forward,
+            batches,
+            optimizer,
+            scheduler,
+            steps=eval_every,
+            val_batch=val_batch,
+            eval_every=eval_every + 1,
+            clip=clip,
+        )
+        train_losses += t
+        with torch.no_grad():
+            v = forward(model, val_batch.src, val_batch.src_lengths, val_batch.tgt_in)
+            val_losses.append(_masked_mean_ce(v, val_batch.tgt_out).item())
+    return train_losses, val_losses
+
+
+@pytest.mark.parametrize(
+    ("candidate", "mistake"),
+    [
+        (_loop_without_zero_grad, "gradients never zeroed (they accumulate over the steps)"),
+        (_loop_padding_in_loss, "padding counted in the loss"),
+        (_loop_without_eval_mode, "validation run in training mode (model.eval() missing)"),
+    ],
+    ids=["no zero_grad", "padding in the loss", "no eval mode"],
+)
+def test_train_loop_check_names_independent_mistakes(candidate, mistake):
+    assert_rejected("01.3", candidate, mistake, seeds=(0,))
+
+
+def test_train_loop_check_names_every_registered_mistake():
+    assert_registered_mistakes_named("01.3", seeds=(0,))
+
+
+def test_train_loop_check_reports_a_bad_return_value_clearly():
+    def returns_one_list(model, forward, batches, optimizer, scheduler, **kw):
+        return [1.0, 2.0, 3.0]
+
+    result = checks.run("01.3", returns_one_list)
+    assert result.status == "error"
+    assert "pair (train_losses, val_losses)" in result.message
+
+
+def test_train_loop_check_can_tell_a_stub():
+    def stub(*args, **kwargs):
+        raise NotImplementedError
+
+    assert checks.run("01.3", stub).status == "not_attempted"

@@ -317,3 +317,79 @@ def test_plot_alignment_labels_the_words_and_marks_the_gold_alignment(data, tiny
     assert [tick.get_text() for tick in ax.get_yticklabels()] == t.output
     assert len(ax.collections) == 1  # the gold-alignment circles
     plt.close(ax.figure)
+
+
+# ----------------------------------------------------------------------------- notebook 01's experiments
+
+
+def test_fit_trains_with_the_given_loop_and_records_a_validation_curve(data, tiny):
+    from course_utils.checks.nb01_rnn_bottleneck import train_loop
+
+    model = nb01.build_model(data, tiny, attention=False)
+    history = nb01.fit(model, data, tiny, train_loop)
+    assert len(history.train_loss) == tiny.steps
+    assert len(history.val_loss) == tiny.steps // tiny.eval_every == len(history.val_steps)
+    assert history.val_steps[-1] == tiny.eval_every * len(history.val_loss)
+    assert history.val_loss[-1] < history.val_loss[0]
+    assert not model.training
+
+
+def test_fit_hands_the_loop_the_schedule_of_train_seq2seq(data, tiny):
+    """Same batches, optimizer and learning rates: fit + the reference loop and train_seq2seq
+    end with the same weights."""
+    from course_utils.checks.nb01_rnn_bottleneck import train_loop
+
+    a = nb01.build_model(data, tiny, attention=False)
+    b = nb01.build_model(data, tiny, attention=False)
+    nb01.fit(a, data, tiny, train_loop)
+    nb01.train_seq2seq(b, data, tiny, progress=False)
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters(), strict=True):
+        assert torch.allclose(pa, pb, atol=1e-5), name
+
+
+def test_reverse_source_reverses_each_sentence_and_keeps_padding_at_the_end(data):
+    split = data.test[:8]
+    rev = nb01.reverse_source(split)
+    for row in range(8):
+        n = int(split.src_lengths[row])
+        assert rev.src[row, :n].tolist() == split.src[row, :n].flip(0).tolist()
+        assert (rev.src[row, n:] == PAD).all()
+    assert torch.equal(rev.tgt_out, split.tgt_out) and torch.equal(
+        rev.src_lengths, split.src_lengths
+    )
+    # the gold alignment follows the words: target word j still comes from the same source word
+    words = split.src.gather(1, split.alignment.clamp(min=0))
+    rev_words = rev.src.gather(1, rev.alignment.clamp(min=0))
+    keep = split.alignment >= 0
+    assert torch.equal(words[keep], rev_words[keep])
+    assert torch.equal(nb01.reverse_source(rev).src, split.src)
+
+
+def test_probe_reads_a_context_that_holds_the_words_and_not_one_that_does_not(data, tiny):
+    """An encoder whose c is (nearly) the one-hot of the words lets the linear probe read every
+    word; a constant c leaves it at the position-only baseline."""
+
+    class Oracle(torch.nn.Module):
+        hidden_dim = 9 * len(data.src_vocab)
+
+        def encode(self, src, lengths):
+            onehot = torch.nn.functional.one_hot(src, len(data.src_vocab)).float()  # (B, S, V)
+            onehot = torch.nn.functional.pad(onehot, (0, 0, 0, 9 - src.shape[1]))
+            return None, onehot.flatten(1)
+
+    class Blind(Oracle):
+        hidden_dim = 4
+
+        def encode(self, src, lengths):
+            return None, torch.ones(src.shape[0], 4)
+
+    r = dataclasses.replace(tiny, min_len=3, max_len=9)
+    seeing, blind = nb01.probe_context(Oracle(), data, r), nb01.probe_context(Blind(), data, r)
+    # (not 100%: a few test words never occur at that position in the 240 training sentences)
+    assert all(v > 0.8 for v in seeing.by_bucket.values()), seeing.by_bucket
+    assert blind.by_bucket == pytest.approx(blind.baseline)
+    assert all(seeing.by_bucket[k] > blind.by_bucket[k] + 0.3 for k in seeing.by_bucket)
+    assert all(v < 1.0 for v in blind.by_bucket.values())
+    assert set(seeing.grid) <= set(range(3, 10)) and all(
+        len(v) == L for L, v in seeing.grid.items()
+    )

@@ -1,5 +1,5 @@
 """Checks for notebook 01 (the RNN bottleneck): 01.1 the seq2seq forward pass with teacher
-forcing, 01.2 greedy decoding.
+forcing, 01.2 greedy decoding, 01.3 the training loop.
 
 Both exercises take a :class:`~course_utils.models.Seq2SeqRNN` *without* attention and use its
 submodules. The check builds a small seeded float64 model from plain weights (so a grader can
@@ -21,6 +21,11 @@ Conventions (those of ``Seq2SeqRNN``):
   start from BOS, feed back the argmax, each row up to and including its EOS and PAD after it.
   Stopping early once every row has ended is optional: the check pads shorter outputs with PAD
   to ``max_len`` before comparing.
+- ``train_loop(model, forward, batches, optimizer, scheduler, *, steps, val_batch,
+  eval_every, clip=1.0) -> (train_losses, val_losses)``: see :func:`train_loop`. The check
+  trains a small float64 model with plain SGD with momentum (so that clipping and the loss's
+  scale show in the weights) and records, through the ``forward`` it hands over, whether each
+  call ran in training mode and with gradients.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from course_utils.checks._common import as_tensor, build_module, close, random_weights, size
@@ -46,6 +52,7 @@ __all__ = [
     "unguarded",
     "model_case_inputs",
     "build_case_model",
+    "train_loop",
 ]
 
 
@@ -610,4 +617,321 @@ GREEDY = Exercise(
     "EOS or after max_len steps; return (B, T') without BOS",
 )
 
-EXERCISES = [FORWARD, GREEDY]
+
+# ----------------------------------------------------------------------------- 01.3 train loop
+
+
+def train_loop(
+    model,
+    forward,
+    batches,
+    optimizer,
+    scheduler,
+    *,
+    steps: int,
+    val_batch,
+    eval_every: int,
+    clip: float = 1.0,
+) -> tuple[list[float], list[float]]:
+    """Teacher-forced training of a seq2seq model (the reference answer to 01.3).
+
+    Each of ``steps`` steps takes the next batch of ``batches`` (objects with ``src``,
+    ``src_lengths``, ``tgt_in``, ``tgt_out``), computes ``forward(model, src, src_lengths,
+    tgt_in) -> logits (B, T, V)``, the mean cross-entropy against ``tgt_out`` over non-PAD
+    positions, zeroes the gradients, back-propagates, clips the global gradient norm to
+    ``clip``, steps the optimizer and then the scheduler (when not None). After every
+    ``eval_every``-th step (counted from 1) it estimates the same loss on ``val_batch`` in eval
+    mode without gradients, then returns to training mode. Returns (one training loss per
+    step, one validation loss per estimate) as Python floats.
+    """
+    train_losses, val_losses = [], []
+    model.train()
+    for step, batch in zip(range(1, steps + 1), batches):
+        logits = forward(model, batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
+        loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        train_losses.append(loss.item())
+        if step % eval_every == 0:
+            model.eval()
+            with torch.no_grad():
+                v = forward(model, val_batch.src, val_batch.src_lengths, val_batch.tgt_in)
+                val = F.cross_entropy(
+                    v.flatten(0, 1), val_batch.tgt_out.flatten(), ignore_index=PAD
+                )
+            val_losses.append(val.item())
+            model.train()
+    return train_losses, val_losses
+
+
+class _Batch:
+    """A mini-batch as the loop sees it: src, src_lengths, tgt_in, tgt_out."""
+
+    def __init__(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, tgt_out: Tensor):
+        self.src, self.src_lengths, self.tgt_in, self.tgt_out = src, src_lengths, tgt_in, tgt_out
+
+
+def _target_pair(g: torch.Generator, B: int, T: int, vocab: int) -> tuple[Tensor, Tensor]:
+    """tgt_in = BOS + y, tgt_out = y + EOS, PAD after each row's end (one row full length)."""
+    lengths = torch.randint(1, T, (B,), generator=g)
+    lengths[0] = T - 1
+    y = torch.randint(3, vocab, (B, T), generator=g)
+    pos = torch.arange(T)[None, :]
+    tgt_in = torch.cat([torch.full((B, 1), BOS), y[:, :-1]], dim=1)
+    tgt_in = tgt_in.masked_fill(pos > lengths[:, None], PAD)
+    tgt_out = y.masked_fill(pos == lengths[:, None], EOS).masked_fill(pos > lengths[:, None], PAD)
+    return tgt_in, tgt_out
+
+
+def _loop_cases(seed: int) -> list[Case]:
+    g = generator(seed)
+    cases = []
+    for name, n_batches, eval_every, with_scheduler in [
+        ("6 steps, validation every 2, a decaying learning rate", 6, 2, True),
+        ("5 steps, validation every 5, no scheduler", 5, 5, False),
+    ]:
+        inputs = model_case_inputs(
+            g,
+            attention=False,
+            src_vocab=size(g, 9, 12),
+            tgt_vocab=size(g, 8, 11),
+            emb_dim=4,
+            hidden_dim=6,
+        )
+        batches = {}
+        for k in range(n_batches + 1):  # one batch more than the steps: never to be used
+            B, S, T = 3, size(g, 3, 5), size(g, 3, 6)
+            src, lengths = _source(g, B, S, inputs["src_vocab"])
+            tgt_in, tgt_out = _target_pair(g, B, T, inputs["tgt_vocab"])
+            batches[f"b{k}"] = (src, lengths, tgt_in, tgt_out)
+        src, lengths = _source(g, 5, 4, inputs["src_vocab"])  # validation: B = 5, never trained on
+        val = (src, lengths, *_target_pair(g, 5, 5, inputs["tgt_vocab"]))
+        cases.append(
+            Case(
+                name,
+                {
+                    **inputs,
+                    "batches": batches,
+                    "val": val,
+                    "steps": n_batches,
+                    "eval_every": eval_every,
+                    "scheduler": with_scheduler,
+                    "clip": 0.05,  # below the gradient norms of these models: clipping shows
+                },
+            )
+        )
+    return cases
+
+
+def _loop_call(candidate, case: Case) -> dict[str, Tensor]:
+    i = case.inputs
+    model = build_case_model(i)
+    model.train()
+    val = _Batch(*i["val"])
+    batches = [_Batch(*i["batches"][k]) for k in sorted(i["batches"], key=lambda k: int(k[1:]))]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    scheduler = (
+        torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (1 + s))
+        if i["scheduler"]
+        else None
+    )
+    train_modes, val_modes = [], []
+
+    def forward(m, src, src_lengths, tgt_in):
+        is_val = src.shape == val.src.shape and torch.equal(src.cpu(), val.src)
+        (val_modes if is_val else train_modes).append([m.training, torch.is_grad_enabled()])
+        return seq2seq_forward(m, src, src_lengths, tgt_in)
+
+    out = candidate(
+        model,
+        forward,
+        iter(batches),
+        optimizer,
+        scheduler,
+        steps=int(i["steps"]),
+        val_batch=val,
+        eval_every=int(i["eval_every"]),
+        clip=float(i["clip"]),
+    )
+    train_losses, val_losses = _losses_pair(out)
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return {
+        "train_losses": train_losses.double(),
+        "val_losses": val_losses.double(),
+        "weights after training": weights,
+        "(training mode, gradients on) at each training forward": torch.tensor(
+            train_modes, dtype=torch.bool
+        ).reshape(-1, 2),
+        "(training mode, gradients on) at each validation forward": torch.tensor(
+            val_modes, dtype=torch.bool
+        ).reshape(-1, 2),
+    }
+
+
+def _losses_pair(out) -> tuple[Tensor, Tensor]:
+    """(train_losses, val_losses) as float64 vectors; a clear error for anything else."""
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(
+            "train_loop(...) should return a pair (train_losses, val_losses) of lists of "
+            f"floats, got {type(out).__name__}"
+        )
+    pair = []
+    for name, values in zip(("train_losses", "val_losses"), out, strict=True):
+        try:
+            pair.append(torch.tensor([float(v) for v in values], dtype=torch.float64))
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise TypeError(
+                f"{name} should be a list of Python floats (loss.item()), got {values!r:.80}"
+            ) from exc
+    return pair[0], pair[1]
+
+
+def _loss(logits, tgt_out, how="mean"):
+    flat, target = logits.flatten(0, 1), tgt_out.flatten()
+    if how == "unmasked":
+        return F.cross_entropy(flat, target)
+    if how == "sum":
+        return F.cross_entropy(flat, target, ignore_index=PAD, reduction="sum")
+    return F.cross_entropy(flat, target, ignore_index=PAD)
+
+
+def _mistaken_loop(
+    *,
+    zero_grad="before_backward",
+    loss="mean",
+    target="tgt_out",
+    do_clip=True,
+    scheduler_step=True,
+    val_eval=True,
+    val_no_grad=True,
+    back_to_train=True,
+    eval_offset=0,
+    val_on="val",
+):
+    """The reference loop with one thing changed, to write the classic mistakes."""
+
+    def impl(
+        model, forward, batches, optimizer, scheduler, *, steps, val_batch, eval_every, clip=1.0
+    ):
+        max_norm = clip
+        train_losses, val_losses = [], []
+        model.train()
+        for step, batch in zip(range(1, steps + 1), batches):
+            logits = forward(model, batch.src, batch.src_lengths, batch.tgt_in)
+            tgt = batch.tgt_out if target == "tgt_out" else batch.tgt_in
+            l = _loss(logits, tgt, loss)
+            if zero_grad == "before_backward":
+                optimizer.zero_grad()
+            l.backward()
+            if zero_grad == "after_backward":
+                optimizer.zero_grad()
+            if do_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            optimizer.step()
+            if scheduler is not None and scheduler_step:
+                scheduler.step()
+            train_losses.append(l.item())
+            if (step - eval_offset) % eval_every == 0:
+                if val_eval:
+                    model.eval()
+                vb = val_batch if val_on == "val" else batch
+                with torch.no_grad() if val_no_grad else contextlib.nullcontext():
+                    v = forward(model, vb.src, vb.src_lengths, vb.tgt_in)
+                    val_losses.append(_loss(v, vb.tgt_out, loss).item())
+                if back_to_train:
+                    model.train()
+        return train_losses, val_losses
+
+    return impl
+
+
+LOOP_MISTAKES = [
+    Mistake(
+        "gradients never zeroed (they accumulate over the steps)",
+        "loss.backward() adds to .grad: call optimizer.zero_grad() once per step, before "
+        "backward()",
+        _mistaken_loop(zero_grad="never"),
+    ),
+    Mistake(
+        "gradients zeroed between backward() and step() (the optimizer sees zeros)",
+        "the order is zero_grad(), then backward(), then clipping, then step()",
+        _mistaken_loop(zero_grad="after_backward"),
+    ),
+    Mistake(
+        "padding counted in the loss",
+        "PAD positions of tgt_out are not words: leave them out of the mean (cross-entropy's "
+        "ignore_index=PAD, or a mask of tgt_out != PAD)",
+        _mistaken_loop(loss="unmasked"),
+    ),
+    Mistake(
+        "loss summed over the tokens instead of averaged",
+        "the loss is the MEAN cross-entropy over the non-PAD target positions of the batch",
+        _mistaken_loop(loss="sum"),
+    ),
+    Mistake(
+        "loss computed against tgt_in (not shifted: the decoder is asked to copy its input)",
+        "the logits at step t predict tgt_out[:, t], the word after tgt_in[:, t]: compare "
+        "with tgt_out",
+        _mistaken_loop(target="tgt_in"),
+    ),
+    Mistake(
+        "gradients not clipped before optimizer.step()",
+        "after backward() and before step(), rescale the gradients so that their global norm "
+        "is at most clip (torch.nn.utils.clip_grad_norm_)",
+        _mistaken_loop(do_clip=False),
+    ),
+    Mistake(
+        "learning-rate scheduler never stepped",
+        "when a scheduler is given, call scheduler.step() once per step, after optimizer.step()",
+        _mistaken_loop(scheduler_step=False),
+    ),
+    Mistake(
+        "validation run in training mode (model.eval() missing)",
+        "switch to eval mode (model.eval()) for the validation estimate: dropout must be off",
+        _mistaken_loop(val_eval=False),
+    ),
+    Mistake(
+        "validation run with gradients on (torch.no_grad() missing)",
+        "compute the validation loss inside torch.no_grad(): no graph is needed, and building "
+        "one costs memory and time",
+        _mistaken_loop(val_no_grad=False),
+    ),
+    Mistake(
+        "training continued in eval mode after the first validation (model.train() missing)",
+        "after the validation estimate, switch back with model.train() before the next step",
+        _mistaken_loop(back_to_train=False),
+    ),
+    Mistake(
+        "validation loss estimated on the training batch",
+        "estimate the loss on val_batch, sentences the model is never trained on",
+        _mistaken_loop(val_on="train"),
+    ),
+    Mistake(
+        "validation at the wrong steps (counted from 0: before the first update)",
+        "estimate after steps eval_every, 2 * eval_every, ... counting steps from 1",
+        _mistaken_loop(eval_offset=1),
+    ),
+]
+
+LOOP = Exercise(
+    id="01.3",
+    title="The training loop",
+    points=4,
+    notebook=NOTEBOOK,
+    function="train_loop",
+    reference=train_loop,
+    make_cases=_loop_cases,
+    call=_loop_call,
+    mistakes=LOOP_MISTAKES,
+    compare=close(rtol=1e-6, atol=1e-8),
+    hint="per step: logits from forward(...), masked mean cross-entropy against tgt_out, "
+    "zero_grad, backward, clip the global norm, optimizer.step(), scheduler.step(); every "
+    "eval_every-th step a loss on val_batch in eval mode under torch.no_grad(), then back to "
+    "train mode",
+)
+
+EXERCISES = [FORWARD, GREEDY, LOOP]

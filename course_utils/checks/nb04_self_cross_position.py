@@ -1,23 +1,505 @@
-"""Checks for notebook 04 (self-attention, cross-attention, position): 04.3 sinusoidal positional
-encoding, 04.4 rotary position embedding (RoPE).
+"""Checks for notebook 04 (self attention, cross attention, position): 04.1 a self-attention
+layer, 04.2 a permutation-equivariance test, 04.3 the sinusoidal positional encoding, 04.4 rotary
+position embedding (RoPE), 04.5 the relative position bias.
 
-Conventions (``course_utils.positional``): the sinusoidal table is interleaved,
+04.1: ``SelfAttention(d_in, d_k, d_v)`` with bias-free ``nn.Linear`` layers ``W_q``, ``W_k``,
+``W_v``; ``forward(x, context=None, attn_mask=None)`` projects queries from ``x`` and keys and
+values from ``context`` (``x`` itself for self attention, another sequence for cross attention).
+
+04.2: ``is_permutation_equivariant(fn, x)`` returns True/False: does shuffling the tokens of
+``x`` shuffle ``fn``'s output the same way? It is checked on functions defined here, some
+equivariant and some not, and must classify every one of them correctly.
+
+04.3 / 04.4 conventions (``course_utils.positional``): the sinusoidal table is interleaved,
 pe[pos, 2i] = sin(pos / 10000^(2i/D)), pe[pos, 2i+1] = cos(pos / 10000^(2i/D)); RoPE rotates the
 interleaved pairs (x[..., 2i], x[..., 2i+1]) by the angle pos * 10000^(-2i/D).
 
-To add an exercise: define its cases, call and mistakes below, then append it to ``EXERCISES``.
+04.5: ``relative_position_bias(table, T, S=None)`` -> (H, T, S) with
+bias[h, i, j] = table[clip(j - i', -M, M) + M, h], M = (len(table) - 1) / 2 and i' = i + S - T
+the query's position (the queries are the last T of S positions, as with a KV cache).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from functools import cache
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from course_utils import positional
-from course_utils.checks._common import as_tensor, close, size
-from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
+from course_utils.attention import causal_mask, scaled_dot_product_attention
+from course_utils.checks._common import as_tensor, close, compare_or_raised, raised, size
+from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator, randn
+from course_utils.positional import apply_rope, sinusoidal_positional_encoding
 
 NOTEBOOK = "04_self_cross_position.ipynb"
+
+# ============================================================================= 04.1 SelfAttention
+
+
+class SelfAttention(nn.Module):
+    """Single-head self (or cross) attention with learned projections (slides 31-33).
+
+    ``W_q`` (d_in -> d_k), ``W_k`` (d_in -> d_k), ``W_v`` (d_in -> d_v): bias-free ``nn.Linear``
+    layers, so ``Q = x @ W_q.weight.T`` is the lecture's ``Q = X W_Q`` with ``W_Q = W_q.weight.T``.
+    """
+
+    def __init__(self, d_in: int, d_k: int, d_v: int | None = None):
+        super().__init__()
+        d_v = d_k if d_v is None else d_v
+        self.W_q = nn.Linear(d_in, d_k, bias=False)
+        self.W_k = nn.Linear(d_in, d_k, bias=False)
+        self.W_v = nn.Linear(d_in, d_v, bias=False)
+
+    def forward(
+        self, x: Tensor, context: Tensor | None = None, attn_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """x (B, T, d_in) queries' source; context (B, S, d_in) keys' and values' source
+        (default: x, which makes it self attention); attn_mask bool (True = may attend) or
+        float, broadcastable to (B, T, S).
+        Returns (output (B, T, d_v), weights (B, T, S))."""
+        context = x if context is None else context
+        q = self.W_q(x)  # (B, T, d_k)
+        k = self.W_k(context)  # (B, S, d_k)
+        v = self.W_v(context)  # (B, S, d_v)
+        return scaled_dot_product_attention(q, k, v, attn_mask)
+
+
+def _weights(scores: Tensor, attn_mask: Tensor | None, dim: int = -1) -> Tensor:
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    return torch.softmax(scores, dim=dim)
+
+
+class _Mistaken(SelfAttention):
+    """A wrong layer: ``_parts`` returns (q, k, v, scale, softmax dim, use mask)."""
+
+    def _parts(self, x, context):
+        raise NotImplementedError
+
+    def forward(self, x, context=None, attn_mask=None):
+        q, k, v, scale, dim, use_mask = self._parts(x, x if context is None else context)
+        w = _weights(q @ k.transpose(-2, -1) * scale, attn_mask if use_mask else None, dim)
+        return w @ v, w
+
+
+def _mistake(parts: Callable) -> type[SelfAttention]:
+    return type("MistakenSelfAttention", (_Mistaken,), {"_parts": parts})
+
+
+def _inv_sqrt(t: Tensor) -> float:
+    return 1 / math.sqrt(t.shape[-1])
+
+
+SELF_ATTENTION_MISTAKES = [
+    Mistake(
+        "keys and values swapped",
+        "K = W_k(context) is compared with the queries; V = W_v(context) is what the "
+        "weights average. You used W_v for the keys and W_k for the values.",
+        _mistake(lambda s, x, c: (s.W_q(x), s.W_v(c), s.W_k(c), _inv_sqrt(s.W_q(x)), -1, True)),
+    ),
+    Mistake(
+        "missing 1/sqrt(d_k) scaling",
+        "divide the scores Q K^T by sqrt(d_k) before the softmax.",
+        _mistake(lambda s, x, c: (s.W_q(x), s.W_k(c), s.W_v(c), 1.0, -1, True)),
+    ),
+    Mistake(
+        "scaled by sqrt(d_in) instead of sqrt(d_k)",
+        "the scale is 1/sqrt(d_k), the width of q and k, not the input width d_in.",
+        _mistake(lambda s, x, c: (s.W_q(x), s.W_k(c), s.W_v(c), _inv_sqrt(x), -1, True)),
+    ),
+    Mistake(
+        "queries projected with W_k",
+        "each projection has its own job: Q = W_q(x), K = W_k(context). With W_k for "
+        "both, every token's query equals its key.",
+        _mistake(lambda s, x, c: (s.W_k(x), s.W_k(c), s.W_v(c), _inv_sqrt(s.W_k(x)), -1, True)),
+    ),
+    Mistake(
+        "values not projected (V = x)",
+        "the values are a learned projection too: V = W_v(context).",
+        _mistake(lambda s, x, c: (s.W_q(x), s.W_k(c), c, _inv_sqrt(s.W_q(x)), -1, True)),
+    ),
+    Mistake(
+        "keys and values taken from x instead of context",
+        "in cross attention the queries come from x but the keys and values come from "
+        "context: K = W_k(context), V = W_v(context).",
+        _mistake(lambda s, x, c: (s.W_q(x), s.W_k(x), s.W_v(x), _inv_sqrt(s.W_q(x)), -1, True)),
+    ),
+    Mistake(
+        "queries taken from context instead of x",
+        "the queries come from x (one output per token of x): Q = W_q(x); only the keys "
+        "and values come from context.",
+        _mistake(lambda s, x, c: (s.W_q(c), s.W_k(c), s.W_v(c), _inv_sqrt(s.W_q(c)), -1, True)),
+    ),
+    Mistake(
+        "softmax over the queries instead of the keys",
+        "each query's weights over the S keys must sum to 1: softmax(scores, dim=-1).",
+        _mistake(lambda s, x, c: (s.W_q(x), s.W_k(c), s.W_v(c), _inv_sqrt(s.W_q(x)), -2, True)),
+    ),
+    Mistake(
+        "attn_mask ignored",
+        "pass attn_mask on to your scaled_dot_product_attention: masked keys must get weight 0.",
+        _mistake(lambda s, x, c: (s.W_q(x), s.W_k(c), s.W_v(c), _inv_sqrt(s.W_q(x)), -1, False)),
+    ),
+]
+
+
+def make_self_attention_cases(seed: int) -> list[Case]:
+    """Layers' weights and inputs; the first case is square so every mistake can be named."""
+    gen = generator(seed)
+    specs = [  # name, B, T, S (None = self attention), d_in, d_k, d_v, mask kind
+        ("self attention, d_in = d_k = d_v", 2, 5, None, 4, 4, 4, None),
+        ("self attention, d_in != d_k != d_v", 2, 4, None, 6, 4, 3, None),
+        ("cross attention, T != S", 2, 3, 6, 5, 4, 4, None),
+        ("self attention with a causal mask", 2, 5, None, 4, 3, 5, "causal"),
+        ("cross attention with a padding mask", 3, 4, 5, 4, 4, 2, "padding"),
+    ]
+    cases = []
+    for name, B, T, S, d_in, d_k, d_v, mask in specs:
+        inputs: dict = {
+            "d_in": d_in,
+            "d_k": d_k,
+            "d_v": d_v,
+            "W_q": randn(gen, d_k, d_in),
+            "W_k": randn(gen, d_k, d_in),
+            "W_v": randn(gen, d_v, d_in),
+            "x": randn(gen, B, T, d_in),
+            "context": None if S is None else randn(gen, B, S, d_in),
+            "attn_mask": None,
+        }
+        S_ = T if S is None else S
+        if mask == "causal":
+            inputs["attn_mask"] = causal_mask(T, S_)
+        elif mask == "padding":
+            lengths = torch.tensor([S_, S_ - 2, 1])[:B]
+            inputs["attn_mask"] = (torch.arange(S_)[None, :] < lengths[:, None])[:, None, :]
+        cases.append(Case(name, inputs))
+    return cases
+
+
+def call_self_attention(candidate, case: Case) -> Outputs:
+    """Build ``candidate(d_in, d_k, d_v)``, load the case's weights, run it in float64."""
+    i = case.inputs
+    layer = candidate(i["d_in"], i["d_k"], i["d_v"])
+    missing = [
+        n for n in ("W_q", "W_k", "W_v") if not isinstance(getattr(layer, n, None), nn.Linear)
+    ]
+    if missing:
+        raise AttributeError(
+            f"expected SelfAttention to have nn.Linear layers W_q, W_k, W_v; missing {missing}"
+        )
+    layer = layer.double().to(i["W_q"].device)
+    with torch.no_grad():
+        for name in ("W_q", "W_k", "W_v"):
+            lin = getattr(layer, name)
+            if tuple(lin.weight.shape) != tuple(i[name].shape):
+                raise ValueError(
+                    f"expected {name}.weight of shape (out, d_in) = {tuple(i[name].shape)}, "
+                    f"got {tuple(lin.weight.shape)}: build it as nn.Linear(d_in, out, bias=False)"
+                )
+            lin.weight.copy_(i[name])
+            if lin.bias is not None:  # the lecture's projections have no bias
+                lin.bias.zero_()
+    kwargs = {}
+    if i["context"] is not None:
+        kwargs["context"] = i["context"]
+    if i["attn_mask"] is not None:
+        kwargs["attn_mask"] = i["attn_mask"]
+    try:
+        result = layer(i["x"], **kwargs)
+    except NotImplementedError:  # a RuntimeError too: the stub, "not attempted"
+        raise
+    except RuntimeError as exc:  # shape mismatches from torch
+        return raised(exc)
+    if isinstance(result, (tuple, list)) and len(result) == 2:
+        return {"output": torch.as_tensor(result[0]), "weights": torch.as_tensor(result[1])}
+    return {
+        "output": torch.as_tensor(result if not isinstance(result, (tuple, list)) else result[0])
+    }
+
+
+def compare_self_attention(case: Case, got: Outputs, expected: Outputs) -> str | None:
+    """Output and weights within tolerance; a missing ``weights`` says what to return."""
+    if "weights" in expected and "output" in got and "weights" not in got:
+        return (
+            f"case '{case.name}': forward should return a tuple (output, weights), "
+            "like scaled_dot_product_attention"
+        )
+    return compare_or_raised(case, got, expected)
+
+
+# ============================================================================= 04.2 equivariance
+
+
+def is_permutation_equivariant(
+    fn: Callable[[Tensor], Tensor], x: Tensor, n_trials: int = 3, atol: float = 1e-5
+) -> bool:
+    """Does shuffling the tokens shuffle the outputs the same way: fn(x[:, p]) == fn(x)[:, p]?
+
+    fn: (B, T, D) -> (B, T, D'); x: (B, T, D). Tries ``n_trials`` random permutations of the
+    T tokens (dim 1) and compares within ``atol`` (floating-point sums depend on order, so
+    exact equality is too strict). Returns a Python bool.
+    """
+    T = x.shape[1]
+    y = fn(x)  # (B, T, D')
+    for _ in range(n_trials):
+        perm = torch.randperm(T)
+        if torch.equal(perm, torch.arange(T)):  # the identity proves nothing
+            perm = torch.roll(perm, 1)
+        if not torch.allclose(fn(x[:, perm]), y[:, perm], atol=atol, rtol=1e-4):
+            return False
+    return True
+
+
+@cache
+def _params(D: int) -> dict[str, Tensor]:
+    """Fixed float32 weights for the test functions, one set per width D."""
+    gen = torch.Generator().manual_seed(1234 + D)
+    return {
+        name: torch.randn(D, D, generator=gen) / math.sqrt(D)
+        for name in ("q", "k", "v", "w1", "w2")
+    }
+
+
+def _params_like(x: Tensor) -> dict[str, Tensor]:
+    """:func:`_params` for x's width, on x's device."""
+    return {name: w.to(x.device) for name, w in _params(x.shape[-1]).items()}
+
+
+def _attention(x: Tensor, *, causal: bool = False, positions: str | None = None) -> Tensor:
+    p = _params_like(x)
+    if positions == "sinusoidal":
+        x = x + sinusoidal_positional_encoding(
+            x.shape[1], x.shape[-1], dtype=x.dtype, device=x.device
+        )
+    q, k, v = x @ p["q"], x @ p["k"], x @ p["v"]
+    if positions == "rope":
+        q, k = apply_rope(q), apply_rope(k)
+    mask = causal_mask(x.shape[1], device=x.device) if causal else None
+    return scaled_dot_product_attention(q, k, v, mask)[0]
+
+
+def _sequential_sum(x: Tensor) -> Tensor:
+    """The sum over tokens added one token at a time, repeated for each token: equivariant in
+    exact arithmetic, but float32 rounding depends on the order (IEEE additions, no BLAS)."""
+    total = x[:, 0]
+    for t in range(1, x.shape[1]):
+        total = total + x[:, t]
+    return total[:, None, :].expand_as(x).clone()
+
+
+def _mlp(x: Tensor) -> Tensor:
+    p = _params_like(x)
+    return torch.tanh(x @ p["w1"]) @ p["w2"]
+
+
+# (description, function, is it permutation equivariant?)
+TEST_FUNCTIONS: list[tuple[str, Callable[[Tensor], Tensor], bool]] = [
+    ("self-attention without positions", _attention, True),
+    ("a token-wise MLP", _mlp, True),
+    ("the identity", lambda x: x.clone(), True),
+    ("subtracting the mean over tokens", lambda x: x - x.mean(dim=1, keepdim=True), True),
+    ("adding the max over tokens", lambda x: x + x.amax(dim=1, keepdim=True), True),
+    ("the sum over tokens, added one at a time and repeated for each token", _sequential_sum, True),
+    (
+        "the mean over tokens, repeated for each token",
+        lambda x: x.mean(dim=1, keepdim=True).expand_as(x).clone(),
+        True,
+    ),
+    (
+        "self-attention with sinusoidal positions added",
+        lambda x: _attention(x, positions="sinusoidal"),
+        False,
+    ),
+    ("self-attention with RoPE", lambda x: _attention(x, positions="rope"), False),
+    ("causal self-attention", lambda x: _attention(x, causal=True), False),
+    ("a cumulative sum over tokens", lambda x: x.cumsum(dim=1), False),
+    ("shifting the tokens by one (roll)", lambda x: torch.roll(x, 1, dims=1), False),
+    ("reversing the token order", lambda x: x.flip(1), False),
+    ("sorting the tokens along each feature", lambda x: x.sort(dim=1).values, False),
+    (
+        "scaling each token by its position",
+        lambda x: (
+            x * torch.arange(1, x.shape[1] + 1, dtype=x.dtype, device=x.device)[None, :, None]
+        ),
+        False,
+    ),
+]
+
+
+def make_equivariance_cases(seed: int) -> list[Case]:
+    """Inputs x (B, T, D) in float32 and a seed for the candidate's own random permutations."""
+    gen = generator(seed)
+    return [
+        Case(
+            "x of shape (2, 6, 4)",
+            {"x": randn(gen, 2, 6, 4, dtype=torch.float32) * 2, "seed": seed},
+        ),
+        Case(
+            "x of shape (3, 7, 8)",
+            {"x": randn(gen, 3, 7, 8, dtype=torch.float32) * 2, "seed": seed + 1},
+        ),
+    ]
+
+
+def call_equivariance(candidate, case: Case) -> Outputs:
+    """Run ``candidate(fn, x)`` on every function in :data:`TEST_FUNCTIONS`: verdicts (bool, (N,))."""
+    x = case.inputs["x"]
+    verdicts = []
+    with torch.random.fork_rng(devices=[]):  # seeded, without disturbing the notebook's RNG
+        torch.manual_seed(int(case.inputs["seed"]))
+        for _name, fn, _truth in TEST_FUNCTIONS:
+            answer = candidate(fn, x.clone())
+            if isinstance(answer, Tensor) and answer.numel() != 1:
+                raise TypeError(
+                    "is_permutation_equivariant should return one True/False, "
+                    f"got a tensor of shape {tuple(answer.shape)}"
+                )
+            verdicts.append(bool(answer))
+    return {"verdicts": torch.tensor(verdicts, dtype=torch.bool)}
+
+
+def compare_equivariance(case: Case, got: Outputs, expected: Outputs) -> str | None:
+    """Name the functions the candidate misjudged."""
+    g, e = got.get("verdicts"), expected["verdicts"]
+    if not isinstance(g, Tensor) or g.shape != e.shape:
+        return f"case '{case.name}': expected one verdict per test function ({len(e)})"
+    wrong = [
+        (name, bool(v)) for (name, _, _), v, t in zip(TEST_FUNCTIONS, g, e) if bool(v) != bool(t)
+    ]
+    if not wrong:
+        return None
+    parts = [
+        f"'{name}' is {'not ' if said else ''}equivariant but your test says "
+        f"{'it is' if said else 'it is not'}"
+        for name, said in wrong[:3]
+    ]
+    more = f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else ""
+    return f"case '{case.name}': " + "; ".join(parts) + more
+
+
+def _perm(T: int) -> Tensor:
+    perm = torch.randperm(T)
+    return torch.roll(perm, 1) if torch.equal(perm, torch.arange(T)) else perm
+
+
+def _always_true(fn, x):
+    return True
+
+
+def _no_unpermute(fn, x):
+    p = _perm(x.shape[1])
+    return torch.allclose(fn(x[:, p]), fn(x), atol=1e-5)
+
+
+def _sorted_compare(fn, x):
+    p = _perm(x.shape[1])
+    return torch.allclose(fn(x[:, p]).sort(dim=1).values, fn(x).sort(dim=1).values, atol=1e-5)
+
+
+def _inverse_unpermute(fn, x):
+    p = _perm(x.shape[1])
+    return torch.allclose(fn(x[:, p]), fn(x)[:, p.argsort()], atol=1e-5)
+
+
+def _exact_equality(fn, x):
+    p = _perm(x.shape[1])
+    return torch.equal(fn(x[:, p]), fn(x)[:, p])
+
+
+def _cyclic_shift_only(fn, x):
+    p = torch.roll(torch.arange(x.shape[1]), 1)
+    return torch.allclose(fn(x[:, p]), fn(x)[:, p], atol=1e-5)
+
+
+def _feature_perm(fn, x):
+    p = _perm(x.shape[-1])
+    return torch.allclose(fn(x[..., p]), fn(x)[..., p], atol=1e-5)
+
+
+EQUIVARIANCE_MISTAKES = [
+    Mistake(
+        "a test that always says True",
+        "your test must be able to fail: permute the tokens (dim 1) with a random, "
+        "non-identity permutation p (not the batch dim), and compare fn(x[:, p]) with fn(x)[:, p].",
+        _always_true,
+    ),
+    Mistake(
+        "outputs compared without un-permuting",
+        "fn(x[:, p]) should equal fn(x) shuffled the same way, fn(x)[:, p] -- comparing it "
+        "with fn(x) itself tests invariance, not equivariance.",
+        _no_unpermute,
+    ),
+    Mistake(
+        "compared sorted outputs",
+        "sorting both outputs throws away which token each output row belongs to, so "
+        "shifting or reversing the tokens passes. Compare fn(x[:, p]) with fn(x)[:, p] row by row.",
+        _sorted_compare,
+    ),
+    Mistake(
+        "un-permuted with the inverse permutation",
+        "x[:, p] puts token p[i] at position i, so its output row i should be fn(x)[:, p][:, i]: "
+        "index the output with the same p, not p.argsort().",
+        _inverse_unpermute,
+    ),
+    Mistake(
+        "exact equality instead of a tolerance",
+        "floating-point sums depend on the order of their terms, so an equivariant function "
+        "can differ in the last bits after shuffling: compare with torch.allclose(..., atol=1e-5).",
+        _exact_equality,
+    ),
+    Mistake(
+        "only a cyclic shift tried",
+        "a shift of the tokens commutes with every shift-like function (a roll, say), so "
+        "it cannot tell them apart from equivariant ones: use random permutations "
+        "(torch.randperm), a few of them.",
+        _cyclic_shift_only,
+    ),
+    Mistake(
+        "permuted the features instead of the tokens",
+        "equivariance is about the order of the tokens, dim 1 of x (B, T, D), not the "
+        "features in the last dim.",
+        _feature_perm,
+    ),
+]
+
+
+ATTENTION, EQUIVARIANCE = (
+    Exercise(
+        id="04.1",
+        title="Self-attention layer",
+        points=3,
+        notebook=NOTEBOOK,
+        function="SelfAttention",
+        reference=SelfAttention,
+        make_cases=make_self_attention_cases,
+        call=call_self_attention,
+        mistakes=SELF_ATTENTION_MISTAKES,
+        compare=compare_self_attention,
+        hint="Q = W_q(x), K = W_k(context), V = W_v(context) with context defaulting to x; then "
+        "return scaled_dot_product_attention(Q, K, V, attn_mask).",
+    ),
+    Exercise(
+        id="04.2",
+        title="Permutation-equivariance test",
+        points=2,
+        notebook=NOTEBOOK,
+        function="is_permutation_equivariant",
+        reference=is_permutation_equivariant,
+        make_cases=make_equivariance_cases,
+        call=call_equivariance,
+        mistakes=EQUIVARIANCE_MISTAKES,
+        compare=compare_equivariance,
+        hint="draw a random permutation p of the T tokens, compare fn(x[:, p]) with fn(x)[:, p] "
+        "using torch.allclose, and try a few permutations.",
+    ),
+)
+
 
 # ----------------------------------------------------------------------------- 04.3 sinusoidal
 
@@ -235,4 +717,106 @@ ROPE = Exercise(
     hint=f"rotate each pair {_PAIRS}; positions default to arange(T); the output has x's shape",
 )
 
-EXERCISES = [PE, ROPE]  # append this notebook's 04.1 and 04.2 here (keep the ids in order)
+# ----------------------------------------------------------------------------- 04.5 relative bias
+
+
+def relative_position_bias(table: Tensor, T: int, S: int | None = None) -> Tensor:
+    """The relative-position bias (the reference answer to 04.5).
+
+    table (2M + 1, H): row d + M holds the bias of distance d = j - i, for d in [-M, M];
+    -> bias (H, T, S) with bias[h, i, j] = table[clip(j - i', -M, M) + M, h], where the query i
+    sits at position i' = i + S - T (the last T of S positions; S defaults to T).
+    """
+    if table.ndim != 2 or table.shape[0] % 2 != 1:
+        raise ValueError(f"expected a table of shape (2M + 1, H), got {tuple(table.shape)}")
+    M = (table.shape[0] - 1) // 2
+    S = T if S is None else S
+    q = torch.arange(T)[:, None] + (S - T)  # (T, 1) query positions
+    k = torch.arange(S)[None, :]  # (1, S) key positions
+    rel = (k - q).clamp(-M, M) + M  # (T, S) row of the table
+    return table[rel].permute(2, 0, 1)  # (H, T, S)
+
+
+def _rel_cases(seed: int) -> list[Case]:
+    g = generator(seed)
+    cases = []
+    for name, T, S, M, H in [
+        ("self attention, distances beyond M", size(g, 6, 9), None, 2, size(g, 2, 3)),
+        ("one query over a cache (T = 1, S > T)", 1, size(g, 6, 9), 3, 2),
+        ("T < S, a few queries", 3, size(g, 5, 7), 4, 1),
+        ("M larger than every distance", 4, None, 6, 2),
+    ]:
+        table = randn(g, 2 * M + 1, H)
+        cases.append(Case(name, {"table": table, "T": T, "S": S}))
+    return cases
+
+
+def _rel_call(candidate, case: Case) -> dict[str, Tensor]:
+    i = case.inputs
+    args = (i["table"], i["T"]) if i["S"] is None else (i["table"], i["T"], i["S"])
+    return {"bias": as_tensor(candidate(*args), "relative_position_bias(table, T, S)")}
+
+
+def _rel(*, sign=1, shift=True, offset=True, absolute=False, layout="HTS"):
+    def impl(table, T, S=None):
+        M = (table.shape[0] - 1) // 2
+        S = T if S is None else S
+        q = torch.arange(T)[:, None] + ((S - T) if offset else 0)
+        k = torch.arange(S)[None, :]
+        d = sign * (k - q)
+        if absolute:
+            d = d.abs()
+        rel = d.clamp(-M, M) + (M if shift else 0)
+        out = table[rel]  # (T, S, H)
+        return out.permute(2, 0, 1) if layout == "HTS" else out
+
+    return impl
+
+
+_REL = "bias[h, i, j] = table[clip(j - i', -M, M) + M, h] with i' = i + S - T"
+
+REL_MISTAKES = [
+    Mistake(
+        "distance taken as i - j instead of j - i",
+        f"the distance is key position minus query position: {_REL}",
+        _rel(sign=-1),
+    ),
+    Mistake(
+        "table row not shifted by M (negative distances wrap around to the end of the table)",
+        f"row 0 of the table is distance -M, row M distance 0: add M after clipping: {_REL}",
+        _rel(shift=False),
+    ),
+    Mistake(
+        "absolute distance |j - i| (keys before and after the query share a bias)",
+        f"keep the sign: a key two positions back and one two positions ahead get different "
+        f"biases: {_REL}",
+        _rel(absolute=True),
+    ),
+    Mistake(
+        "queries placed at positions 0..T-1 when S > T",
+        f"with S > T the queries are the LAST T positions (the new tokens after a cache): {_REL}",
+        _rel(offset=False),
+    ),
+    Mistake(
+        "returned (T, S, H) instead of (H, T, S)",
+        "move the head dimension first (a permute) so that the bias broadcasts over "
+        "scores of shape (B, H, T, S)",
+        _rel(layout="TSH"),
+    ),
+]
+
+REL = Exercise(
+    id="04.5",
+    title="Relative position bias",
+    points=2,
+    notebook=NOTEBOOK,
+    function="relative_position_bias",
+    reference=relative_position_bias,
+    make_cases=_rel_cases,
+    call=_rel_call,
+    mistakes=REL_MISTAKES,
+    compare=close(),
+    hint=f"{_REL}; a (T, S) matrix of table rows, then index the table and move H first",
+)
+
+EXERCISES = [ATTENTION, EQUIVARIANCE, PE, ROPE, REL]

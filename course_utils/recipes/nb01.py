@@ -53,6 +53,14 @@ __all__ = [
     "SweepResult",
     "hidden_size_sweep",
     "count_parameters",
+    "train_batches",
+    "optimizer_and_schedule",
+    "LoopHistory",
+    "fit",
+    "reverse_source",
+    "reversed_data",
+    "ProbeReport",
+    "probe_context",
 ]
 
 Bucket = tuple[int, int]
@@ -80,6 +88,13 @@ class Recipe:
     hidden_sizes: tuple[int, ...]
     seed: int = 0
     profile: str = ""
+    control_factor: int = 4  # the control run trains this many times r.steps
+    evals: int = 20  # validation estimates per training run
+
+    @property
+    def eval_every(self) -> int:
+        """Steps between two validation estimates (``steps // evals``, at least 1)."""
+        return max(1, self.steps // self.evals)
 
     @property
     def budget(self) -> str:
@@ -107,6 +122,8 @@ def recipe() -> Recipe:
         warmup=16,
         hidden_sizes=(16, 32, 64),
         profile="ci",
+        control_factor=2,
+        evals=8,
     )
     cpu = Recipe(
         n_train=20000,
@@ -122,6 +139,7 @@ def recipe() -> Recipe:
         warmup=50,
         hidden_sizes=(32, 64, 128, 256),
         profile="cpu",
+        control_factor=3,
     )
     gpu = Recipe(
         n_train=50000,
@@ -446,7 +464,8 @@ class SweepResult:
     report: LengthReport
     parameters: int
     seconds: float
-    history: History = field(repr=False)
+    history: Any = field(repr=False)
+    model: Any = field(default=None, repr=False)
 
 
 def hidden_size_sweep(
@@ -457,17 +476,246 @@ def hidden_size_sweep(
     decode_fn: Callable[..., Any] | None = None,
     trained: dict[int, tuple[Seq2SeqRNN, History]] | None = None,
     progress: bool | str = True,
+    loop: Callable[..., Any] | None = None,
 ) -> dict[int, SweepResult]:
     """Train an attention-free model per hidden size (same data, steps, batch size, seed)
     and evaluate each by length. ``trained`` maps sizes already trained (e.g. the notebook's
-    main model) to ``(model, history)``, so they are not trained twice."""
+    main model) to ``(model, history)``, so they are not trained twice. With ``loop`` (the
+    notebook's ``train_loop``) each model is trained by :func:`fit`, else by
+    :func:`train_seq2seq`."""
     results: dict[int, SweepResult] = {}
     for h in sizes or r.hidden_sizes:
         if trained and h in trained:
             model, history = trained[h]
         else:
             model = build_model(data, r, attention=False, hidden_dim=h)
-            history = train_seq2seq(model, data, r, progress=progress, desc=f"no attention, H={h}")
+            if loop is not None:
+                history = fit(model, data, r, loop)
+            else:
+                history = train_seq2seq(
+                    model, data, r, progress=progress, desc=f"no attention, H={h}"
+                )
         report = evaluate_by_length(model, data.test, r.buckets, decode_fn=decode_fn)
-        results[h] = SweepResult(h, report, count_parameters(model), history.total_time, history)
+        results[h] = SweepResult(
+            h, report, count_parameters(model), history.total_time, history, model
+        )
     return results
+
+
+# --------------------------------------------------------------------------------------------
+# The student's training loop (exercise 01.3), its inputs, and the experiments built on it
+# --------------------------------------------------------------------------------------------
+def train_batches(split: Seq2SeqData, batch_size: int, seed: int = 0) -> Iterator[Seq2SeqData]:
+    """An endless stream of length-sorted shuffled batches (:class:`length_batches`, epoch
+    after epoch), for a loop that takes ``next(batches)`` once per step."""
+    epochs = length_batches(split, batch_size, torch.Generator().manual_seed(seed))
+    while True:
+        yield from epochs
+
+
+def optimizer_and_schedule(
+    model: nn.Module, r: Recipe, steps: int | None = None
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW at ``r.lr`` and a scheduler for ``steps`` (default ``r.steps``) steps: linear
+    warmup over ``r.warmup`` steps, then cosine decay to ``r.lr / 10`` (the schedule of
+    :func:`course_utils.training.lr_schedule`, stepped once per optimizer step)."""
+    from course_utils.training import lr_schedule, make_optimizer
+
+    total = steps or r.steps
+    opt = make_optimizer(model, r.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_schedule(min(s, total - 1), lr=1.0, steps=total, warmup=r.warmup)
+    )
+    return opt, sched
+
+
+@dataclass
+class LoopHistory:
+    """What a run of the training loop recorded: a loss per step and a validation estimate
+    every ``eval_every`` steps (``val_steps`` counts steps from 1), and its wall time."""
+
+    train_loss: list[float]
+    val_steps: list[int]
+    val_loss: list[float]
+    seconds: float
+
+    @property
+    def total_time(self) -> float:
+        return self.seconds
+
+    def smoothed(self, window: int = 20) -> list[float]:
+        """The training loss averaged over the last ``window`` steps at each step."""
+        out, acc = [], 0.0
+        for i, v in enumerate(self.train_loss):
+            acc += v - (self.train_loss[i - window] if i >= window else 0.0)
+            out.append(acc / min(i + 1, window))
+        return out
+
+    def late_val_drop(self, fraction: float = 0.25) -> float:
+        """How much the validation loss fell over the last ``fraction`` of the run (>= 0 when
+        it still fell): the first estimate in that stretch minus the last one."""
+        k = max(1, round(len(self.val_loss) * fraction))
+        return self.val_loss[-k - 1] - self.val_loss[-1] if len(self.val_loss) > k else float("nan")
+
+    def plot(self, ax=None, label: str = "", color=None):
+        """Training loss (smoothed) and validation loss against the step, on ``ax``."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6.5, 3.8), constrained_layout=True)
+        steps = range(1, len(self.train_loss) + 1)
+        (line,) = ax.plot(
+            steps,
+            self.smoothed(),
+            lw=1,
+            alpha=0.6,
+            color=color,
+            label=f"{label} train (smoothed)".strip(),
+        )
+        ax.plot(
+            self.val_steps,
+            self.val_loss,
+            marker="o",
+            ms=3,
+            color=line.get_color(),
+            label=f"{label} validation".strip(),
+        )
+        ax.set(xlabel="step", ylabel="cross-entropy")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        return ax
+
+
+def reverse_source(split: Seq2SeqData) -> Seq2SeqData:
+    """The same pairs with each source sentence reversed (padding stays at the end), as
+    Sutskever et al. (2014) fed it. The targets and lengths are unchanged."""
+    S = split.src.shape[1]
+    pos = torch.arange(S)[None, :]
+    lengths = split.src_lengths[:, None]
+    idx = torch.where(pos < lengths, lengths - 1 - pos, pos)  # reversed within the sentence
+    src = split.src.gather(1, idx.to(split.src.device))
+    align = split.alignment
+    align = torch.where(align >= 0, split.src_lengths[:, None] - 1 - align, align)
+    return Seq2SeqData(
+        src, split.src_lengths, split.tgt_in, split.tgt_out, split.tgt_lengths, align
+    )
+
+
+def reversed_data(data: TaskData) -> TaskData:
+    """``data`` with every source sentence reversed (train and test)."""
+    import dataclasses
+
+    return dataclasses.replace(
+        data, train=reverse_source(data.train), test=reverse_source(data.test)
+    )
+
+
+def fit(
+    model: Seq2SeqRNN,
+    data: TaskData,
+    r: Recipe,
+    loop: Callable[..., Any],
+    *,
+    steps: int | None = None,
+    forward_fn: Callable[..., Any] | None = None,
+) -> LoopHistory:
+    """Train ``model`` with ``loop`` (the notebook's ``train_loop``, exercise 01.3) for
+    ``steps`` (default ``r.steps``) steps: AdamW + warmup/cosine (:func:`optimizer_and_schedule`),
+    batches from :func:`train_batches`, gradients clipped to 1, and a validation estimate on
+    the test split (capped at 512 sentences) ``r.evals`` times. Leaves the model in eval mode."""
+    import time
+
+    total = steps or r.steps
+    opt, sched = optimizer_and_schedule(model, r, total)
+    val = data.test[torch.arange(min(512, len(data.test)))]
+    eval_every = max(1, total // r.evals)
+    start = time.perf_counter()
+    train_losses, val_losses = loop(
+        model,
+        forward_fn or teacher_forced_logits,
+        train_batches(data.train, r.batch_size, r.seed),
+        opt,
+        sched,
+        steps=total,
+        val_batch=val,
+        eval_every=eval_every,
+        clip=1.0,
+    )
+    seconds = time.perf_counter() - start
+    model.eval()
+    val_steps = [eval_every * (k + 1) for k in range(len(val_losses))]
+    return LoopHistory(list(train_losses), val_steps, list(val_losses), seconds)
+
+
+@dataclass
+class ProbeReport:
+    """Linear-probe accuracy of reading source word i out of a frozen context vector c.
+
+    ``grid[L][i]``: accuracy on test sentences of length L for position i (0-based) ;
+    ``by_bucket[bucket]``: the mean over positions and sentences of each length bucket;
+    ``baseline[bucket]``: the same for a reader that ignores c and always answers the most
+    frequent word at each position (what the position alone gives away, e.g. an article at
+    position 0).
+    """
+
+    hidden_dim: int
+    grid: dict[int, list[float]]
+    by_bucket: dict[Any, float]
+    baseline: dict[Any, float]
+
+
+@torch.no_grad()
+def probe_context(
+    model: Seq2SeqRNN, data: TaskData, r: Recipe, *, ridge: float = 1e-2
+) -> ProbeReport:
+    """Fit one linear read-out per source position i: c (H,) -> the id of source word i, by
+    ridge regression of the one-hot word onto [c, 1] over the training sentences longer than i;
+    score the argmax on the test sentences, by length. The encoder stays frozen: the probe asks
+    how much of the source a *linear* reader can still find in c."""
+    model.eval()
+
+    def contexts(split: Seq2SeqData) -> Tensor:
+        cs = []
+        for start in range(0, len(split), 1024):
+            part = split[torch.arange(start, min(start + 1024, len(split)))]
+            cs.append(model.encode(part.src, part.src_lengths)[1].double())
+        return torch.cat(cs)
+
+    train, test = data.train, data.test
+    c_train, c_test = contexts(train), contexts(test)
+    ones = torch.ones(len(c_train), 1, dtype=torch.float64)
+    X = torch.cat([c_train, ones], dim=1)  # (N, H + 1)
+    Xt = torch.cat([c_test, torch.ones(len(c_test), 1, dtype=torch.float64)], dim=1)
+    V = len(data.src_vocab)
+    correct = torch.zeros(len(test), r.max_len, dtype=torch.bool)
+    guessed = torch.zeros(len(test), r.max_len, dtype=torch.bool)
+    for i in range(r.max_len):
+        rows = train.src_lengths > i
+        if int(rows.sum()) == 0:
+            continue
+        Xi = X[rows]
+        Y = torch.nn.functional.one_hot(train.src[rows, i], V).double()  # (n, V)
+        A = Xi.T @ Xi + ridge * len(Xi) * torch.eye(Xi.shape[1], dtype=torch.float64)
+        W = torch.linalg.solve(A, Xi.T @ Y)  # (H + 1, V)
+        has = test.src_lengths > i
+        pred = (Xt[has] @ W).argmax(dim=1)
+        correct[has, i] = pred == test.src[has, i]
+        guessed[has, i] = test.src[has, i] == train.src[rows, i].bincount(minlength=V).argmax()
+    grid: dict[int, list[float]] = {}
+    for L in range(r.min_len, r.max_len + 1):
+        rows = test.src_lengths == L
+        if int(rows.sum()):
+            grid[L] = correct[rows, :L].double().mean(0).tolist()
+    by_bucket, baseline = {}, {}
+    for lo, hi in r.buckets:
+        key = lo if lo == hi else f"{lo}-{hi}"
+        Ls = [L for L in grid if lo <= L <= hi]
+        if not Ls:
+            continue
+        rows = (test.src_lengths >= lo) & (test.src_lengths <= hi)
+        lens = test.src_lengths[rows]
+        cor = correct[rows]
+        valid = torch.arange(r.max_len)[None, :] < lens[:, None]
+        by_bucket[key] = (cor & valid).sum().item() / valid.sum().item()
+        baseline[key] = (guessed[rows] & valid).sum().item() / valid.sum().item()
+    return ProbeReport(model.hidden_dim, grid, by_bucket, baseline)

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import ast
 import io
-import json
 import re
 import tokenize
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from course_utils.regions import find_regions
 
 MIN_CHARS = 12  # needles shorter than this (whitespace removed) are too common to mean anything
 
@@ -114,8 +114,6 @@ def _source(cell: Mapping[str, Any]) -> str:
 
 def _solution_lines(cell: Mapping[str, Any]) -> tuple[list[str], str]:
     """The code lines inside the cell's solution regions, and the rest of the cell (scaffold)."""
-    from course_utils.release import find_regions
-
     lines = _source(cell).split("\n")
     regions, _ = find_regions(_source(cell))
     inside: set[int] = set()
@@ -156,34 +154,3 @@ def find_leaks(
                         shown = line.strip() if needle == strip_comment(line) else needle
                         leaks.append(Leak(name, ex_id, shown, cid, index, ctype))
     return leaks
-
-
-def notebook_leaks(path: str | Path, registry: Mapping[str, Any] | None = None) -> list[Leak]:
-    """The leaks of one solution notebook at ``path`` into the student version that
-    ``course release`` would write (computed in memory; ``notebooks/`` is not read)."""
-    from course_utils.release import release_notebook
-
-    path = Path(path)
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    return find_leaks(nb, release_notebook(nb, path.name, registry), path.name)
-
-
-def leaks_per_notebook(
-    solutions: str | Path = "solutions", registry: Mapping[str, Any] | None = None
-) -> dict[str, list[Leak]]:
-    """Solution file name -> its leaks (an empty list when it keeps the rule), for every
-    ``solutions/NN_*.ipynb``. Invalid notebooks raise ``ReleaseError`` as in release."""
-    from course_utils.release import solution_paths
-
-    return {p.name: notebook_leaks(p, registry) for p in solution_paths(solutions)}
-
-
-def leak_messages(
-    solutions: str | Path = "solutions", registry: Mapping[str, Any] | None = None
-) -> list[str]:
-    """One message per leak in every solution notebook; empty when the rule holds."""
-    return [
-        leak.message()
-        for leaks in leaks_per_notebook(solutions, registry).values()
-        for leak in leaks
-    ]

@@ -53,8 +53,9 @@ from typing import Any
 import nbformat
 
 from course_utils import student_work
+from course_utils.leaks import Leak, find_leaks
+from course_utils.regions import BEGIN, END, Region, find_regions
 
-BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 ANSWER_PLACEHOLDER = "YOUR ANSWER HERE"
 SOLUTION_GLOB = "[0-9][0-9]_*.ipynb"
 EXERCISE_TAG, CHECK_TAG = "exercise", "check"
@@ -62,7 +63,6 @@ ID_PATTERN = re.compile(r"^(\d\d)\.(\d+)$")
 
 EXIT_OK, EXIT_DRIFT, EXIT_INVALID = 0, 1, 2
 
-_MARKER_WORDS = re.compile(r"\b(BEGIN|END)\s+SOLUTION\b")
 _DEF_OR_CLASS = re.compile(r"^(\s*)(?:async\s+)?(def|class)\s+([A-Za-z_]\w*)")
 _VOLATILE_CELL_METADATA = ("execution",)
 _VOLATILE_NB_METADATA = ("widgets",)
@@ -74,13 +74,6 @@ class ReleaseError(Exception):
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
-
-
-@dataclass
-class _Region:
-    begin: int  # line index of the BEGIN marker
-    end: int  # line index of the END marker
-    indent: str
 
 
 @dataclass
@@ -123,41 +116,6 @@ def _role(cell: Mapping[str, Any]) -> str | None:
     if CHECK_TAG in tags:
         return "check"
     return _course_meta(cell).get("role")
-
-
-def find_regions(source: str) -> tuple[list[_Region], list[str]]:
-    """The solution regions of a cell's source, and messages for malformed/unbalanced markers.
-
-    Lines are counted from 1 in the messages.
-    """
-    regions: list[_Region] = []
-    problems: list[str] = []
-    open_at: int | None = None
-    indent = ""
-    for i, line in enumerate(source.split("\n")):
-        stripped = line.strip()
-        if stripped == BEGIN:
-            if open_at is not None:
-                problems.append(
-                    f"line {i + 1}: '{BEGIN}' inside the region opened on line "
-                    f"{open_at + 1} (regions cannot nest; close it with '{END}' first)"
-                )
-                continue
-            open_at, indent = i, line[: len(line) - len(line.lstrip())]
-        elif stripped == END:
-            if open_at is None:
-                problems.append(f"line {i + 1}: '{END}' without a '{BEGIN}' before it")
-                continue
-            regions.append(_Region(open_at, i, indent))
-            open_at = None
-        elif _MARKER_WORDS.search(line):
-            problems.append(
-                f"line {i + 1}: malformed solution marker {stripped!r}: write exactly "
-                f"'{BEGIN}' or '{END}' on a line of its own"
-            )
-    if open_at is not None:
-        problems.append(f"line {open_at + 1}: '{BEGIN}' has no '{END}' after it")
-    return regions, problems
 
 
 def _enclosing_function(lines: list[str], begin: int) -> tuple[str | None, str | None]:
@@ -463,7 +421,7 @@ def release_notebook(
 def _stub_source(
     cell: Mapping[str, Any],
     source: str,
-    regions: list[_Region],
+    regions: list[Region],
     ex_id: str,
     exercise: Any,
 ) -> tuple[str, list[str]]:
@@ -592,12 +550,30 @@ def drift_messages(expected: Mapping[str, str], solutions: Path, notebooks: Path
 # (``name -> text``), the solutions folder and the notebooks folder and returns one message per
 # problem. Another rule (e.g. "no solution line leaked into a student notebook") is one more
 # function appended here.
-def no_answer_messages(expected: Mapping[str, str], solutions: Path, notebooks: Path) -> list[str]:
-    """The no-answer rule of :mod:`course_utils.leaks`: one message per solution line found
-    elsewhere in a student notebook (the release of ``solutions``), markdown included."""
-    from course_utils.leaks import leak_messages
+def notebook_leaks(path: str | Path, registry: Mapping[str, Any] | None = None) -> list[Leak]:
+    """The no-answer rule's findings for one solution notebook at ``path``: its solution lines
+    found in the student version ``course release`` would write (computed in memory)."""
+    path = Path(path)
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return find_leaks(nb, release_notebook(nb, path.name, registry), path.name)
 
-    return [f"no-answer rule: {m}" for m in leak_messages(solutions)]
+
+def leaks_per_notebook(
+    solutions: str | Path = "solutions", registry: Mapping[str, Any] | None = None
+) -> dict[str, list[Leak]]:
+    """Solution file name -> its leaks (an empty list when it keeps the rule), for every
+    ``solutions/NN_*.ipynb``. Invalid notebooks raise ``ReleaseError``."""
+    return {p.name: notebook_leaks(p, registry) for p in solution_paths(solutions)}
+
+
+def no_answer_messages(expected: Mapping[str, str], solutions: Path, notebooks: Path) -> list[str]:
+    """The no-answer rule (:mod:`course_utils.leaks`): one message per solution line found
+    elsewhere in a student notebook of ``solutions``' release, markdown included."""
+    return [
+        f"no-answer rule: {leak.message()}"
+        for leaks in leaks_per_notebook(solutions).values()
+        for leak in leaks
+    ]
 
 
 CHECKS: list[Callable[[Mapping[str, str], Path, Path], list[str]]] = [
@@ -763,8 +739,8 @@ def _check(args: argparse.Namespace) -> int:
     messages = [m for rule in CHECKS for m in rule(expected, solutions, notebooks)]
     if messages:
         print(
-            f"{len(messages)} problem(s) with {notebooks}/ and {solutions}/ (instructors: "
-            "reword a leaking exercise's prose, or run `course release` and commit):",
+            f"{len(messages)} problem(s) with {notebooks}/ and {solutions}/ (instructors: run "
+            "`course release`, then commit; reword an exercise whose prose gives a line away):",
             file=sys.stderr,
         )
         for m in messages:

@@ -129,7 +129,7 @@ def dirs(tmp_path, monkeypatch):
 def test_leaks_per_notebook_maps_every_solution_and_release_check_fails_on_a_leak(dirs, capsys):
     solutions, notebooks = dirs
     assert run_cli("--solutions", solutions, "--notebooks", notebooks) == 0
-    assert leaks.leaks_per_notebook(solutions) == {NAME: []}
+    assert release.leaks_per_notebook(solutions) == {NAME: []}
     assert run_cli("--solutions", solutions, "--notebooks", notebooks, "--check") == 0
 
     nb = toy_notebook()
@@ -140,7 +140,7 @@ def test_leaks_per_notebook_maps_every_solution_and_release_check_fails_on_a_lea
     assert run_cli("--solutions", solutions, "--notebooks", notebooks, "--check") == 1
     err = capsys.readouterr().err
     assert "no-answer rule" in err and "exercise 42.1" in err and "'prompt'" in err
-    (leak,) = leaks.leaks_per_notebook(solutions)[NAME]
+    (leak,) = release.leaks_per_notebook(solutions)[NAME]
     assert leak.cell_id == "prompt"
 
 

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from course_utils import claims
-from course_utils.claims import ClaimFailed, claim
+from course_utils.claims import ClaimFailed, Held, claim
 
 
 @pytest.fixture
@@ -22,7 +22,8 @@ def profile(monkeypatch):
 
 def test_a_claim_that_holds_prints_it(profile, capsys):
     profile("cpu")
-    assert claim("two is bigger than one", 2 > 1) is True
+    held = claim("two is bigger than one", 2 > 1)
+    assert held and isinstance(held, Held)
     assert capsys.readouterr().out == "✓ two is bigger than one\n"
 
 
@@ -134,3 +135,26 @@ def test_course_claims_names_the_known_notebooks_when_one_is_missing(tmp_path, c
     (tmp_path / "03_x.ipynb").write_text("{}")
     assert cli.main(["claims", "--solutions", str(tmp_path), "42"]) == 2
     assert "known: 03_x" in capsys.readouterr().out
+
+
+def test_a_held_claim_shows_nothing_as_the_last_expression_of_a_cell(capsys):
+    held = claim("three is odd", 3 % 2 == 1)
+    assert held._ipython_display_() is None and repr(held) == "Held()"
+    assert capsys.readouterr().out == "✓ three is odd\n"
+
+
+def test_keep_going_prints_a_failed_claim_and_does_not_raise(
+    profile, capsys, monkeypatch, tmp_path
+):
+    from course_utils import claims as c
+
+    profile("cpu")
+    log = tmp_path / "log.jsonl"
+    monkeypatch.setenv(c.LOG_ENV_VAR, str(log))
+    monkeypatch.setenv(c.KEEP_GOING_ENV_VAR, "1")
+    assert claim("never", False, detail="0 vs 1") is None
+    assert capsys.readouterr().out == "✗ never (0 vs 1)\n"
+    assert c.read_log(log)[0]["status"] == "failed"
+    monkeypatch.setenv(c.KEEP_GOING_ENV_VAR, "0")
+    with pytest.raises(ClaimFailed):
+        claim("never", False)

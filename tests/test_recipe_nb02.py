@@ -39,6 +39,13 @@ def test_training_sentences_are_shorter_than_the_longest_test_sentences(small):
     assert not train & {tuple(e.src) for e in data.test_examples}
 
 
+def test_buckets_split_at_the_longest_training_sentence(small):
+    r, _ = small
+    assert nb02.seen_and_unseen(r) == (["3-5", "6-8"], ["9-11"])
+    with pytest.raises(ValueError, match="both seen and unseen"):
+        nb02.seen_and_unseen(nb01.Recipe(**{**r.__dict__, "buckets": ((3, 6), (7, 11))}))
+
+
 def test_dot_product_attention_is_scaled_dot_product_attention_of_the_projections():
     torch.manual_seed(0)
     att = nb02.DotProductAttention(5, 7, 4).double()

@@ -57,6 +57,8 @@ __all__ = [
     "Recipe",
     "recipe",
     "train_max_len",
+    "bucket_label",
+    "seen_and_unseen",
     "make_data",
     "build_model",
     "DotProductAttention",
@@ -109,6 +111,23 @@ def make_data(r: Recipe) -> TaskData:
         test_min_len=r.min_len,
         test_max_len=r.max_len,
     )
+
+
+def bucket_label(bucket: tuple[int, int]) -> int | str:
+    """The key of ``bucket`` in a :class:`LengthReport` (``5`` or ``"3-5"``)."""
+    lo, hi = bucket
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def seen_and_unseen(r: Recipe) -> tuple[list[int | str], list[int | str]]:
+    """The report keys of the length buckets inside the training lengths and of those beyond
+    them (every test sentence of an unseen bucket is longer than any training sentence)."""
+    longest = train_max_len(r)
+    straddle = [b for b in r.buckets if b[0] <= longest < b[1]]
+    if straddle:
+        raise ValueError(f"bucket {straddle[0]} holds both seen and unseen lengths (<= {longest})")
+    seen = [bucket_label(b) for b in r.buckets if b[1] <= longest]
+    return seen, [bucket_label(b) for b in r.buckets if b[0] > longest]
 
 
 class DotProductAttention(nn.Module):

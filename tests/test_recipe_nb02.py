@@ -143,3 +143,32 @@ def test_miss_breakdown_of_a_model_adds_up(small):
     assert m.article_to_noun + m.et_ahead + m.other == m.misses <= m.words
     with pytest.raises(ValueError, match="with attention"):
         nb02.miss_breakdown(nb02.build_model(data, r, attention=False), data)
+
+
+def test_early_stops_counts_wrong_outputs_that_end_before_the_reference():
+    from types import SimpleNamespace
+
+    from course_utils.data.tasks import EOS, PAD, Seq2SeqData
+
+    target = torch.tensor([[5, 6, 7, EOS], [5, 6, 7, EOS], [5, 6, EOS, PAD], [5, 6, 7, EOS]])
+    pred = torch.tensor(
+        [
+            [5, 6, EOS, PAD, PAD],  # wrong, too short
+            [5, 6, 7, 8, EOS],  # wrong, too long
+            [5, 6, EOS, PAD, PAD],  # right
+            [5, 9, 7, EOS, PAD],  # wrong, right length
+        ]
+    )
+    n = len(target)
+    split = Seq2SeqData(
+        src=torch.ones(n, 3, dtype=torch.long),
+        src_lengths=torch.tensor([3, 3, 3, 9]),
+        tgt_in=target,
+        tgt_out=target,
+        tgt_lengths=(target != PAD).sum(1),
+        alignment=torch.zeros_like(target),
+    )
+    report = SimpleNamespace(predictions=pred)
+    assert nb02.early_stops(report, split, (3, 5)) == pytest.approx(1 / 2)
+    assert nb02.early_stops(report, split, (9, 9)) == 0.0
+    assert torch.isnan(torch.tensor(nb02.early_stops(report, split, (6, 8))))

@@ -38,6 +38,7 @@ from course_utils.data.tasks import (
     TaskData,
     alignment_score,
     encode_examples,
+    exact_match,
     make_translation_data,
 )
 from course_utils.models.seq2seq_rnn import Seq2SeqRNN
@@ -59,6 +60,7 @@ __all__ = [
     "train_max_len",
     "bucket_label",
     "seen_and_unseen",
+    "early_stops",
     "make_data",
     "build_model",
     "DotProductAttention",
@@ -128,6 +130,24 @@ def seen_and_unseen(r: Recipe) -> tuple[list[int | str], list[int | str]]:
         raise ValueError(f"bucket {straddle[0]} holds both seen and unseen lengths (<= {longest})")
     seen = [bucket_label(b) for b in r.buckets if b[1] <= longest]
     return seen, [bucket_label(b) for b in r.buckets if b[0] > longest]
+
+
+def early_stops(report: LengthReport, split: Seq2SeqData, bucket: tuple[int, int]) -> float:
+    """Among the wrong translations of ``split``'s sentences of ``bucket`` source words, the
+    fraction whose output ends (EOS, or runs out) before the reference does; NaN if none is
+    wrong. ``report`` is :func:`evaluate_by_length` of ``split``."""
+    lo, hi = bucket
+    pred, target = report.predictions, split.tgt_out.cpu()
+    inside = (split.src_lengths.cpu() >= lo) & (split.src_lengths.cpu() <= hi)
+
+    def ends(tokens: Tensor) -> Tensor:  # index of the first EOS, or the row length
+        is_eos = tokens == EOS
+        return torch.where(is_eos.any(1), is_eos.float().argmax(1), tokens.shape[1])
+
+    wrong = inside & ~exact_match(pred, target)
+    if not bool(wrong.any()):
+        return float("nan")
+    return (ends(pred[wrong]) < ends(target[wrong])).float().mean().item()
 
 
 class DotProductAttention(nn.Module):

@@ -172,3 +172,13 @@ def test_early_stops_counts_wrong_outputs_that_end_before_the_reference():
     assert nb02.early_stops(report, split, (3, 5)) == pytest.approx(1 / 2)
     assert nb02.early_stops(report, split, (9, 9)) == 0.0
     assert torch.isnan(torch.tensor(nb02.early_stops(report, split, (6, 8))))
+
+
+def test_attention_parameters_are_the_additive_modules_weights(small):
+    r, data = small
+    model = nb02.build_model(data, r, attention=True)
+    W_q, W_k, v = nb02.attention_parameters(model)
+    assert W_q is model.attention.W_query.weight and W_k is model.attention.W_key.weight
+    assert v is model.attention.v
+    with pytest.raises(ValueError, match="additive attention"):
+        nb02.attention_parameters(nb02.build_model(data, r, attention=True, score="dot"))

@@ -25,7 +25,7 @@ from matplotlib.axes import Axes
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from course_utils.attention import masked_softmax
+from course_utils.attention import AdditiveAttention, masked_softmax
 from course_utils.data.tasks import (
     BOS,
     CONJUNCTIONS,
@@ -58,6 +58,7 @@ __all__ = [
     "Recipe",
     "recipe",
     "train_max_len",
+    "attention_parameters",
     "bucket_label",
     "seen_and_unseen",
     "early_stops",
@@ -113,6 +114,15 @@ def make_data(r: Recipe) -> TaskData:
         test_min_len=r.min_len,
         test_max_len=r.max_len,
     )
+
+
+def attention_parameters(model: Seq2SeqRNN) -> tuple[Tensor, Tensor, Tensor]:
+    """The trained weights of ``model``'s additive attention, as exercise 02.2 takes them:
+    ``(W_query (A, H), W_key (A, H), v (A,))``."""
+    att = model.attention
+    if not isinstance(att, AdditiveAttention):
+        raise ValueError(f"expected a model with additive attention, got {type(att).__name__}")
+    return att.W_query.weight, att.W_key.weight, att.v
 
 
 def bucket_label(bucket: tuple[int, int]) -> int | str:

@@ -27,6 +27,7 @@ from pathlib import Path
 from course_utils.profiles import PROFILES, profile_name
 
 LOG_ENV_VAR = "COURSE_CLAIMS_LOG"
+KEEP_GOING_ENV_VAR = "COURSE_CLAIMS_KEEP_GOING"  # "1": a failed claim prints ✗ instead of raising
 HELD, FAILED, SKIPPED = "held", "failed", "skipped"
 
 
@@ -103,6 +104,9 @@ def claim(
     _log({**record, "status": HELD if ok else FAILED, "detail": detail})
     if not ok:
         extra = f" ({detail})" if detail else ""
+        if os.environ.get(KEEP_GOING_ENV_VAR) == "1":  # `course claims --keep-going`
+            print(f"✗ {statement}{extra}")
+            return None
         raise ClaimFailed(
             f"this claim of the prose does not hold in the '{profile}' profile: "
             f"{statement}{extra}. Fix the prose or the experiment before storing outputs."
@@ -139,10 +143,11 @@ def _find_solution(name: str, solutions: Path) -> Path:
 
 
 def check_notebook(
-    path: str | Path, *, profile: str, timeout: int = 1800
+    path: str | Path, *, profile: str, timeout: int = 1800, keep_going: bool = False
 ) -> tuple[list[dict], str]:
     """Run the notebook at ``path`` in ``profile`` (its stored file is not changed) and return
-    (the claims it made, the error that stopped it or "")."""
+    (the claims it made, the error that stopped it or ""). ``keep_going``: a failed claim is
+    recorded and the run goes on, so one run reports every claim."""
     import tempfile
 
     import nbformat
@@ -154,8 +159,9 @@ def check_notebook(
     nb = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "claims.jsonl"
-        old = os.environ.get(LOG_ENV_VAR)
+        old = {k: os.environ.get(k) for k in (LOG_ENV_VAR, KEEP_GOING_ENV_VAR)}
         os.environ[LOG_ENV_VAR] = str(log)
+        os.environ[KEEP_GOING_ENV_VAR] = "1" if keep_going else "0"
         error = ""
         try:
             run_notebook(nb, folder=path.parent, profile=profile, timeout=timeout)
@@ -165,10 +171,11 @@ def check_notebook(
         except Exception as exc:  # a dead kernel, a timeout: say so, never a traceback
             error = f"{type(exc).__name__}: {exc}"
         finally:
-            if old is None:
-                os.environ.pop(LOG_ENV_VAR, None)
-            else:
-                os.environ[LOG_ENV_VAR] = old
+            for key, value in old.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
         return read_log(log), error
 
 
@@ -186,6 +193,12 @@ def add_arguments(parser) -> None:
         default=None,
         help="run in this profile (default: the active one, see `course doctor`)",
     )
+    parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="report every claim of a run instead of stopping at the first that fails "
+        "(outputs of such a run are never stored)",
+    )
     parser.add_argument("--solutions", default="solutions", metavar="DIR")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
 
@@ -201,7 +214,9 @@ def main(args) -> int:
         return 2
     bad = 0
     for path in paths:
-        records, error = check_notebook(path, profile=profile, timeout=args.timeout)
+        records, error = check_notebook(
+            path, profile=profile, timeout=args.timeout, keep_going=args.keep_going
+        )
         counts = {s: sum(r["status"] == s for r in records) for s in (HELD, FAILED, SKIPPED)}
         print(
             f"{path.stem} ({profile}): {counts[HELD]} held, {counts[FAILED]} failed, "

@@ -141,3 +141,20 @@ def test_a_held_claim_shows_nothing_as_the_last_expression_of_a_cell(capsys):
     held = claim("three is odd", 3 % 2 == 1)
     assert held._ipython_display_() is None and repr(held) == "Held()"
     assert capsys.readouterr().out == "✓ three is odd\n"
+
+
+def test_keep_going_prints_a_failed_claim_and_does_not_raise(
+    profile, capsys, monkeypatch, tmp_path
+):
+    from course_utils import claims as c
+
+    profile("cpu")
+    log = tmp_path / "log.jsonl"
+    monkeypatch.setenv(c.LOG_ENV_VAR, str(log))
+    monkeypatch.setenv(c.KEEP_GOING_ENV_VAR, "1")
+    assert claim("never", False, detail="0 vs 1") is None
+    assert capsys.readouterr().out == "✗ never (0 vs 1)\n"
+    assert c.read_log(log)[0]["status"] == "failed"
+    monkeypatch.setenv(c.KEEP_GOING_ENV_VAR, "0")
+    with pytest.raises(ClaimFailed):
+        claim("never", False)

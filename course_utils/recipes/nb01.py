@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from course_utils.attention import AdditiveAttention
 from course_utils.data.tasks import (
     Seq2SeqData,
     TaskData,
@@ -248,12 +249,16 @@ def teacher_forced_logits(
         return (logits, None) if return_attention else logits
     att = model.attention
     mask = model.src_mask(src, src_lengths)  # (B, S)
-    keys = att.W_key(enc_states)  # (B, S, A): projected once, not at every step
+    additive = isinstance(att, AdditiveAttention)  # else any module att(s, h, mask=) -> (c, a)
+    keys = att.W_key(enc_states) if additive else None  # (B, S, A): projected once
     s, states, contexts, weights = c, [], [], []
     for t in range(T):
-        scores = torch.tanh(keys + att.W_query(s)[:, None, :]) @ att.v  # (B, S) from s_{t-1}
-        w = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)  # (B, S)
-        ctx = torch.bmm(w[:, None, :], enc_states)[:, 0]  # (B, H)
+        if additive:
+            scores = torch.tanh(keys + att.W_query(s)[:, None, :]) @ att.v  # (B, S) from s_{t-1}
+            w = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)  # (B, S)
+            ctx = torch.bmm(w[:, None, :], enc_states)[:, 0]  # (B, H)
+        else:
+            ctx, w = att(s, enc_states, mask=mask)
         s = model.decoder_cell(torch.cat([emb[:, t], ctx], dim=-1), s)  # s_t
         states.append(s)
         contexts.append(ctx)

@@ -407,47 +407,89 @@ def _summary(rep: dict[str, Any], detailed: bool) -> str:
     return "\n".join(lines)
 
 
-def main(args: argparse.Namespace) -> int:
-    """Run ``course grade``; returns the exit code documented above."""
-    from course_utils.grading import reports as rp
-    from course_utils.grading.grader import GradeOptions
-
+def _usage_problem(args: argparse.Namespace) -> str:
+    """What is wrong with the numbers and folders given on the command line ("" if nothing)."""
     for name in ("cell_timeout", "timeout"):
         if getattr(args, name) <= 0:
-            print(f"course grade: --{name.replace('_', '-')} must be positive", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            return f"--{name.replace('_', '-')} must be positive"
     if min(args.max_procs, args.disk_mb, args.cpu_seconds) < 0:
-        print(
-            "course grade: --max-procs, --disk-mb and --cpu-seconds must be >= 0", file=sys.stderr
-        )
-        return EXIT_BAD_INPUT
+        return "--max-procs, --disk-mb and --cpu-seconds must be >= 0"
     if args.jobs < 1 or args.memory_mb < 0 or args.max_output_kb < 0:
-        print(
-            "course grade: -j must be >= 1, --memory-mb and --max-output-kb >= 0", file=sys.stderr
-        )
-        return EXIT_BAD_INPUT
+        return "-j must be >= 1, --memory-mb and --max-output-kb >= 0"
     if args.reference_dir and not Path(args.reference_dir).is_dir():
-        print(
-            f"course grade: --reference-dir {args.reference_dir}: no such folder", file=sys.stderr
-        )
-        return EXIT_BAD_INPUT
+        return f"--reference-dir {args.reference_dir}: no such folder"
+    return ""
+
+
+def _write_reports(args: argparse.Namespace, reports: list[dict]) -> bool:
+    """Write every report the command line asks for; False (after one error line) when a
+    target cannot be written."""
+    from course_utils.grading import reports as rp
+
+    writers = [
+        (args.json, rp.write_json),
+        (args.junit, rp.write_junit),
+        (args.csv, rp.write_csv),
+        (args.classroom, rp.write_classroom),
+        (args.feedback, rp.write_feedback),
+        (args.report, rp.write_instructor_report),
+    ]
+    for target, writer in writers:
+        if not target:
+            continue
+        try:
+            if writer is not rp.write_feedback:
+                Path(target).parent.mkdir(parents=True, exist_ok=True)
+            writer(reports, target)
+        except OSError as exc:
+            print(f"course grade: cannot write {target}: {exc}", file=sys.stderr)
+            return False
+    return True
+
+
+def _load_checks(args: argparse.Namespace) -> tuple[list, str]:
+    """The ``--checks`` modules, and what is wrong with them or with ``--assignment`` ("")."""
     from course_utils.grading.plan import exercise_table, known_assignments, reference_dirs
 
     try:
         modules = _resolve_checks(args.checks)
         table = exercise_table(modules)  # fail early and clearly on a broken --checks module
     except Exception as exc:
-        print(f"course grade: cannot load --checks: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return [], f"cannot load --checks: {type(exc).__name__}: {exc}"
     if args.assignment:
         known = known_assignments(reference_dirs(args.reference_dir), table)
         if Path(args.assignment).stem not in known:
-            print(
-                f"course grade: --assignment {args.assignment}: unknown; known: "
-                f"{', '.join(sorted(known)) or 'none'}",
-                file=sys.stderr,
+            return modules, (
+                f"--assignment {args.assignment}: unknown; known: "
+                f"{', '.join(sorted(known)) or 'none'}"
             )
-            return EXIT_BAD_INPUT
+    return modules, ""
+
+
+def _print_summaries(reports: list[dict]) -> None:
+    """The terminal summary: every report (a lone missing file has had its one line)."""
+    detailed = len(reports) == 1
+    for rep in reports:
+        if rep.get("missing") and len(reports) == 1:
+            continue  # the one error line above says it all
+        print(_summary(rep, detailed))
+    if len(reports) > 1:
+        graded = [r for r in reports if not r.get("error")]
+        print(f"{len(reports)} submissions, {len(graded)} graded without problems")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``course grade``; returns the exit code documented above."""
+    from course_utils.grading.grader import GradeOptions
+
+    problem = _usage_problem(args)
+    if problem:
+        print(f"course grade: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    modules, problem = _load_checks(args)
+    if problem:
+        print(f"course grade: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     cpus = os.cpu_count() or 1
     options = GradeOptions(
         reference_dir=args.reference_dir,
@@ -502,30 +544,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"course grade: --similarity needs copydetect ({exc})", file=sys.stderr)
             return EXIT_BAD_INPUT
 
-    writers = [
-        (args.json, rp.write_json),
-        (args.junit, rp.write_junit),
-        (args.csv, rp.write_csv),
-        (args.classroom, rp.write_classroom),
-        (args.feedback, rp.write_feedback),
-        (args.report, rp.write_instructor_report),
-    ]
-    for target, writer in writers:
-        if target:
-            try:
-                if writer is not rp.write_feedback:
-                    Path(target).parent.mkdir(parents=True, exist_ok=True)
-                writer(reports, target)
-            except OSError as exc:
-                print(f"course grade: cannot write {target}: {exc}", file=sys.stderr)
-                return EXIT_BAD_INPUT
+    if not _write_reports(args, reports):
+        return EXIT_BAD_INPUT
     if not args.quiet:
-        detailed = len(reports) == 1
-        for rep in reports:
-            if rep.get("missing") and len(reports) == 1:
-                continue  # the one error line above says it all
-            print(_summary(rep, detailed))
-        if len(reports) > 1:
-            graded = [r for r in reports if not r.get("error")]
-            print(f"{len(reports)} submissions, {len(graded)} graded without problems")
+        _print_summaries(reports)
     return exit_code(reports, args.fail_under)

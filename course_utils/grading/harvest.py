@@ -283,9 +283,45 @@ def load_harvest(out_dir: str, n_cases: int) -> Harvest:
         )
 
 
-def _validate(raw: Any, out_dir: str, n_cases: int) -> Harvest:
+def _decode_entry(entry: Any, arrays: dict[str, Any], n_cases: int) -> tuple[int, str, Any]:
+    """One untrusted output entry -> (case, key, value); ValueError when it is malformed.
+
+    An ``array`` entry names an array of the archive (numbers only, never objects); a
+    ``python`` entry is a bool, int or float; anything else becomes an opaque stand-in."""
     import numpy as np
     import torch
+
+    if not isinstance(entry, dict):
+        raise ValueError("an output entry is not an object")
+    case = entry.get("case")
+    if not isinstance(case, int) or isinstance(case, bool) or not 0 <= case < n_cases:
+        raise ValueError(f"output for an unknown case {str(case)[:20]!r}")
+    key = str(entry.get("key", ""))[:100]
+    if "array" in entry:
+        arr = arrays.get(str(entry["array"]))
+        if arr is None:
+            raise ValueError(f"array {str(entry['array'])[:20]!r} is missing")
+        if arr.dtype.kind not in "biufc":
+            raise ValueError(f"arrays of dtype {arr.dtype} are not accepted")
+        tensor = torch.from_numpy(np.array(arr, copy=True))
+        dtype = _torch_dtype(str(entry.get("dtype", ""))[:40])
+        return (
+            case,
+            key,
+            tensor.to(dtype) if dtype is not None and tensor.dtype != dtype else tensor,
+        )
+    if "python" in entry:
+        caster = {"bool": bool, "int": int, "float": float}.get(entry.get("python"))
+        value = entry.get("value")
+        if caster is None or not isinstance(value, (bool, int, float, type(None))):
+            raise ValueError("a malformed scalar output")
+        if isinstance(value, int) and abs(value) > 2**63:
+            raise ValueError("an integer output out of range")
+        return case, key, caster(value) if value is not None else float("nan")
+    return case, key, _opaque(str(entry.get("repr", "object"))[:100])
+
+
+def _validate(raw: Any, out_dir: str, n_cases: int) -> Harvest:
 
     if not isinstance(raw, dict):
         return Harvest("malformed", "the kernel's result is not an object")
@@ -322,34 +358,8 @@ def _validate(raw: Any, out_dir: str, n_cases: int) -> Harvest:
         names = {str(e["array"]) for e in entries if isinstance(e, dict) and "array" in e}
         arrays = load_arrays(read_capped(out_dir, "outputs.npz", MAX_OUTPUTS_BYTES), names)
         for entry in entries:
-            if not isinstance(entry, dict):
-                raise ValueError("an output entry is not an object")
-            case = entry.get("case")
-            if not isinstance(case, int) or isinstance(case, bool) or not 0 <= case < n_cases:
-                raise ValueError(f"output for an unknown case {str(case)[:20]!r}")
-            key = str(entry.get("key", ""))[:100]
-            if "array" in entry:
-                arr = arrays.get(str(entry["array"]))
-                if arr is None:
-                    raise ValueError(f"array {str(entry['array'])[:20]!r} is missing")
-                if arr.dtype.kind not in "biufc":
-                    raise ValueError(f"arrays of dtype {arr.dtype} are not accepted")
-                tensor = torch.from_numpy(np.array(arr, copy=True))
-                dtype = _torch_dtype(str(entry.get("dtype", ""))[:40])
-                if dtype is not None and tensor.dtype != dtype:
-                    tensor = tensor.to(dtype)
-                outputs[case][key] = tensor
-            elif "python" in entry:
-                kind = entry.get("python")
-                value = entry.get("value")
-                caster = {"bool": bool, "int": int, "float": float}.get(kind)
-                if caster is None or not isinstance(value, (bool, int, float, type(None))):
-                    raise ValueError("a malformed scalar output")
-                if isinstance(value, int) and abs(value) > 2**63:
-                    raise ValueError("an integer output out of range")
-                outputs[case][key] = caster(value) if value is not None else float("nan")
-            else:
-                outputs[case][key] = _opaque(str(entry.get("repr", "object"))[:100])
+            case, key, value = _decode_entry(entry, arrays, n_cases)
+            outputs[case][key] = value
     except (OSError, UnsafeResult, ValueError, TypeError, KeyError, RuntimeError) as exc:
         return Harvest(
             "malformed",

@@ -21,9 +21,20 @@ version ``notebooks/NN_name.ipynb`` is derived, and nothing else is in it:
 * the file is written the way Jupyter writes it (nbformat 4.5, sorted keys, one-space indent)
   plus a trailing newline, so the same solutions always give byte-identical notebooks.
 
-``course release --check`` writes nothing: it exits 1 and names every notebook that differs
-from what release would write (changed, missing or extra), and every solution line that
-appears in a student notebook (the no-answer rule, :mod:`course_utils.leaks`). CI runs it.
+``course release --check`` writes nothing: it runs every rule of :data:`CHECKS` (first the
+drift check: every notebook that differs from what release would write, changed, missing or
+extra; then the no-answer rule: every solution line that appears elsewhere in a student
+notebook, :mod:`course_utils.leaks`) and exits 1 naming each problem. CI runs it on the committed tree; the test suite does
+not, since in a student's checkout ``notebooks/`` holds their answers.
+
+A student's work is never overwritten: ``course release`` keeps every notebook whose exercise
+cells differ from the released stubs or that has cells its student added
+(:mod:`course_utils.student_work`), lists those cells and exits 1; ``--force`` replaces them.
+Notebooks without a solution are kept (``--force`` removes those named ``NN_*.ipynb``).
+
+The release itself is a chain of small steps, in the spirit of nbgrader's preprocessors:
+:func:`validate`, then :data:`STEPS` (:func:`strip_solutions`, :func:`clear_outputs`,
+:func:`drop_volatile_metadata`), :func:`render` and :func:`write`.
 
 Before anything is written, every solution is validated; problems are listed with the file and
 cell they are in and the command exits 2. A notebook is invalid when: a cell has no id or two
@@ -34,7 +45,8 @@ check cell's id is not registered, its source is not exactly ``check("ID", funct
 has no exercise cell before it; an exercise's points differ from the registry's; a registered
 exercise of this notebook has no exercise or check cell.
 
-Exit codes: 0 ok, 1 drift (``--check``), 2 invalid solutions or usage error.
+Exit codes: 0 ok, 1 drift (``--check``) or notebooks kept because they hold a student's work,
+2 invalid solutions or usage error.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ An explorer is displayed as **one** output holding two representations of the sa
   so a reopened solution shows the image, not "model not found" or a widget's text repr.
 
 Controls follow the values they choose from: ``(min, max[, step])`` is an int or float
-slider, a list of numbers a selection slider, a few named options (strings) toggle buttons,
-and a longer list of names a dropdown::
+slider, a list of numbers (or of names in an order, :class:`Ordered`) a selection slider, a
+few named options (strings) toggle buttons, and a longer list of names a dropdown::
 
     slider_explorer(render, d=[16, 64, 256], scale=["none", "1/sqrt(d)"])   # slider + toggles
     attention_browser(examples, lambda ex: show_heatmap(ex.weights).figure)  # a dropdown
@@ -38,6 +38,7 @@ from matplotlib.figure import Figure
 
 __all__ = [
     "Explorer",
+    "Ordered",
     "attention_browser",
     "slider_explorer",
     "bottleneck_explorer",
@@ -118,6 +119,11 @@ def _ipywidgets():
         return None
 
 
+class Ordered(list):
+    """Choices with an order (lengths, sizes): a selection slider even when they are names,
+    e.g. ``slider_explorer(render, length=Ordered(["3-5", "6-8", "9-11"]))``."""
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -144,7 +150,7 @@ def _control(widgets: Any, name: str, spec: Any) -> Any:
         )
     if isinstance(spec, (list, range)) and len(spec) > 0:
         options = list(spec)
-        if all(map(_is_number, options)):
+        if isinstance(spec, Ordered) or all(map(_is_number, options)):
             return widgets.SelectionSlider(
                 options=options, value=options[0], description=name, continuous_update=False
             )
@@ -348,7 +354,7 @@ def bottleneck_explorer(sweep: Mapping[int, Any], *, hidden: int | None = None) 
         render,
         static_values={"H": hidden if hidden is not None else sizes[-1], "length": names[-1]},
         H=sizes,
-        length=names,
+        length=Ordered(names),
         metric=list(metrics),
     )
 

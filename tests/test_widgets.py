@@ -92,12 +92,13 @@ def test_a_render_error_is_shown_and_the_last_image_kept():
 def test_controls_fit_their_values():
     many = [f"option {i}" for i in range(6)]
     explorer = widgets.slider_explorer(
-        lambda a, b, c, d, e: _line(1, 4),
+        lambda a, b, c, d, e, f: _line(1, 4),
         a=(1, 5),
         b=(0.1, 2.0),
         c=[4, 16, 64],
         d=["none", "1/sqrt(d)", "1/d"],
         e=many,
+        f=widgets.Ordered(["short", "long"]),
     )
     kinds = {name: type(c).__name__ for name, c in explorer.controls.items()}
     assert kinds == {
@@ -106,6 +107,7 @@ def test_controls_fit_their_values():
         "c": "SelectionSlider",
         "d": "ToggleButtons",
         "e": "Dropdown",
+        "f": "SelectionSlider",
     }
     assert all(not getattr(c, "continuous_update", False) for c in explorer.controls.values())
 
@@ -161,9 +163,9 @@ def _sweep():
 def test_bottleneck_explorer_shows_accuracy_by_length_and_hidden_size():
     explorer = widgets.bottleneck_explorer(_sweep())
     kinds = {n: type(c).__name__ for n, c in explorer.controls.items()}
-    assert kinds == {"H": "SelectionSlider", "length": "ToggleButtons", "metric": "ToggleButtons"}
+    assert kinds == {"H": "SelectionSlider", "length": "SelectionSlider", "metric": "ToggleButtons"}
     assert list(explorer.controls["H"].options) == [16, 64, 256]
-    assert [label for label, _ in explorer.controls["length"].options] == ["3-5", "6-8", "9"]
+    assert list(explorer.controls["length"].options) == ["3-5", "6-8", "9"]
     # static preview: the largest H on the longest sources
     left, right = explorer.figure.axes
     assert "H = 256" in left.get_title() and "9-word sources" in right.get_title()

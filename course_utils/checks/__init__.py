@@ -107,11 +107,17 @@ def fallback(exercise_id: str, candidate):
     if result.passed:
         print(f"[{ex.id}] using your {ex.function}")
         return candidate
-    print(
-        f"[{ex.id}] {ex.function} is {result.status.replace('_', ' ')}: "
-        f"using the verified course_utils implementation instead"
-    )
+    why = _FALLBACK_REASON.get(result.status, f"did not pass its check ({result.status})")
+    print(f"[{ex.id}] your {ex.function} {why}: using the verified course_utils implementation")
     return ex.reference
+
+
+_FALLBACK_REASON = {
+    NOT_ATTEMPTED: "is not attempted yet",
+    FAILED: "failed its check",
+    ERROR: "raised an error in its check",
+    TIMEOUT: "ran out of time in its check",
+}
 
 
 __all__ = [

@@ -199,177 +199,206 @@ class Context:
     registry: Mapping[str, Any]
 
 
+@dataclass
+class _Scan:
+    """What :func:`validate` gathers while it walks the cells of one notebook."""
+
+    name: str
+    registry: Mapping[str, Any]
+    probs: _Problems
+    seen_ids: dict[str, int] = field(default_factory=dict)
+    exercise_cells: dict[str, list[int]] = field(default_factory=dict)
+    check_cells: dict[str, list[int]] = field(default_factory=dict)
+
+
 def validate(nb: Mapping[str, Any], ctx: Context) -> list[str]:
     """Every problem of solution notebook ``nb``, one message each (empty when it is valid).
 
     See the module docstring for the rules; nothing is modified.
     """
-    name, registry = ctx.name, ctx.registry
-    probs = _Problems(name)
+    scan = _Scan(ctx.name, ctx.registry, _Problems(ctx.name))
     if nb.get("nbformat") != 4 or int(nb.get("nbformat_minor", 0)) < 5:
-        probs.add(
+        scan.probs.add(
             f"nbformat {nb.get('nbformat')}.{nb.get('nbformat_minor')} has no cell ids; "
             "save it as nbformat 4.5 (JupyterLab >= 3 does) so every cell has a stable id"
         )
-    prefix = name[:2]
-    cells = nb.get("cells", [])
+    for index, cell in enumerate(nb.get("cells", [])):
+        _validate_cell(scan, cell, index)
+    _validate_coverage(scan)
+    return scan.probs.items
 
-    seen_ids: dict[str, int] = {}
-    exercise_cells: dict[str, list[int]] = {}
-    check_cells: dict[str, list[int]] = {}
-    for index, cell in enumerate(cells):
-        cid = cell.get("id")
-        if not cid:
-            probs.add("cell has no id (every cell needs a stable id)", cell, index)
-        elif cid in seen_ids:
+
+def _validate_cell(scan: _Scan, cell: Mapping[str, Any], index: int) -> None:
+    """One cell: its id, then by role (plain, exercise or check) what it must hold."""
+    probs = scan.probs
+    cid = cell.get("id")
+    if not cid:
+        probs.add("cell has no id (every cell needs a stable id)", cell, index)
+    elif cid in scan.seen_ids:
+        probs.add(
+            f"duplicate cell id {cid!r} (also cell #{scan.seen_ids[cid]}); ids must be "
+            "unique: the grader finds check cells by id",
+            cell,
+            index,
+        )
+    else:
+        scan.seen_ids[cid] = index
+    tags, meta, source = _tags(cell), _course_meta(cell), _source(cell)
+    if EXERCISE_TAG in tags and CHECK_TAG in tags:
+        probs.add("cell is tagged both 'exercise' and 'check'", cell, index)
+        return
+    role = _role(cell)
+    regions, marker_problems = find_regions(source)
+    for msg in marker_problems:
+        probs.add(msg, cell, index)
+    if role not in ("exercise", "check"):
+        if regions and not marker_problems:
             probs.add(
-                f"duplicate cell id {cid!r} (also cell #{seen_ids[cid]}); ids must be "
-                "unique: the grader finds check cells by id",
+                "solution markers in a cell not tagged 'exercise' (tag it and give it "
+                "'course' metadata, or the answer has no exercise id)",
                 cell,
                 index,
             )
-        else:
-            seen_ids[cid] = index
-
-        tags, meta, source = _tags(cell), _course_meta(cell), _source(cell)
-        if EXERCISE_TAG in tags and CHECK_TAG in tags:
-            probs.add("cell is tagged both 'exercise' and 'check'", cell, index)
-            continue
-        role = _role(cell)
-        regions, marker_problems = find_regions(source)
-        for msg in marker_problems:
+        if meta:
+            probs.add(
+                f"'course' metadata {meta} on a cell tagged neither 'exercise' nor 'check'",
+                cell,
+                index,
+            )
+        return
+    found = _validate_course_metadata(scan, cell, index, role, tags, meta)
+    if found is None:
+        return
+    ex_id, exercise = found
+    if role == "check":
+        _validate_check_cell(scan, cell, index, ex_id, exercise, source, regions)
+        return
+    scan.exercise_cells.setdefault(ex_id, []).append(index)
+    if not regions:
+        if not marker_problems:
+            probs.add(
+                f"exercise cell {ex_id} has no '{BEGIN}' ... '{END}' region: the "
+                "answer would be released to students",
+                cell,
+                index,
+            )
+        return
+    if not marker_problems:
+        for msg in _stub_source(cell, source, regions, ex_id, exercise)[1]:
             probs.add(msg, cell, index)
 
-        if role not in ("exercise", "check"):
-            if regions and not marker_problems:
-                probs.add(
-                    "solution markers in a cell not tagged 'exercise' (tag it and give it "
-                    "'course' metadata, or the answer has no exercise id)",
-                    cell,
-                    index,
-                )
-            if meta:
-                probs.add(
-                    f"'course' metadata {meta} on a cell tagged neither 'exercise' nor 'check'",
-                    cell,
-                    index,
-                )
-            continue
 
-        # exercise and check cells: tag, metadata and id
-        tag = EXERCISE_TAG if role == "exercise" else CHECK_TAG
-        if tag not in tags:
+def _validate_course_metadata(
+    scan: _Scan, cell: Mapping[str, Any], index: int, role: str, tags: list, meta: dict
+) -> tuple[str, Any] | None:
+    """Tag, role, id and points of an exercise or check cell, against the registry.
+    Returns ``(exercise id, registered exercise or None)``, or None without a usable id."""
+    probs, name, prefix = scan.probs, scan.name, scan.name[:2]
+    tag = EXERCISE_TAG if role == "exercise" else CHECK_TAG
+    if tag not in tags:
+        probs.add(
+            f"'course' metadata says role {role!r} but the cell is not tagged {tag!r}",
+            cell,
+            index,
+        )
+    if meta.get("role") != role:
+        probs.add(
+            f'cell tagged {tag!r} needs metadata "course": {{"role": {role!r}, '
+            f"...}}, got role {meta.get('role')!r}",
+            cell,
+            index,
+        )
+    ex_id = meta.get("id")
+    if not isinstance(ex_id, str) or not ID_PATTERN.match(ex_id):
+        probs.add(
+            f'cell tagged {tag!r} needs metadata "course": {{"id": "NN.k", ...}} '
+            f'(e.g. "{prefix}.1"), got id {ex_id!r}',
+            cell,
+            index,
+        )
+        return None
+    if ex_id[:2] != prefix:
+        probs.add(f"exercise {ex_id} belongs to notebook {ex_id[:2]}, not {name}", cell, index)
+    points = meta.get("points")
+    if not isinstance(points, int) or isinstance(points, bool) or points < 0:
+        probs.add(
+            f"metadata course.points must be a whole number >= 0, got {points!r}", cell, index
+        )
+    exercise = scan.registry.get(ex_id)
+    if exercise is not None:
+        if isinstance(points, int) and points != exercise.points:
             probs.add(
-                f"'course' metadata says role {role!r} but the cell is not tagged {tag!r}",
+                f"exercise {ex_id}: metadata course.points is {points} but the registry "
+                f"(course_utils.checks) gives {exercise.points}",
                 cell,
                 index,
             )
-        if meta.get("role") != role:
+        if exercise.notebook != name:
             probs.add(
-                f'cell tagged {tag!r} needs metadata "course": {{"role": {role!r}, '
-                f"...}}, got role {meta.get('role')!r}",
+                f"exercise {ex_id} is registered for notebook {exercise.notebook!r}, not {name!r}",
                 cell,
                 index,
             )
-        ex_id = meta.get("id")
-        if not isinstance(ex_id, str) or not ID_PATTERN.match(ex_id):
-            probs.add(
-                f'cell tagged {tag!r} needs metadata "course": {{"id": "NN.k", ...}} '
-                f'(e.g. "{prefix}.1"), got id {ex_id!r}',
-                cell,
-                index,
-            )
-            continue
-        if ex_id[:2] != prefix:
-            probs.add(f"exercise {ex_id} belongs to notebook {ex_id[:2]}, not {name}", cell, index)
-        points = meta.get("points")
-        if not isinstance(points, int) or isinstance(points, bool) or points < 0:
-            probs.add(
-                f"metadata course.points must be a whole number >= 0, got {points!r}", cell, index
-            )
-        exercise = registry.get(ex_id)
-        if exercise is not None:
-            if isinstance(points, int) and points != exercise.points:
-                probs.add(
-                    f"exercise {ex_id}: metadata course.points is {points} but the registry "
-                    f"(course_utils.checks) gives {exercise.points}",
-                    cell,
-                    index,
-                )
-            if exercise.notebook != name:
-                probs.add(
-                    f"exercise {ex_id} is registered for notebook {exercise.notebook!r}, "
-                    f"not {name!r}",
-                    cell,
-                    index,
-                )
+    return ex_id, exercise
 
-        if role == "check":
-            check_cells.setdefault(ex_id, []).append(index)
-            if regions:
-                probs.add("solution markers in a check cell", cell, index)
-            if exercise is None:
-                probs.add(
-                    f"check cell for exercise {ex_id}, which is not registered in "
-                    f"course_utils.checks (known: {', '.join(registry) or 'none'})",
-                    cell,
-                    index,
-                )
-                continue
-            expected = f'check("{ex_id}", {exercise.function})'
-            if source.strip() != expected:
-                probs.add(
-                    f"check cell source must be exactly {expected!r}, got {source.strip()!r}",
-                    cell,
-                    index,
-                )
-            if ex_id not in exercise_cells:
-                probs.add(
-                    f"check cell for exercise {ex_id} has no exercise cell (tagged "
-                    f"'exercise', course.id {ex_id!r}) before it",
-                    cell,
-                    index,
-                )
-            if len(check_cells[ex_id]) > 1:
-                probs.add(
-                    f"second check cell for exercise {ex_id} (first: cell "
-                    f"#{check_cells[ex_id][0]})",
-                    cell,
-                    index,
-                )
-            continue
 
-        # role == "exercise"
-        exercise_cells.setdefault(ex_id, []).append(index)
-        if not regions:
-            if not marker_problems:
-                probs.add(
-                    f"exercise cell {ex_id} has no '{BEGIN}' ... '{END}' region: the "
-                    "answer would be released to students",
-                    cell,
-                    index,
-                )
-            continue
-        if marker_problems:
-            continue
-        _, stub_problems = _stub_source(cell, source, regions, ex_id, exercise)
-        for msg in stub_problems:
-            probs.add(msg, cell, index)
+def _validate_check_cell(
+    scan: _Scan,
+    cell: Mapping[str, Any],
+    index: int,
+    ex_id: str,
+    exercise: Any,
+    source: str,
+    regions: list,
+) -> None:
+    """A check cell: registered, exactly ``check("NN.k", function)``, after its exercise, once."""
+    probs = scan.probs
+    scan.check_cells.setdefault(ex_id, []).append(index)
+    if regions:
+        probs.add("solution markers in a check cell", cell, index)
+    if exercise is None:
+        probs.add(
+            f"check cell for exercise {ex_id}, which is not registered in "
+            f"course_utils.checks (known: {', '.join(scan.registry) or 'none'})",
+            cell,
+            index,
+        )
+        return
+    expected = f'check("{ex_id}", {exercise.function})'
+    if source.strip() != expected:
+        probs.add(
+            f"check cell source must be exactly {expected!r}, got {source.strip()!r}", cell, index
+        )
+    if ex_id not in scan.exercise_cells:
+        probs.add(
+            f"check cell for exercise {ex_id} has no exercise cell (tagged "
+            f"'exercise', course.id {ex_id!r}) before it",
+            cell,
+            index,
+        )
+    if len(scan.check_cells[ex_id]) > 1:
+        probs.add(
+            f"second check cell for exercise {ex_id} (first: cell #{scan.check_cells[ex_id][0]})",
+            cell,
+            index,
+        )
 
-    for ex_id, ex in registry.items():
-        if getattr(ex, "notebook", None) != name:
+
+def _validate_coverage(scan: _Scan) -> None:
+    """Every exercise registered for this notebook has an exercise cell and a check cell."""
+    for ex_id, ex in scan.registry.items():
+        if getattr(ex, "notebook", None) != scan.name:
             continue
-        if ex_id not in exercise_cells:
-            probs.add(
+        if ex_id not in scan.exercise_cells:
+            scan.probs.add(
                 f"registered exercise {ex_id} ({ex.title}) has no exercise cell "
                 f"(tag 'exercise', metadata course.id {ex_id!r})"
             )
-        if ex_id not in check_cells:
-            probs.add(
+        if ex_id not in scan.check_cells:
+            scan.probs.add(
                 f"registered exercise {ex_id} ({ex.title}) has no check cell "
                 f"(tag 'check', source check(\"{ex_id}\", {ex.function}))"
             )
-    return probs.items
 
 
 def strip_solutions(nb: dict[str, Any], ctx: Context) -> dict[str, Any]:

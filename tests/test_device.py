@@ -400,3 +400,16 @@ def test_greedy_decoders_take_a_source_from_the_cpu():
         with FakeAccelerator(strict=True):
             tokens, _ = model.greedy_decode(src, lengths, 5)
         assert tokens.device == META
+
+
+def test_nb11_kv_cache_demo_runs_on_the_device():
+    """Notebook 11's KV-cache cell: GPT on the device, a CPU prompt, the generic timer."""
+    from course_utils.recipes import nb11
+
+    model = to_meta(_tiny_gpt(dropout=0.0))
+    prompt = torch.zeros(1, 1, dtype=torch.long)
+    with FakeAccelerator():
+        out, seconds, clock = nb11.timed(lambda: model.generate(prompt, 4, temperature=0.0), META)
+    assert out.device == META and seconds >= 0 and clock == "wall time on meta"
+    _, _, clock = nb11.timed(lambda: None, "cpu")
+    assert clock == "CPU time"

@@ -139,3 +139,18 @@ def test_gpu_check_runs_notebooks_in_the_profile_with_the_step_cap(tmp_path):
 def test_gpu_sh_calls_the_check():
     script = (ROOT / "benchmarks" / "gpu.sh").read_text()
     assert "python -m course_utils.bench.gpu_check" in script and "set -euo pipefail" in script
+
+
+def test_a_long_vit_run_states_its_expected_time_first():
+    from course_utils.recipes import nb09
+
+    cfg = nb09.config("gpu", dataset="cifar10")
+    per_epoch = -(-50_000 // cfg.train.batch_size)
+    assert cfg.train.epochs * per_epoch >= nb09.LONG_RUN_STEPS  # the CIFAR-10 run is long
+    for profile in ("ci", "cpu"):  # the digits runs are not: their stored outputs stay as they are
+        c = nb09.config(profile)
+        assert c.train.epochs * -(-len(nb09.load_images(c).x_train) // c.train.batch_size) < (
+            nb09.LONG_RUN_STEPS
+        )
+    line = nb09.long_run_notice("ViT", 39_200, 200, torch.device("cuda"))
+    assert "39,200 optimizer steps" in line and "about 20 min" in line and "estimate" in line

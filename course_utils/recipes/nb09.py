@@ -515,6 +515,22 @@ def run_model_with_attention(
     return logits, [torch.cat(per_layer) for per_layer in zip(*batches, strict=True)]
 
 
+LONG_RUN_STEPS = 10_000  # runs this long print their expected time first
+
+
+def long_run_notice(name: str, steps: int, epochs: int, device: torch.device) -> str:
+    """The line printed before a long run: its length and the gpu profile's time estimate for
+    notebook 09 (``course_utils.gpu_plan``); the progress bar then shows the measured rate."""
+    from course_utils import gpu_plan
+
+    est = gpu_plan.EXPECTATIONS["09"].minutes
+    return (
+        f"{name}: {steps:,} optimizer steps ({epochs} epochs) on {device}; expected about "
+        f"{est:g} min on {gpu_plan.REFERENCE} (an estimate; the bar below shows the real rate), "
+        "much longer on a CPU"
+    )
+
+
 def _fit(
     name: str,
     model: nn.Module,
@@ -564,6 +580,8 @@ def _fit(
             )
         }
 
+    if steps >= LONG_RUN_STEPS:  # the CIFAR-10 recipe: say how long before starting
+        print(long_run_notice(name, steps, tc.epochs, device), flush=True)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     history = train(
         model,

@@ -57,6 +57,7 @@ __all__ = [
     "flash_style",
     "sdpa_backends",
     "naive_bytes",
+    "timed",
     "naive_limit",
     "sdpa_kernel_used",
     "compare_backends",
@@ -124,6 +125,23 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def timed(fn: Callable[[], object], device: torch.device | str) -> tuple[object, float, str]:
+    """Run ``fn()`` once: ``(result, seconds, clock)``. On the CPU the clock is this process's
+    CPU time with one thread (honest on a shared machine); on an accelerator it is wall-clock
+    time, the device synchronised before and after."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        with one_thread():
+            t0 = time.process_time()
+            result = fn()
+            return result, time.process_time() - t0, "CPU time"
+    devices.synchronize(device)
+    t0 = time.perf_counter()
+    result = fn()
+    devices.synchronize(device)
+    return result, time.perf_counter() - t0, f"wall time on {device.type}"
 
 
 # ----------------------------------------------------------------------------- memory

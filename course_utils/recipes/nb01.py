@@ -6,6 +6,9 @@
     history = train_seq2seq(model, data, r)         # r.steps AdamW steps, warmup + cosine
     report = evaluate_by_length(model, data.test, r.buckets, decode_fn=greedy_decode)
     report.gap()                                    # shortest minus longest bucket, in points
+    history = fit(model, data, r, train_loop)       # the same budget through the student's loop
+    probe_context(model, data, r)                   # what a linear reader finds in c, by length
+    reversed_data(data)                             # the sources reversed (Sutskever et al.)
 
 Notebook 02 trains the attention model on the same task with the same budget (this recipe),
 so the two accuracy-vs-length curves can share one plot.

@@ -7,8 +7,6 @@
 student writes ``forward(self, x, attn_mask=None)`` (B, T, D) -> (B, T, D). The check builds the
 class, copies seeded weights into ``qkv`` and ``out`` and compares with
 ``course_utils.layers.MultiHeadAttention``.
-
-To add an exercise: define its cases, call and mistakes below, then append it to ``EXERCISES``.
 """
 
 from __future__ import annotations

@@ -57,9 +57,9 @@ CORRECT_03_1 = '''def scaled_dot_product_attention(q, k, v, attn_mask=None):
     weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
     return weights @ v, weights'''
 
-WRONG_03_2 = '''def kv_attention(q, x, W_k, W_v):
+WRONG_03_2 = '''def qkv_attention(queries, x, W_q, W_k, W_v):
     """Keys and values swapped: a classic slip the check names."""
-    return sdpa(q, x @ W_v, x @ W_k)'''
+    return sdpa(queries @ W_q, x @ W_v, x @ W_k)'''
 
 
 def _in_ci() -> bool:
@@ -244,11 +244,11 @@ def test_run_all_in_jupyterlab_reaches_the_end_with_verdicts_and_a_live_slider(p
             text = "\n".join(outputs)
             assert "[03.1] Scaled dot-product attention: PASSED (3/3 points)" in text
             assert (
-                "[03.2] Attention with learned key and value projections: FAILED (0/3 points)"
+                "[03.2] Attention with learned query, key and value projections: FAILED (0/3 points)"
                 in text
             )
             assert "Likely mistake:" in text and "Hint:" in text
-            assert "[03.2] your kv_attention failed its check: using the verified" in text
+            assert "[03.2] your qkv_attention failed its check: using the verified" in text
             assert "Traceback" not in text and "course_utils/checks" not in text
             page.locator(
                 ".jp-OutputArea-output", has_text="[03.2]"

@@ -95,11 +95,12 @@ class Seq2SeqRNN(nn.Module):
         packed = pack_padded_sequence(
             emb, src_lengths.cpu(), batch_first=True, enforce_sorted=False
         )
-        packed_states, h_n = self.encoder(packed)  # h_n (1, B, H): state after the last real token
+        # h_n (directions, B, H / directions): each direction's state after its last real token
+        packed_states, h_n = self.encoder(packed)
         enc_states, _ = pad_packed_sequence(
             packed_states, batch_first=True, total_length=src.shape[1]
         )  # (B, S, H), zeros at padding
-        return enc_states, h_n[0]
+        return enc_states, torch.cat(list(h_n), dim=-1)  # (B, H); bidirectional: [fwd; bwd]
 
     def decode_step(
         self,

@@ -23,7 +23,6 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.axes import Axes
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from course_utils.attention import AdditiveAttention, masked_softmax
 from course_utils.data.tasks import (
@@ -194,8 +193,9 @@ class BidirectionalSeq2SeqRNN(Seq2SeqRNN):
 
     Each direction has ``hidden_dim // 2`` units and their states are concatenated, so
     ``enc_states`` (B, S, H) and ``c`` (B, H) keep the shapes of the one-directional model and
-    everything downstream (attention, decoder, output layer) is unchanged. ``c`` is
-    ``[forward state after the last word; backward state after the first word]``.
+    everything downstream (attention, decoder, output layer) is unchanged. ``encode`` is
+    :class:`Seq2SeqRNN`'s: ``c`` is ``[forward state after the last word; backward state after
+    the first word]``.
     """
 
     def __init__(self, *args, **kwargs) -> None:
@@ -207,27 +207,6 @@ class BidirectionalSeq2SeqRNN(Seq2SeqRNN):
         self.encoder = nn.GRU(
             self.src_embed.embedding_dim, self.hidden_dim // 2, batch_first=True, bidirectional=True
         )
-
-    def encode(self, src: Tensor, src_lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """src (B, S) ids, src_lengths (B,) -> (enc_states (B, S, H), final (B, H))."""
-        if src.dim() != 2:
-            raise ValueError(f"expected src of shape (B, S), got {tuple(src.shape)}")
-        if src_lengths is None:
-            src_lengths = (src != self.pad_id).sum(dim=1)
-        if src_lengths.shape != (src.shape[0],) or int(src_lengths.min()) < 1:
-            raise ValueError(
-                f"expected src_lengths of shape ({src.shape[0]},) with every length >= 1, "
-                f"got {tuple(src_lengths.shape)}"
-            )
-        emb = self.dropout(self.src_embed(src))  # (B, S, E)
-        packed = pack_padded_sequence(
-            emb, src_lengths.cpu(), batch_first=True, enforce_sorted=False
-        )
-        packed_states, h_n = self.encoder(packed)  # h_n (2, B, H/2): forward, backward
-        enc_states, _ = pad_packed_sequence(
-            packed_states, batch_first=True, total_length=src.shape[1]
-        )  # (B, S, H), zeros at padding
-        return enc_states, torch.cat([h_n[0], h_n[1]], dim=-1)
 
 
 def build_model(

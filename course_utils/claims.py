@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from course_utils.profiles import PROFILES, profile_name
+from course_utils.profiles import PROFILES, profile_name, using_environment
 
 LOG_ENV_VAR = "COURSE_CLAIMS_LOG"
 KEEP_GOING_ENV_VAR = "COURSE_CLAIMS_KEEP_GOING"  # "1": a failed claim prints ✗ instead of raising
@@ -159,23 +159,16 @@ def check_notebook(
     nb = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "claims.jsonl"
-        old = {k: os.environ.get(k) for k in (LOG_ENV_VAR, KEEP_GOING_ENV_VAR)}
-        os.environ[LOG_ENV_VAR] = str(log)
-        os.environ[KEEP_GOING_ENV_VAR] = "1" if keep_going else "0"
+        settings = {LOG_ENV_VAR: str(log), KEEP_GOING_ENV_VAR: "1" if keep_going else "0"}
         error = ""
         try:
-            run_notebook(nb, folder=path.parent, profile=profile, timeout=timeout)
+            with using_environment(settings):
+                run_notebook(nb, folder=path.parent, profile=profile, timeout=timeout)
         except CellExecutionError as exc:
             lines = [ln for ln in str(exc).splitlines() if ln.strip()]
             error = lines[-1] if lines else type(exc).__name__
         except Exception as exc:  # a dead kernel, a timeout: say so, never a traceback
             error = f"{type(exc).__name__}: {exc}"
-        finally:
-            for key, value in old.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
         return read_log(log), error
 
 

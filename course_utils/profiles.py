@@ -67,18 +67,24 @@ def profile_name() -> str:
 def using_profile(name: str | None) -> Iterator[None]:
     """Set ``COURSE_PROFILE=name`` for the block (and the kernels it starts), then restore what
     was there; ``None`` leaves the environment as it is."""
-    if name is None:
+    with using_environment({} if name is None else {ENV_VAR: name}):
         yield
-        return
-    old = os.environ.get(ENV_VAR)
-    os.environ[ENV_VAR] = name
+
+
+@contextlib.contextmanager
+def using_environment(values: dict[str, str]) -> Iterator[None]:
+    """Set the environment variables ``values`` for the block (and the processes it starts),
+    then restore each to what it was (unset if it was unset)."""
+    old = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if old is None:
-            os.environ.pop(ENV_VAR, None)
-        else:
-            os.environ[ENV_VAR] = old
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def current() -> Profile:

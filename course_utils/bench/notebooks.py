@@ -11,10 +11,9 @@ import time
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
 
 from course_utils.bench.common import table
-from course_utils.profiles import using_profile
+from course_utils.execute import run_notebook
 
 PER_NOTEBOOK_S = 60.0
 TOTAL_S = 480.0
@@ -22,17 +21,12 @@ TOTAL_S = 480.0
 
 def time_notebook(path: Path, timeout: int = 600, profile: str = "ci") -> tuple[float, str]:
     """Seconds to execute ``path`` top to bottom in ``profile`` (default ci), and "ok" or the
-    error. The kernel inherits this process's environment (e.g. ``COURSE_MAX_STEPS``)."""
+    error. The kernel is this interpreter's (as under nbval) and inherits this process's
+    environment (e.g. ``COURSE_MAX_STEPS``)."""
     nb = nbformat.read(path, as_version=4)
     t0 = time.perf_counter()
     try:
-        with using_profile(profile):
-            NotebookClient(
-                nb,
-                timeout=timeout,
-                kernel_name="python3",
-                resources={"metadata": {"path": str(path.parent)}},
-            ).execute()
+        run_notebook(nb, folder=path.parent, profile=profile, timeout=timeout)
         status = "ok"
     except Exception as exc:  # a failing notebook is a row in the table, not a crash
         status = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:80]}"

@@ -76,7 +76,9 @@ def test_reference_generate_equals_gpt_generate_without_cache(index):
 
 @pytest.mark.parametrize("dims", [(7, 5, 1, 2, 4), (65, 64, 4, 4, 128), (50, 9, 3, 3, 12)])
 def test_param_count_formula_equals_the_parameters_of_a_real_gpt(dims):
-    cfg = GPTConfig(**dict(zip(("vocab_size", "block_size", "n_layer", "n_head", "n_embd"), dims)))
+    cfg = GPTConfig(
+        **dict(zip(("vocab_size", "block_size", "n_layers", "n_heads", "d_model"), dims))
+    )
     model = GPT(cfg)
     assert gpt_param_count(cfg) == sum(p.numel() for p in model.parameters()) == model.num_params()
 
@@ -256,8 +258,8 @@ def _per_module(config):
     V, T, L, D, F_ = (
         config.vocab_size,
         config.block_size,
-        config.n_layer,
-        config.n_embd,
+        config.n_layers,
+        config.d_model,
         config.d_ff,
     )
     linear = lambda i, o: i * o + o  # noqa: E731
@@ -267,8 +269,8 @@ def _per_module(config):
 
 def _closed_form_float(config):
     """Correct: the closed form with a float on the way (a whole number at the end)."""
-    D = float(config.n_embd)
-    return config.n_layer * (12 * D**2 + 13 * D) + (config.vocab_size + config.block_size + 2) * D
+    D = float(config.d_model)
+    return config.n_layers * (12 * D**2 + 13 * D) + (config.vocab_size + config.block_size + 2) * D
 
 
 def _numpy_int(config):
@@ -391,7 +393,7 @@ def _tiny_recipe(**overrides):
     from course_utils.recipes import nb08
 
     base = nb08.config("ci")
-    model = replace(base.model, block_size=8, n_layer=1, n_head=2, n_embd=8)
+    model = replace(base.model, block_size=8, n_layers=1, n_heads=2, d_model=8)
     return replace(
         base,
         model=model,

@@ -22,7 +22,7 @@ def _first(out):
 
 
 def _tiny_gpt(**kw) -> GPT:
-    cfg = dict(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16, dropout=0.1)
+    cfg = dict(vocab_size=11, block_size=8, n_layers=2, n_heads=2, d_model=16, dropout=0.1)
     return GPT(**{**cfg, **kw})
 
 
@@ -204,7 +204,7 @@ def test_nb08_training_sampling_and_timing_on_the_device(on_meta_profile):
     cfg = nb08.config("ci")
     cfg = replace(
         cfg,
-        model=replace(cfg.model, block_size=8, n_layer=1, n_embd=16, n_head=2, dropout=0.1),
+        model=replace(cfg.model, block_size=8, n_layers=1, d_model=16, n_heads=2, dropout=0.1),
         batch_size=2,
         steps=3,
         eval_every=2,
@@ -232,7 +232,7 @@ def test_nb08_autocast_and_fused_optimizer_paths_are_taken_in_the_gpu_recipe():
 
     cfg = nb08.config("gpu")
     assert cfg.autocast_dtype == torch.bfloat16
-    assert cfg.model.n_layer == 6 and cfg.model.n_head == 6 and cfg.model.n_embd == 384
+    assert cfg.model.n_layers == 6 and cfg.model.n_heads == 6 and cfg.model.d_model == 384
 
 
 def test_nb06_training_and_analyses_on_the_device(on_meta_profile):

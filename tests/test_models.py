@@ -76,7 +76,7 @@ def train_seq2seq(model, steps, lr, g, vocab=8, min_len=5, max_len=8, batch=32):
 
 
 def tiny_gpt(**kw) -> GPT:
-    cfg = dict(vocab_size=11, block_size=12, n_layer=2, n_head=2, n_embd=16)
+    cfg = dict(vocab_size=11, block_size=12, n_layers=2, n_heads=2, d_model=16)
     return GPT(GPTConfig(**{**cfg, **kw}))
 
 
@@ -257,7 +257,7 @@ def test_sample_next_token_top_k_and_temperature_zero():
 
 def test_gpt_param_count_formula_matches_num_params():
     for bias in (True, False):
-        cfg = GPTConfig(vocab_size=11, block_size=12, n_layer=3, n_head=2, n_embd=16, bias=bias)
+        cfg = GPTConfig(vocab_size=11, block_size=12, n_layers=3, n_heads=2, d_model=16, bias=bias)
         model = GPT(cfg)
         assert model.num_params() == cfg.param_count()
         assert model.num_params(non_embedding=True) == cfg.param_count(non_embedding=True)
@@ -266,7 +266,7 @@ def test_gpt_param_count_formula_matches_num_params():
 
 
 def test_gpt_and_vit_keyword_overrides_rescale_the_default_mlp_width():
-    gpt = GPT(GPTConfig(vocab_size=11, block_size=8), n_embd=32, n_head=2, n_layer=1)
+    gpt = GPT(GPTConfig(vocab_size=11, block_size=8), d_model=32, n_heads=2, n_layers=1)
     assert gpt.blocks[0].mlp.fc1.out_features == 4 * 32
     assert GPT(gpt.config, d_ff=40).blocks[0].mlp.fc1.out_features == 40
     vit = ViT(ViTConfig(), d_model=16, n_layers=1)
@@ -516,7 +516,7 @@ def test_gpt_learns_a_repeating_pattern():
     torch.manual_seed(0)
     pattern = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7])  # period 14
     stream = pattern.repeat(60)
-    model = GPT(GPTConfig(vocab_size=10, block_size=16, n_layer=2, n_head=2, n_embd=32))
+    model = GPT(GPTConfig(vocab_size=10, block_size=16, n_layers=2, n_heads=2, d_model=32))
     opt = make_optimizer(model, lr=3e-3, betas=(0.9, 0.99))
     g = torch.Generator().manual_seed(0)
     losses = []

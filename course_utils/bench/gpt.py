@@ -35,10 +35,10 @@ def matmul_flops(device: torch.device, n: int = 1024) -> float:
     return 2 * n**3 / median_time(lambda: a @ b, 0.5)
 
 
-def flops_per_token(n_params: int, n_layer: int, n_embd: int, block_size: int) -> float:
+def flops_per_token(n_params: int, n_layers: int, d_model: int, block_size: int) -> float:
     """Training FLOPs per token (forward + backward), as in nanoGPT's ``estimate_mfu``:
     6 N for the weights plus 12 L D T for attention's two (T, T) matmuls."""
-    return 6 * n_params + 12 * n_layer * n_embd * block_size
+    return 6 * n_params + 12 * n_layers * d_model * block_size
 
 
 def nanogpt_cpu_recipe():
@@ -48,7 +48,7 @@ def nanogpt_cpu_recipe():
     from course_utils.recipes import nb08
 
     return nb08.Config(
-        model=GPTConfig(block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0, bias=False),
+        model=GPTConfig(block_size=64, n_layers=4, n_heads=4, d_model=128, dropout=0.0, bias=False),
         batch_size=12,
         steps=2000,
         lr=1e-3,
@@ -70,11 +70,11 @@ def _train(name: str, cfg, data, peak: float, budget: float | None) -> dict:
     model, hist = nb08.train_char_gpt(cfg, data, time_budget_s=budget, progress=False)
     m = model.config
     achieved = hist.tokens_per_second * flops_per_token(
-        model.num_params(), m.n_layer, m.n_embd, m.block_size
+        model.num_params(), m.n_layers, m.d_model, m.block_size
     )
     row = {
         "recipe": name,
-        "size": f"{m.n_layer}x{m.n_head}x{m.n_embd} ctx{m.block_size}",
+        "size": f"{m.n_layers}x{m.n_heads}x{m.d_model} ctx{m.block_size}",
         "batch": cfg.batch_size,
         "lr": cfg.lr,
         "steps": hist.steps_done,

@@ -52,7 +52,7 @@ __all__ = [
     "EXERCISES",
 ]
 
-_CONFIG_KEYS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd")
+_CONFIG_KEYS = ("vocab_size", "block_size", "n_layers", "n_heads", "d_model")
 
 
 # ============================================================================ building models
@@ -65,7 +65,7 @@ def _random_gpt_inputs(
 
     Embeddings and LayerNorm shifts are large enough that leaving out the position embedding
     or the final LayerNorm changes the logits far beyond the tolerance."""
-    cfg = GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=D)
+    cfg = GPTConfig(vocab_size=V, block_size=T, n_layers=L, n_heads=H, d_model=D)
     with torch.device("meta"):
         shapes = {n: tuple(p.shape) for n, p in GPT(cfg).named_parameters()}
     out: dict[str, Any] = dict(zip(_CONFIG_KEYS, (V, T, L, H, D), strict=True))
@@ -554,7 +554,7 @@ GENERATE = Exercise(
 
 
 def gpt_param_count(config: GPTConfig) -> int:
-    """Parameters of ``GPT(config)`` from the formula (biases on, ``d_ff = 4 * n_embd``, LM head
+    """Parameters of ``GPT(config)`` from the formula (biases on, ``d_ff = 4 * d_model``, LM head
     tied to the token embedding): ``L (12 D^2 + 13 D) + V D + T D + 2 D``."""
     return config.param_count()
 
@@ -577,7 +577,7 @@ def _param_cases(seed: int) -> list[Case]:
             H = size(g, 2, 4)
             D = H * size(g, 3, 8)
             V, T, L = size(g, 20, 90), size(g, 5, 40), size(g, 2, 4)
-            cfg = GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=D)
+            cfg = GPTConfig(vocab_size=V, block_size=T, n_layers=L, n_heads=H, d_model=D)
             counts = {cfg.param_count()} | {m.impl(cfg) for m in PARAM_MISTAKES}
             if len(counts) == len(PARAM_MISTAKES) + 1:
                 break
@@ -660,7 +660,7 @@ def _count(
     """A parameter-count formula with one classic slip (the arguments say which)."""
 
     def count(config: GPTConfig) -> int:
-        V, T, L, D = config.vocab_size, config.block_size, config.n_layer, config.n_embd
+        V, T, L, D = config.vocab_size, config.block_size, config.n_layers, config.d_model
         F_, b = mlp_ratio * D, int(linear_bias)
         ln_block = {"all": 2 * D, "no final": 2 * D, "scale only": D, "none": 0}[ln]
         ln_final = 0 if ln == "no final" else ln_block
@@ -674,7 +674,7 @@ def _count(
 
 
 def _approximation(config: GPTConfig) -> int:
-    return 12 * config.n_layer * config.n_embd**2
+    return 12 * config.n_layers * config.d_model**2
 
 
 PARAM_MISTAKES = [
@@ -734,12 +734,12 @@ PARAM_MISTAKES = [
         _count(w_o=False),
     ),
     Mistake(
-        "one block counted instead of n_layer",
-        "multiply the per-block count by n_layer",
+        "one block counted instead of n_layers",
+        "multiply the per-block count by n_layers",
         _count(layers=False),
     ),
     Mistake(
-        "only the 12 * n_layer * n_embd^2 approximation",
+        "only the 12 * n_layers * d_model^2 approximation",
         "12 L D^2 is the leading term (4D^2 attention + 8D^2 MLP per layer); the exercise "
         "asks for the exact count: add the biases, LayerNorms and both embeddings",
         _approximation,
@@ -759,8 +759,8 @@ PARAM_COUNT = Exercise(
     compare=_param_compare,
     hint="per block: attention 4D^2 + 4D, MLP 8D^2 + 5D, two LayerNorms 4D; then the token "
     "embedding V*D (shared with the LM head), the position embedding T*D and ln_f 2D. "
-    "Print [(n, p.shape) for n, p in GPT(GPTConfig(vocab_size=7, block_size=5, n_layer=1, "
-    "n_head=2, n_embd=4)).named_parameters()] to see every tensor.",
+    "Print [(n, p.shape) for n, p in GPT(GPTConfig(vocab_size=7, block_size=5, n_layers=1, "
+    "n_heads=2, d_model=4)).named_parameters()] to see every tensor.",
 )
 
 EXERCISES = [FORWARD, GENERATE, PARAM_COUNT]

@@ -2,7 +2,7 @@
 
     idx (B, T) token ids
       -> token embedding + learned position embedding   (B, T, D)
-      -> n_layer pre-norm causal TransformerBlocks       (B, T, D)
+      -> n_layers pre-norm causal TransformerBlocks       (B, T, D)
       -> final LayerNorm -> LM head (tied to the token embedding)  (B, T, V)
       -> next-token cross-entropy against targets (B, T)
 
@@ -28,16 +28,19 @@ __all__ = ["GPT", "GPTConfig", "sample_next_token"]
 
 @dataclass
 class GPTConfig:
-    """Sizes of a :class:`GPT`. ``d_ff=None`` means ``4 * n_embd``.
+    """Sizes of a :class:`GPT`. ``d_ff=None`` means ``4 * d_model``.
 
-    The default is nanoGPT's CPU size for character-level tiny-shakespeare.
+    The default is nanoGPT's CPU size for character-level tiny-shakespeare. The field names
+    are the course's everywhere (``d_model``, ``n_heads``, ``n_layers``, ``d_ff``: the paper's,
+    and those of :class:`ViTConfig`, :class:`EncoderDecoderTransformer` and the layers); nanoGPT
+    calls the first three ``n_embd``, ``n_head`` and ``n_layer``.
     """
 
     vocab_size: int = 65
     block_size: int = 64  # the longest context the model sees (learned positions)
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    d_model: int = 128
     dropout: float = 0.0
     bias: bool = True  # biases in Linear layers (and LayerNorms, as in nanoGPT)
     d_ff: int | None = None
@@ -45,22 +48,24 @@ class GPTConfig:
     layer_norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        if self.n_embd % self.n_head:
+        if self.d_model % self.n_heads:
             raise ValueError(
-                f"expected n_embd divisible by n_head, got n_embd={self.n_embd}, "
-                f"n_head={self.n_head}"
+                f"expected d_model divisible by n_heads, got d_model={self.d_model}, "
+                f"n_heads={self.n_heads}"
             )
         if self.d_ff is None:
-            self.d_ff = 4 * self.n_embd
+            self.d_ff = 4 * self.d_model
 
     PRESETS = {
         # nanoGPT's CPU recipe (README "I only have a macbook"), char-level shakespeare
-        "nanogpt-cpu": dict(block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0),
+        "nanogpt-cpu": dict(block_size=64, n_layers=4, n_heads=4, d_model=128, dropout=0.0),
         # nanoGPT's config/train_shakespeare_char.py
-        "nanogpt-gpu": dict(block_size=256, n_layer=6, n_head=6, n_embd=384, dropout=0.2),
+        "nanogpt-gpu": dict(block_size=256, n_layers=6, n_heads=6, d_model=384, dropout=0.2),
         # GPT-2 small (124M) and GPT-3 175B (Brown et al. 2020, Table 2.1)
-        "gpt2": dict(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768),
-        "gpt3-175b": dict(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288),
+        "gpt2": dict(vocab_size=50257, block_size=1024, n_layers=12, n_heads=12, d_model=768),
+        "gpt3-175b": dict(
+            vocab_size=50257, block_size=2048, n_layers=96, n_heads=96, d_model=12288
+        ),
     }
 
     @classmethod
@@ -79,7 +84,7 @@ class GPTConfig:
         position embedding T·D and the final LayerNorm 2D. Without biases drop every bias
         term. ``non_embedding=True`` leaves out the position embedding (nanoGPT's convention).
         """
-        D, F_, L, b = self.n_embd, self.d_ff, self.n_layer, int(self.bias)
+        D, F_, L, b = self.d_model, self.d_ff, self.n_layers, int(self.bias)
         ln = D + b * D
         attn = 3 * D * D + b * 3 * D + D * D + b * D
         mlp = D * F_ + b * F_ + F_ * D + b * D
@@ -92,8 +97,8 @@ class GPTConfig:
 class GPT(nn.Module):
     """Decoder-only Transformer LM.
 
-    ``GPT(config)`` or ``GPT(n_layer=2, ...)`` (keywords override the config's fields; a
-    ``d_ff`` that followed the 4 x n_embd rule follows it for the new width too).
+    ``GPT(config)`` or ``GPT(n_layers=2, ...)`` (keywords override the config's fields; a
+    ``d_ff`` that followed the 4 x d_model rule follows it for the new width too).
     forward(idx (B, T), targets (B, T) or None) -> (logits (B, T, V), loss or None).
     """
 
@@ -102,18 +107,18 @@ class GPT(nn.Module):
         if config is None:
             config = GPTConfig(**overrides)
         elif overrides:
-            if "d_ff" not in overrides and config.d_ff == 4 * config.n_embd:
-                overrides["d_ff"] = None  # keep the 4x rule if n_embd changes
+            if "d_ff" not in overrides and config.d_ff == 4 * config.d_model:
+                overrides["d_ff"] = None  # keep the 4x rule if d_model changes
             config = replace(config, **overrides)
         self.config = config
-        D = config.n_embd
+        D = config.d_model
         self.tok_emb = nn.Embedding(config.vocab_size, D)
         self.pos_emb = nn.Embedding(config.block_size, D)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = pre_norm_stack(
-            config.n_layer,
+            config.n_layers,
             D,
-            config.n_head,
+            config.n_heads,
             config.d_ff,
             dropout=config.dropout,
             activation=config.activation,
@@ -127,13 +132,13 @@ class GPT(nn.Module):
 
     def reset_parameters(self) -> None:
         """GPT-2 init: N(0, 0.02) weights, zero biases, and residual projections
-        (attention output, second MLP layer) scaled by 1/sqrt(2 * n_layer)."""
+        (attention output, second MLP layer) scaled by 1/sqrt(2 * n_layers)."""
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, mean=0.0, std=0.02)
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
-        std = 0.02 / math.sqrt(2 * self.config.n_layer)
+        std = 0.02 / math.sqrt(2 * self.config.n_layers)
         for block in self.blocks:
             nn.init.normal_(block.attn.out.weight, mean=0.0, std=std)
             nn.init.normal_(block.mlp.fc2.weight, mean=0.0, std=std)

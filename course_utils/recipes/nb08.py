@@ -72,7 +72,9 @@ def config(profile: str | None = None) -> Config:
     recipes = {
         # seconds on 2 CPU cores: a small model that still learns words and line structure
         "ci": Config(
-            model=GPTConfig(block_size=32, n_layer=2, n_head=4, n_embd=64, dropout=0.0, bias=False),
+            model=GPTConfig(
+                block_size=32, n_layers=2, n_heads=4, d_model=64, dropout=0.0, bias=False
+            ),
             batch_size=16,
             steps=400,
             lr=8e-3,
@@ -86,7 +88,7 @@ def config(profile: str | None = None) -> Config:
         # nanoGPT's CPU size; tuned (see the module docstring and the notebook's closing note)
         "cpu": Config(
             model=GPTConfig(
-                block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0, bias=False
+                block_size=64, n_layers=4, n_heads=4, d_model=128, dropout=0.0, bias=False
             ),
             batch_size=24,
             steps=1100,
@@ -101,7 +103,7 @@ def config(profile: str | None = None) -> Config:
         # nanoGPT's config/train_shakespeare_char.py (val 1.47 in about 3 minutes on an A100)
         "gpu": Config(
             model=GPTConfig(
-                block_size=256, n_layer=6, n_head=6, n_embd=384, dropout=0.2, bias=False
+                block_size=256, n_layers=6, n_heads=6, d_model=384, dropout=0.2, bias=False
             ),
             batch_size=64,
             steps=5000,
@@ -371,9 +373,9 @@ def describe(cfg: Config) -> dict[str, Any]:
     """The recipe as a flat dict for printing."""
     m = cfg.model
     return {
-        "layers": m.n_layer,
-        "heads": m.n_head,
-        "width": m.n_embd,
+        "layers": m.n_layers,
+        "heads": m.n_heads,
+        "width": m.d_model,
         "context": m.block_size,
         "bias": m.bias,
         "dropout": m.dropout,

@@ -109,9 +109,14 @@ def init_distributed(backend: str | None = None) -> DistInfo:
 
 
 def cleanup() -> None:
-    """Leave the process group (if any)."""
+    """Leave the process group (if any), after a barrier: a rank that tears gloo down while
+    another is still finishing its last collective can abort ("terminate called without an
+    active exception") and fail the whole torchrun job."""
     if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+        try:
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
 
 
 def rank() -> int:

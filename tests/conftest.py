@@ -24,3 +24,26 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# the tests that take tens of seconds (the fixture and hostile grading batches, the browser, each
+# notebook's execution), in the order they should start: the longest first, so that under
+# ``-n 2`` the two workers finish together instead of one waiting on a late batch
+_LONG_FIRST = (
+    "test_sandbox.py",
+    "test_grading.py",
+    "test_browser.py",
+    "test_notebooks.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Start the long tests first (a stable sort: every xdist worker collects the same order)."""
+
+    def rank(item) -> int:
+        name = item.path.name
+        if item.get_closest_marker("slow") is None:
+            return len(_LONG_FIRST) + 1
+        return _LONG_FIRST.index(name) if name in _LONG_FIRST else len(_LONG_FIRST)
+
+    items.sort(key=rank)

@@ -29,6 +29,10 @@ from course_utils.grading import reports as rp
 from course_utils.grading.grader import GradeOptions, apply_flag_policy, grade_submission
 from course_utils.grading.kernel import OutputBudget, kernel_env
 
+# one xdist worker runs this module (pyproject: --dist loadgroup), so the fixture batch is graded once
+# instead of once per worker or with a worker waiting on the other
+pytestmark = pytest.mark.xdist_group("grading-batch")
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "grading"
 SUBS = FIXTURES / "submissions"

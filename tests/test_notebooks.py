@@ -1,50 +1,48 @@
-"""The nbval contract and the official grader, for every ``solutions/NN_*.ipynb`` (new notebooks
-are picked up automatically). Each notebook is executed twice per test session, no more:
+"""Every ``solutions/NN_*.ipynb`` (new notebooks are picked up automatically), executed ONCE per
+test session, through the official grader:
 
-(a) ``pytest --nbval`` passes on the solution under ``COURSE_PROFILE=ci``: every cell runs and
-    every output not tagged ``nbval-ignore-output`` matches the stored one (the check cells'
-    verdict lines included, so every exercise of the solution passes its check);
-(b) the official grader, end to end, on the untouched student version (released from the
-    solution into a temporary folder: ``notebooks/`` may hold a student's answers, and
-    ``course release --check`` compares it with the release): it runs top to bottom, no
-    non-check cell raises, and every check is "not attempted" (a check that passes on a stub
-    is vacuous and fails the suite).
-Full marks for a solution through the grader are tested end to end on one notebook
-(``FULL_MARKS_NOTEBOOK``, several kinds of exercise); for every exercise of every notebook the
-grader's harvest-and-judge path is tested without a kernel in ``test_checks_all.py``.
+(a) ``course grade`` on the solution under ``COURSE_PROFILE=ci`` (sandboxed kernel, the real
+    harvest-and-judge path) gives full marks, no flags, and no cell raises (a failed ``claim``
+    is a raising cell);
+(b) the same run's outputs match the ones stored in the notebook, compared by nbval's own code
+    (``tests/nbval_compare.py``: every cell not tagged ``nbval-ignore-output``; stream text after
+    folding ``\\r`` updates and every MIME type except images and widget views;
+    ``tests/nbval_sanitize.cfg`` masks memory addresses). Tag cells whose output varies with
+    ``nbval-ignore-output``, or re-execute the solution.
 
-What nbval compares (nbval 0.11): stream text
-(stdout and stderr, after folding ``\\r`` progress-bar updates) and every output MIME type
-except ``image/png`` / ``image/jpeg`` (so a figure's ``text/plain`` "<Figure size ... with 1
-Axes>" is compared, its pixels are not); markdown cells and unexecuted cells are not compared.
-Tags: ``nbval-ignore-output`` runs a cell without comparing it (timings, training logs,
-profile-dependent numbers), ``nbval-skip`` does not run it, ``raises-exception`` expects an
-error. ``tests/nbval_sanitize.cfg`` masks memory addresses before comparing.
+The released student version (into a temporary folder: ``notebooks/`` may hold a student's
+answers) is checked without a second execution of every notebook: each exercise's stub, run
+through its check, is "not attempted" (a check that passes on a stub is vacuous), and every later
+use of an exercise's function goes through ``fallback(...)``, so the untouched version runs to
+the end. One notebook (``UNTOUCHED_NOTEBOOK``) is also graded end to end in its untouched
+student version: zero points, every cell runs. ``tests/test_nbval_strict.py`` runs a student
+notebook under nbval itself, with the strict check cells.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
+from nbval_compare import mismatches
 
-from course_utils import release
+from course_utils import checks, release
+from course_utils.checks import core
+from course_utils.grading.plan import course_meta, python_source
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted((REPO / "solutions").glob("[0-9][0-9]_*.ipynb"))
-SANITIZE = Path(__file__).with_name("nbval_sanitize.cfg")
 # generous bounds for a loaded 2-core machine; the ci profile aims at <= 60 s per notebook
 NOTEBOOK_TIMEOUT_S = int(os.environ.get("COURSE_NOTEBOOK_TIMEOUT", "300"))
 CELL_TIMEOUT_S = 180
-
-pytestmark = [pytest.mark.slow, pytest.mark.notebook]
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# one untouched student version graded end to end: fallbacks, several kinds of exercise
+UNTOUCHED_NOTEBOOK = "05_masked_attention"
 
 
 def _ids(path: Path) -> str:
@@ -53,65 +51,17 @@ def _ids(path: Path) -> str:
 
 def _ci_env() -> dict[str, str]:
     env = dict(os.environ, COURSE_PROFILE="ci", PYTHONHASHSEED="0")
-    env.pop("PYTEST_ADDOPTS", None)  # the outer run's options (e.g. -n 2) are not nbval's
+    env.pop("PYTEST_ADDOPTS", None)
     return env
 
 
-@pytest.mark.parametrize("solution", SOLUTIONS, ids=_ids)
-def test_solution_notebook_passes_nbval_under_ci_profile(solution: Path):
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "--nbval",
-        "--nbval-current-env",
-        "--nbval-sanitize-with",
-        str(SANITIZE),
-        "--nbval-cell-timeout",
-        str(CELL_TIMEOUT_S),
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "--tb=short",
-        "--color=no",
-        str(solution.relative_to(REPO)),
-    ]
-    try:
-        proc = subprocess.run(
-            cmd, cwd=REPO, env=_ci_env(), capture_output=True, text=True, timeout=NOTEBOOK_TIMEOUT_S
-        )
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        pytest.fail(
-            f"nbval on {solution.name} ran past {NOTEBOOK_TIMEOUT_S} s "
-            f"(COURSE_NOTEBOOK_TIMEOUT)\n{out[-6000:]}"
-        )
-    report = _ANSI.sub("", proc.stdout + proc.stderr)
-    assert proc.returncode == 0, (
-        f"`COURSE_PROFILE=ci {' '.join(cmd[2:])}` failed on {solution.name}. Tag cells whose "
-        f"output varies with `nbval-ignore-output`, or re-execute the solution.\n"
-        f"{report[-12000:]}"
-    )
-
-
-def _grade(paths: list[Path], out: Path) -> list[dict]:
+def _grade(paths: list[Path], out: Path, executed: Path | None = None) -> list[dict]:
     """Grade ``paths`` with the official grader (ci profile), one report per notebook."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "course_utils.cli",
-        "grade",
-        *map(str, paths),
-        "-q",
-        "--json",
-        str(out),
-        "--reference-dir",
-        str(REPO / "solutions"),
-        "--cell-timeout",
-        str(CELL_TIMEOUT_S),
-        "--timeout",
-        str(NOTEBOOK_TIMEOUT_S),
-    ]
+    cmd = [sys.executable, "-m", "course_utils.cli", "grade", *map(str, paths), "-q"]
+    cmd += ["--json", str(out), "--reference-dir", str(REPO / "solutions")]
+    cmd += ["--cell-timeout", str(CELL_TIMEOUT_S), "--timeout", str(NOTEBOOK_TIMEOUT_S)]
+    if executed is not None:  # keep every output: the comparison needs them whole
+        cmd += ["--executed", str(executed), "--max-output-kb", "65536"]
     proc = subprocess.run(
         cmd,
         cwd=REPO,
@@ -142,18 +92,37 @@ def _describe(report: dict) -> str:
     return "\n".join(lines)
 
 
+@pytest.mark.slow
+@pytest.mark.notebook
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=_ids)
-def test_grader_gives_the_untouched_student_version_zero_and_runs_it_to_the_end(
-    solution: Path, tmp_path: Path
-):
+def test_solution_gets_full_marks_and_reproduces_its_stored_outputs(solution: Path, tmp_path: Path):
+    executed = tmp_path / "executed"
+    (sol,) = _grade([solution], tmp_path / "grades.json", executed)
+    assert sol["max"] > 0 and sol["total"] == sol["max"], (
+        f"{solution.name} should get full marks:\n{_describe(sol)}"
+    )
+    assert all(e["status"] == "passed" and not e.get("flags") for e in sol["exercises"])
+    assert sol["cells"]["errors"] == [], f"{solution.name}: cells raise:\n{_describe(sol)}"
+    (run,) = executed.glob("*.ipynb")
+    stored = nbformat.read(solution, as_version=4)
+    problems = mismatches(stored, nbformat.read(run, as_version=4))
+    assert not problems, (
+        f"{solution.name}: the ci run's outputs differ from the stored ones. Tag cells whose "
+        f"output varies with `nbval-ignore-output`, or re-execute the solution.\n"
+        + "\n".join(problems)[-12000:]
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.notebook
+def test_grader_gives_the_untouched_student_version_zero_and_runs_it_to_the_end(tmp_path: Path):
+    (solution,) = [p for p in SOLUTIONS if p.stem == UNTOUCHED_NOTEBOOK]
     student = tmp_path / "student" / solution.name
     student.parent.mkdir()
     student.write_text(release.release_file(solution), encoding="utf-8")
     (stu,) = _grade([student], tmp_path / "grades.json")
 
     assert stu["max"] > 0, _describe(stu)
-    # the untouched student version runs top to bottom: no non-check cell raises, and every
-    # check says "not attempted" (one that passes on a stub would be vacuous)
     assert stu["total"] == 0, f"{student.name} scores on stubs (vacuous check):\n{_describe(stu)}"
     assert all(e["status"] == "not_attempted" for e in stu["exercises"]), _describe(stu)
     assert stu["cells"]["errors"] == [], (
@@ -161,13 +130,118 @@ def test_grader_gives_the_untouched_student_version_zero_and_runs_it_to_the_end(
     )
 
 
-FULL_MARKS_NOTEBOOK = "03_scaled_dot_product"
+# ----------------------------------------------------------------------------- the student version,
+# without a kernel
 
 
-def test_grader_gives_a_solution_full_marks_end_to_end(tmp_path: Path):
-    (solution,) = [p for p in SOLUTIONS if p.stem == FULL_MARKS_NOTEBOOK]
-    (sol,) = _grade([solution], tmp_path / "grades.json")
-    assert sol["max"] > 0 and sol["total"] == sol["max"], (
-        f"{solution.name} should get full marks:\n{_describe(sol)}"
+def _student(solution: Path) -> dict:
+    return json.loads(release.release_file(solution))
+
+
+def _code(cell: dict) -> str:
+    return python_source("".join(cell["source"]))
+
+
+def _loaded_names(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _exercise_cells(nb: dict) -> list[tuple[int, str]]:
+    found = []
+    for i, cell in enumerate(nb["cells"]):
+        ex_id, role = course_meta(cell)
+        if cell["cell_type"] == "code" and ex_id and role == "exercise":
+            found.append((i, ex_id))
+    return found
+
+
+def _imports(nb: dict) -> str:
+    lines = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        for node in ast.parse(_code(cell)).body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                lines.append(ast.unparse(node))
+    return "\n".join(lines)
+
+
+def _stub_verdicts(nb: dict, name: str) -> list[tuple[str, str, str]]:
+    """``(exercise id, status, message)`` of each exercise's cell as it stands in ``nb``, run
+    through its check in this process (the notebook's imports, then its exercise cells)."""
+    namespace: dict = {}
+    exec(compile(_imports(nb), f"{name}:imports", "exec"), namespace)
+    verdicts = []
+    for i, ex_id in _exercise_cells(nb):
+        exec(compile(_code(nb["cells"][i]), f"{name}:cell {i}", "exec"), namespace)
+        function = checks.get(ex_id).function
+        assert function in namespace, f"{name} cell {i} does not define {function}"
+        result = checks.run(ex_id, namespace[function])
+        verdicts.append((ex_id, result.status, result.message))
+    return verdicts
+
+
+def _uses_before_fallback(nb: dict) -> list[str]:
+    """Cells that call an exercise's function after its exercise cell and before a cell that
+    takes it from ``fallback(...)``: in the untouched version they stop at the stub."""
+    problems = []
+    for i, ex_id in _exercise_cells(nb):
+        function = checks.get(ex_id).function
+        for j in range(i + 1, len(nb["cells"])):
+            cell = nb["cells"][j]
+            if cell["cell_type"] != "code" or course_meta(cell)[1] == "check":
+                continue
+            source = _code(cell)
+            if f'fallback("{ex_id}"' in source or f"fallback('{ex_id}'" in source:
+                break  # from here on the name holds a working implementation
+            if function in _loaded_names(source):
+                problems.append(f"{ex_id}: cell {j} uses {function} before its fallback")
+                break
+    return problems
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=_ids)
+def test_every_stub_of_the_student_version_is_not_attempted(solution: Path):
+    verdicts = _stub_verdicts(_student(solution), solution.name)
+    assert verdicts, f"{solution.name} has no exercise cell"
+    wrong = [f"{i}: {status}\n{msg}" for i, status, msg in verdicts if status != core.NOT_ATTEMPTED]
+    assert not wrong, (
+        f"{solution.name}: untouched stubs must be 'not attempted' (a check that passes or fails "
+        "on a stub is vacuous or confusing):\n" + "\n".join(wrong)
     )
-    assert all(e["status"] == "passed" and not e.get("flags") for e in sol["exercises"])
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=_ids)
+def test_the_student_version_uses_an_exercise_only_through_its_fallback(solution: Path):
+    """ "Run All" on the untouched version must reach the end."""
+    problems = _uses_before_fallback(_student(solution))
+    assert not problems, f"{solution.name}:\n" + "\n".join(problems)
+
+
+def _student_05() -> dict:
+    (solution,) = [p for p in SOLUTIONS if p.stem == UNTOUCHED_NOTEBOOK]
+    return _student(solution)
+
+
+def test_the_stub_test_catches_a_stub_that_returns_something():
+    nb = _student_05()
+    i, ex_id = _exercise_cells(nb)[0]
+    function = checks.get(ex_id).function
+    nb["cells"][i]["source"] = f"def {function}(x):\n    return x\n"
+    verdicts = dict((e, s) for e, s, _ in _stub_verdicts(nb, "edited"))
+    assert verdicts[ex_id] == core.FAILED
+
+
+def test_the_fallback_rule_catches_a_direct_use_after_the_check():
+    nb = _student_05()
+    assert _uses_before_fallback(nb) == []
+    i, ex_id = _exercise_cells(nb)[0]
+    function = checks.get(ex_id).function
+    nb["cells"].insert(i + 2, nbformat.v4.new_code_cell(f"y = {function}(x)"))
+    assert _uses_before_fallback(nb) == [
+        f"{ex_id}: cell {i + 2} uses {function} before its fallback"
+    ]

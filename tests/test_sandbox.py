@@ -32,6 +32,10 @@ from course_utils.grading import harvest as hv
 from course_utils.grading import reports as rp
 from course_utils.grading import sandbox as sb
 
+# one xdist worker runs this module (pyproject: --dist loadgroup), so the hostile batch (a module fixture) is graded once
+# instead of once per worker or with a worker waiting on the other
+pytestmark = pytest.mark.xdist_group("sandbox-batch")
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "grading"
 HOSTILE = FIXTURES / "hostile"

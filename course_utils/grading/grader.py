@@ -830,7 +830,11 @@ def _tampering(
 
 
 def _write_executed(nb, executed, assignment: Assignment, out_dir: str, path: str) -> None:
-    """The notebook as the grader ran it (capped outputs; check positions show verdicts)."""
+    """The notebook as the grader ran it (capped outputs; check positions show verdicts).
+
+    Each executed cell records its index in the submission (``metadata.grader.cell``), so the
+    outputs can be compared with the submission's stored ones (the test suite does, nbval-style).
+    """
     import nbformat
 
     out = nbformat.v4.new_notebook()
@@ -841,6 +845,7 @@ def _write_executed(nb, executed, assignment: Assignment, out_dir: str, path: st
     for step, result in executed:
         if step.kind == "cell":
             cell = nbformat.v4.new_code_cell(nb["cells"][step.index]["source"])
+            cell.metadata["grader"] = {"cell": step.index}  # its index in the submission
             cell.outputs = [nbformat.from_dict(o) for o in result.outputs]
             if result.status in ("timeout", "hung", "died"):
                 cell.outputs.append(

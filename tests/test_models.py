@@ -563,3 +563,18 @@ def test_vit_learns_a_separable_image_task():
     with torch.no_grad():
         acc = (model.eval()(x).argmax(-1) == y).float().mean().item()
     assert acc > 0.95
+
+
+@pytest.mark.parametrize("cls", [GPTConfig, ViTConfig])
+def test_resolve_config_keeps_the_4x_rule_only_where_it_held(cls):
+    from course_utils.models.config import resolve_config
+
+    base = cls(d_model=32, n_heads=4)
+    assert resolve_config(cls, None, {"d_model": 32, "n_heads": 4}) == base
+    assert resolve_config(cls, base, {}) is base
+    wider = resolve_config(cls, base, {"d_model": 64})
+    assert (wider.d_model, wider.d_ff) == (64, 256)  # followed the rule: follows it again
+    custom = cls(d_model=32, n_heads=4, d_ff=50)
+    assert resolve_config(cls, custom, {"d_model": 64}).d_ff == 50  # a chosen width stays
+    assert resolve_config(cls, base, {"d_model": 64, "d_ff": 70}).d_ff == 70
+    assert base.d_model == 32 and base.d_ff == 128  # the given config is not changed

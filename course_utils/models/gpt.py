@@ -15,13 +15,14 @@ the same as recomputing everything (a test proves it).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from course_utils.layers import KVCache, pre_norm_stack, record_attention
+from course_utils.models.config import resolve_config
 
 __all__ = ["GPT", "GPTConfig", "sample_next_token"]
 
@@ -104,13 +105,7 @@ class GPT(nn.Module):
 
     def __init__(self, config: GPTConfig | None = None, **overrides) -> None:
         super().__init__()
-        if config is None:
-            config = GPTConfig(**overrides)
-        elif overrides:
-            if "d_ff" not in overrides and config.d_ff == 4 * config.d_model:
-                overrides["d_ff"] = None  # keep the 4x rule if d_model changes
-            config = replace(config, **overrides)
-        self.config = config
+        self.config = config = resolve_config(GPTConfig, config, overrides)
         D = config.d_model
         self.tok_emb = nn.Embedding(config.vocab_size, D)
         self.pos_emb = nn.Embedding(config.block_size, D)

@@ -17,12 +17,13 @@ one architecture, many modalities.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 
 from course_utils.layers import pre_norm_stack
+from course_utils.models.config import resolve_config
 
 __all__ = ["PatchEmbed", "ViT", "ViTConfig", "patchify", "unpatchify"]
 
@@ -186,13 +187,7 @@ class ViT(nn.Module):
 
     def __init__(self, config: ViTConfig | None = None, **overrides) -> None:
         super().__init__()
-        if config is None:
-            config = ViTConfig(**overrides)
-        elif overrides:
-            if "d_ff" not in overrides and config.d_ff == 4 * config.d_model:
-                overrides["d_ff"] = None  # keep the 4x rule if d_model changes
-            config = replace(config, **overrides)
-        self.config = config
+        self.config = config = resolve_config(ViTConfig, config, overrides)
         D = config.d_model
         self.patch_embed = PatchEmbed(config.image_size, config.patch_size, config.in_channels, D)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if config.pool == "cls" else None

@@ -390,9 +390,7 @@ LN_WRONG = {
         (x - x.mean(-1, keepdim=True)) / (x.std(-1, unbiased=False, keepdim=True) + eps) * w + b
     ),
     "standard deviation used as the variance": lambda x, w, b, eps=1e-5: (
-        (x - x.mean(-1, keepdim=True))
-        / torch.sqrt(x.std(-1, correction=0, keepdim=True) + eps)
-        * w
+        (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.std(-1, correction=0, keepdim=True) + eps) * w
         + b
     ),
     "no square root": lambda x, w, b, eps=1e-5: (

@@ -159,9 +159,11 @@ def time_vs_length(
 ) -> dict[str, dict[int, float]]:
     """Seconds per forward pass, ``{contender: {n: seconds}}``, on x (B, n, D).
 
-    ``clock="cpu"`` (default) measures the CPU time this process used (all its threads
-    together): unlike wall-clock time it does not count the time other programs ran, so it
-    stays stable on a busy machine. ``clock="wall"`` measures elapsed time (always on a GPU,
+    ``clock="cpu"`` (default) measures the CPU time this process used, with torch on **one
+    thread**: unlike wall-clock time it does not count the time other programs ran, and on one
+    thread it does not count the time torch's worker threads spin while they wait for each
+    other (which grows with the machine's load), so it stays stable on a busy machine.
+    ``clock="wall"`` measures elapsed time with all of torch's threads (always on a GPU,
     where the benchmark waits for the device). Each value is the median of
     ``torch.utils.benchmark``'s repeats. ``device``: default the profile's.
     """
@@ -180,7 +182,7 @@ def time_vs_length(
             timer = benchmark.Timer(
                 stmt="model(x)",
                 globals={"model": model, "x": x},
-                num_threads=torch.get_num_threads(),
+                num_threads=1 if clock == "cpu" else torch.get_num_threads(),
                 timer=_CLOCKS[clock],
             )
             measurement = timer.blocked_autorange(min_run_time=cfg.min_run_time)

@@ -25,7 +25,9 @@ FOUNDATION = {
     "06.1": ("split_heads", "06_multi_head.ipynb", 1),
     "06.2": ("merge_heads", "06_multi_head.ipynb", 1),
     "06.3": ("MultiHeadAttention", "06_multi_head.ipynb", 4),
-    "07.1": ("TransformerBlock", "07_transformer_block.ipynb", 4),
+    "07.1": ("layer_norm", "07_transformer_block.ipynb", 2),
+    "07.2": ("MLP", "07_transformer_block.ipynb", 2),
+    "07.3": ("TransformerBlock", "07_transformer_block.ipynb", 4),
     "09.1": ("patchify", "09_vit.ipynb", 2),
     "11.1": ("tiled_attention", "11_attention_at_scale.ipynb", 4),
 }

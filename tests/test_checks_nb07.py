@@ -1,8 +1,11 @@
-"""Check 07.1 (TransformerBlock, pre- and post-norm) accepts correct answers written
+"""Checks 07.1 (layer_norm) and 07.2 (the MLP) accept correct answers written differently and
+name each classic mistake.
+
+Check 07.3 (TransformerBlock, pre- and post-norm) accepts correct answers written
 differently and names each classic mistake; its reference agrees with
 nn.TransformerEncoderLayer. The wrong answers here are written independently of the check's own.
 
-The 07.2 check (parameter count of a Transformer block) accepts correct formulas written
+The 07.4 check (parameter count of a Transformer block) accepts correct formulas written
 differently, rejects each classic mistake with a hint naming it, and insists on a formula.
 """
 
@@ -33,7 +36,7 @@ from course_utils.checks.nb07_transformer_block import (
 )
 from course_utils.layers import TransformerBlock
 
-ID = "07.1"
+ID = "07.3"
 
 
 class Given(nn.Module):
@@ -117,6 +120,10 @@ WRONG = {
     "norm1 and norm2 swapped": block_from(
         lambda m, x: (lambda a: a + m.mlp(m.norm1(a)))(x + m.attn(m.norm2(x))),
         lambda m, x: (lambda a: m.norm1(a + m.mlp(a)))(m.norm2(x + m.attn(x))),
+    ),
+    "the same LayerNorm for both sublayers": block_from(
+        lambda m, x: (lambda a: a + m.mlp(m.norm1(a)))(x + m.attn(m.norm1(x))),
+        lambda m, x: (lambda a: m.norm1(a + m.mlp(a)))(m.norm1(x + m.attn(x))),
     ),
     "pre-norm residual taken from the normalised input": block_from(
         lambda m, x: (lambda n: (lambda a: m.norm2(a) + m.mlp(m.norm2(a)))(n + m.attn(n)))(
@@ -202,7 +209,7 @@ def test_block_reference_agrees_with_nn_transformer_encoder_layer_on_every_case(
         torch.testing.assert_close(got, expected, msg=case.name)
 
 
-# ----------------------------------------------------------------------------- 07.2 parameter count
+# ----------------------------------------------------------------------------- 07.4 parameter count
 def _count(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
@@ -220,8 +227,8 @@ def test_closed_form_equals_the_parameters_of_a_real_block(seed):
 
 
 def test_reference_passes_its_own_check():
-    assert run("07.2", block_param_count).passed
-    assert run("07.2", formula_block_param_count).passed
+    assert run("07.4", block_param_count).passed
+    assert run("07.4", formula_block_param_count).passed
 
 
 def _per_head(d_model, n_heads, d_ff):
@@ -255,13 +262,13 @@ def _tensor_scalar(d_model, n_heads, d_ff):
 
 @pytest.mark.parametrize("answer", [_per_head, _float_arithmetic, _numpy_int, _tensor_scalar])
 def test_correct_formulas_written_differently_pass(answer):
-    result = run("07.2", answer)
+    result = run("07.4", answer)
     assert result.status == PASSED, result.message
 
 
 @pytest.mark.parametrize("mistake", MISTAKES, ids=lambda m: m.name)
 def test_each_classic_mistake_is_rejected_with_a_hint_naming_it(mistake):
-    result = run("07.2", mistake.impl)
+    result = run("07.4", mistake.impl)
     assert result.status == FAILED
     assert result.mistake == mistake.name
     assert mistake.name in result.message and mistake.hint in result.message
@@ -304,14 +311,14 @@ def test_building_a_block_to_count_is_rejected_as_not_a_formula():
     def count_a_module(d_model, n_heads, d_ff):
         return _count(TransformerBlock(d_model, n_heads, d_ff))
 
-    result = run("07.2", count_a_module)
+    result = run("07.4", count_a_module)
     assert result.status == ERROR
     assert "formula" in result.message
 
 
 def test_non_integer_count_is_an_error_that_says_so():
     result = run(
-        "07.2",
+        "07.4",
         lambda d_model, n_heads, d_ff: formula_block_param_count(d_model, n_heads, d_ff) + 0.5,
     )
     assert result.status == ERROR
@@ -320,9 +327,9 @@ def test_non_integer_count_is_an_error_that_says_so():
 
 def test_stub_is_not_attempted():
     def block_param_count_stub(d_model, n_heads, d_ff):
-        raise NotImplementedError("Exercise 07.2: implement block_param_count")
+        raise NotImplementedError("Exercise 07.4: implement block_param_count")
 
-    assert run("07.2", block_param_count_stub).status == NOT_ATTEMPTED
+    assert run("07.4", block_param_count_stub).status == NOT_ATTEMPTED
 
 
 def test_outputs_are_plain_int64_scalars():
@@ -333,6 +340,199 @@ def test_outputs_are_plain_int64_scalars():
 
 
 def test_exercise_is_registered_for_notebook_07():
-    ex = get("07.2")
+    ex = get("07.4")
     assert ex.notebook == "07_transformer_block.ipynb"
     assert ex.function == "block_param_count"
+
+
+# ----------------------------------------------------------------------------- 07.1 layer_norm
+LN = "07.1"
+
+
+def ln_var_unbiased_false(x, weight, bias, eps=1e-5):
+    mu = x.mean(dim=-1, keepdim=True)
+    var = x.var(dim=-1, unbiased=False, keepdim=True)
+    return weight * (x - mu) / torch.sqrt(var + eps) + bias
+
+
+def ln_mean_of_squares(x, weight, bias, eps=1e-5):
+    """E[x^2] - E[x]^2 for the variance, then rsqrt."""
+    mu = x.mean(-1, keepdim=True)
+    var = (x * x).mean(-1, keepdim=True) - mu * mu
+    return (x - mu) * torch.rsqrt(var + eps) * weight + bias
+
+
+def ln_var_mean_correction0(x, weight, bias, eps=1e-5):
+    var, mu = torch.var_mean(x, dim=-1, correction=0, keepdim=True)
+    return torch.addcmul(bias, (x - mu) / (var + eps).sqrt(), weight)
+
+
+def ln_torch(x, weight, bias, eps=1e-5):
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+@pytest.mark.parametrize(
+    "candidate", [ln_var_unbiased_false, ln_mean_of_squares, ln_var_mean_correction0, ln_torch]
+)
+def test_layer_norm_check_accepts_correct_answers(candidate):
+    assert_passes(LN, candidate)
+
+
+def _ln_core(x, eps, dim=-1, unbiased=False):
+    mu = x.mean(dim, keepdim=True)
+    var = x.var(dim, unbiased=unbiased, keepdim=True)
+    return (x - mu) / torch.sqrt(var + eps)
+
+
+LN_WRONG = {
+    "unbiased variance": lambda x, w, b, eps=1e-5: _ln_core(x, eps, unbiased=True) * w + b,
+    "eps outside the square root": lambda x, w, b, eps=1e-5: (
+        (x - x.mean(-1, keepdim=True)) / (x.std(-1, unbiased=False, keepdim=True) + eps) * w + b
+    ),
+    "standard deviation used as the variance": lambda x, w, b, eps=1e-5: (
+        (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.std(-1, correction=0, keepdim=True) + eps) * w
+        + b
+    ),
+    "no square root": lambda x, w, b, eps=1e-5: (
+        (x - x.mean(-1, keepdim=True)) / (x.var(-1, correction=0, keepdim=True) + eps) * w + b
+    ),
+    "normalised over the batch axis": lambda x, w, b, eps=1e-5: _ln_core(x, eps, dim=0) * w + b,
+    "normalised over the time axis": lambda x, w, b, eps=1e-5: _ln_core(x, eps, dim=-2) * w + b,
+    "mean not subtracted": lambda x, w, b, eps=1e-5: (
+        x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w + b
+    ),
+    "forgot weight and bias": lambda x, w, b, eps=1e-5: _ln_core(x, eps),
+    "forgot the bias": lambda x, w, b, eps=1e-5: _ln_core(x, eps) * w,
+    "forgot the weight": lambda x, w, b, eps=1e-5: _ln_core(x, eps) + b,
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(LN_WRONG))
+def test_layer_norm_check_names_each_classic_mistake(mistake):
+    assert_rejected(LN, LN_WRONG[mistake], mistake)
+
+
+def test_layer_norm_check_covers_every_registered_mistake():
+    assert set(LN_WRONG) == mistake_names(LN)
+    assert_registered_mistakes_named(LN)
+
+
+def test_layer_norm_cases_make_eps_matter_and_vary_eps():
+    cases = checks.get(LN).make_cases(0)
+    variances = [c.inputs["x"].var(-1, unbiased=False).max().item() for c in cases]
+    assert min(variances) < 1e-5 < max(variances)
+    assert len({c.inputs["eps"] for c in cases}) > 1
+    assert {c.inputs["x"].ndim for c in cases} >= {3, 4}
+
+
+def test_layer_norm_returning_a_tuple_is_an_error_that_says_so():
+    result = checks.run(LN, lambda x, w, b, eps=1e-5: (ln_torch(x, w, b, eps), None))
+    assert result.status == ERROR
+    assert "should be a torch.Tensor" in result.message
+
+
+# ----------------------------------------------------------------------------- 07.2 MLP
+MLP_ID = "07.2"
+
+
+class MLPSequential(nn.Module):
+    """Correct, written with nn.Sequential-free explicit layers and F.relu."""
+
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_ff)
+        self.fc2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class MLPClamp(nn.Module):
+    """Correct, with a ReLU module and clamp_min in the forward."""
+
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_ff)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        h = self.fc1(x).clamp_min(0.0)
+        return self.fc2(h)
+
+
+@pytest.mark.parametrize("candidate", [MLPSequential, MLPClamp, layers.MLP])
+def test_mlp_check_accepts_correct_answers(candidate):
+    assert_passes(MLP_ID, candidate)
+
+
+def mlp_from(forward, hidden=None):
+    class Wrong(nn.Module):
+        def __init__(self, d_model, d_ff):
+            super().__init__()
+            h = d_ff if hidden is None else hidden(d_model, d_ff)
+            self.fc1 = nn.Linear(d_model, h)
+            self.fc2 = nn.Linear(h, d_model)
+
+        def forward(self, x):
+            return forward(self, x)
+
+    return Wrong
+
+
+MLP_WRONG = {
+    "activation missing": mlp_from(lambda m, x: m.fc2(m.fc1(x))),
+    "activation after the second linear": mlp_from(lambda m, x: F.relu(m.fc2(m.fc1(x)))),
+    "activation after both linears": mlp_from(lambda m, x: F.relu(m.fc2(F.relu(m.fc1(x))))),
+    "GELU instead of ReLU": mlp_from(lambda m, x: m.fc2(nn.GELU()(m.fc1(x)))),
+    "residual added inside the MLP": mlp_from(lambda m, x: m.fc2(m.fc1(x).relu()) + x),
+    "wrong hidden width": mlp_from(lambda m, x: m.fc2(m.fc1(x).relu()), lambda d, f: 4 * d),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(MLP_WRONG))
+def test_mlp_check_names_each_classic_mistake(mistake):
+    assert_rejected(MLP_ID, MLP_WRONG[mistake], mistake)
+
+
+def test_mlp_check_covers_every_registered_mistake():
+    assert set(MLP_WRONG) == mistake_names(MLP_ID)
+    assert_registered_mistakes_named(MLP_ID)
+
+
+def test_mlp_hidden_width_of_d_model_is_also_named():
+    wrong = mlp_from(lambda m, x: m.fc2(m.fc1(x).relu()), lambda d, f: d)
+    assert_rejected(MLP_ID, wrong, "wrong hidden width")
+
+
+def test_mlp_with_other_layer_names_is_an_error_naming_fc1_and_fc2():
+    class Renamed(nn.Module):
+        def __init__(self, d_model, d_ff):
+            super().__init__()
+            self.up = nn.Linear(d_model, d_ff)
+            self.down = nn.Linear(d_ff, d_model)
+
+        def forward(self, x):
+            return self.down(F.relu(self.up(x)))
+
+    result = checks.run(MLP_ID, Renamed)
+    assert result.status == ERROR
+    assert "fc1" in result.message and "fc2" in result.message
+
+
+def test_mlp_stub_raising_in_init_is_not_attempted():
+    class Stub(nn.Module):
+        def __init__(self, d_model, d_ff):
+            raise NotImplementedError("Exercise 07.2: implement MLP")
+
+    assert checks.run(MLP_ID, Stub).status == NOT_ATTEMPTED
+
+
+def test_mlp_reference_agrees_with_the_torch_encoder_layer_feed_forward():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, 20, dropout=0.0, batch_first=True)
+    ours = layers.MLP(8, 20)
+    ours.fc1.load_state_dict(layer.linear1.state_dict())
+    ours.fc2.load_state_dict(layer.linear2.state_dict())
+    x = torch.randn(3, 5, 8)
+    torch.testing.assert_close(ours(x), layer._ff_block(x))

@@ -255,7 +255,9 @@ def test_nb07_gradient_norms_on_the_device(on_meta_profile):
 
     from course_utils.recipes import nb07
 
-    cfg = replace(nb07.config(), depth=3, stack_width=16, stack_ff=16, stack_len=4, stack_batch=2)
+    cfg = replace(
+        nb07.config(), depth=3, stack_d_model=16, stack_d_ff=16, stack_len=4, stack_batch=2
+    )
     with FakeAccelerator() as h:
         for variant in nb07.VARIANTS.values():
             norms, stds = nb07.gradient_norms_by_layer(variant, cfg)

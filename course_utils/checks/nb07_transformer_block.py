@@ -1,9 +1,19 @@
-"""Checks for notebook 07 (the Transformer block): 07.1 TransformerBlock, 07.2 its parameter count.
+"""Checks for notebook 07 (the Transformer block), in reading order:
 
-07.1 is a class. The notebook gives ``__init__(self, d_model, n_heads, d_ff, norm_first=False)``
-with the submodules of ``course_utils.layers.TransformerBlock``: ``attn`` (the course's
-MultiHeadAttention), ``norm1``, ``norm2`` (LayerNorm) and ``mlp`` (``fc1``, ReLU, ``fc2``); the
-student writes ``forward(self, x)`` (B, T, D) -> (B, T, D):
+07.1 ``layer_norm(x, weight, bias, eps=1e-5)``: normalise over the last dimension with the
+biased variance, eps inside the square root, then scale and shift (``F.layer_norm``).
+
+07.2 ``MLP(d_model, d_ff)``: the position-wise feed-forward network the student writes whole
+(``__init__`` and ``forward``): ``fc1`` (Linear d_model -> d_ff), ReLU, ``fc2`` (Linear
+d_ff -> d_model), i.e. ``course_utils.layers.MLP`` with its defaults. The check reads the
+layers' sizes first (a wrong hidden width is named without running anything), then copies
+seeded weights in and compares outputs.
+
+07.3 ``TransformerBlock``. The notebook gives ``__init__(self, d_model, n_heads, d_ff,
+norm_first=False)`` with the submodules of ``course_utils.layers.TransformerBlock``: ``attn``
+(the course's MultiHeadAttention), ``norm1``, ``norm2`` (LayerNorms built on the student's
+``layer_norm``) and ``mlp`` (the student's ``MLP``); the student writes ``forward(self, x)``
+(B, T, D) -> (B, T, D):
 
     post-norm (norm_first=False): x = norm1(x + attn(x)); x = norm2(x + mlp(x))
     pre-norm  (norm_first=True):  x = x + attn(norm1(x)); x = x + mlp(norm2(x))
@@ -11,7 +21,7 @@ student writes ``forward(self, x)`` (B, T, D) -> (B, T, D):
 The check copies seeded weights (LayerNorm scales away from 1, so norm1 and norm2 differ) into
 both orders and compares with the course's block.
 
-07.2: the parameter count of a Transformer block.
+07.4: the parameter count of a Transformer block.
 
 The student writes ``block_param_count(d_model, n_heads, d_ff) -> int``, a *formula* for the
 number of trainable parameters of one encoder block (multi-head self attention with biases,
@@ -44,6 +54,7 @@ from course_utils.checks._common import (
     as_tensor,
     build_module,
     close,
+    distinct_sizes,
     parameter_shapes,
     random_weights,
     size,
@@ -52,7 +63,316 @@ from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator
 
 NOTEBOOK = "07_transformer_block.ipynb"
 
-# ----------------------------------------------------------------------------- 07.1 TransformerBlock
+# ----------------------------------------------------------------------------- 07.1 layer_norm
+
+
+def reference_layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
+    """LayerNorm over the last dimension: ``F.layer_norm(x, (D,), weight, bias, eps)``."""
+    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+
+
+def _ln_cases(seed: int) -> list[Case]:
+    g = generator(seed)
+    B, T, D = distinct_sizes(g, 3, 3, 9)
+
+    def case(name: str, x: Tensor, eps: float = 1e-5) -> Case:
+        d = x.shape[-1]
+        return Case(
+            name,
+            {
+                "x": x,
+                "weight": 1.0 + 0.5 * randn(g, d),
+                "bias": 0.5 * randn(g, d),
+                "eps": eps,
+            },
+        )
+
+    offset = 3.0 + randn(g, B, T, 1)  # every token has its own mean and scale
+    scale = 0.5 + torch.rand(B, T, 1, generator=g, dtype=torch.float64)
+    return [
+        case(f"x of shape (B, T, D) = ({B}, {T}, {D})", offset + scale * randn(g, B, T, D)),
+        # variance ~1e-6 < eps: where eps sits (inside or outside the square root) matters
+        case(
+            f"tiny variance, (B, T, D) = ({T}, {B}, {D})",
+            randn(g, T, B, 1) + 1e-3 * randn(g, T, B, D),
+        ),
+        case(f"another eps (1e-2), (B, T, D) = ({B}, {D}, {T})", randn(g, B, D, T), eps=1e-2),
+        case(f"4-D input (2, {B}, {T}, {D})", 2.0 * randn(g, 2, B, T, D) - 1.0),
+    ]
+
+
+def _ln_call(candidate: Any, case: Case) -> Outputs:
+    i = case.inputs
+    out = candidate(i["x"], i["weight"], i["bias"], eps=i["eps"])
+    return {"output": as_tensor(out, "layer_norm(x, weight, bias, eps)")}
+
+
+def _ln_unbiased(x, weight, bias, eps=1e-5):
+    mu = x.mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(x.var(-1, keepdim=True) + eps) * weight + bias
+
+
+def _ln_eps_outside(x, weight, bias, eps=1e-5):
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    return (x - mu) / (torch.sqrt(var) + eps) * weight + bias
+
+
+def _ln_std_for_var(x, weight, bias, eps=1e-5):
+    mu = x.mean(-1, keepdim=True)
+    std = ((x - mu) ** 2).mean(-1, keepdim=True).sqrt()
+    return (x - mu) / torch.sqrt(std + eps) * weight + bias
+
+
+def _ln_over(dim):
+    def ln(x, weight, bias, eps=1e-5):
+        mu = x.mean(dim, keepdim=True)
+        var = ((x - mu) ** 2).mean(dim, keepdim=True)
+        return (x - mu) / torch.sqrt(var + eps) * weight + bias
+
+    return ln
+
+
+def _ln_no_affine(x, weight, bias, eps=1e-5):
+    return reference_layer_norm(x, None, None, eps)
+
+
+def _ln_no_bias(x, weight, bias, eps=1e-5):
+    return reference_layer_norm(x, weight, None, eps)
+
+
+def _ln_no_weight(x, weight, bias, eps=1e-5):
+    return reference_layer_norm(x, None, bias, eps)
+
+
+def _ln_no_centering(x, weight, bias, eps=1e-5):  # RMSNorm
+    return x / torch.sqrt((x**2).mean(-1, keepdim=True) + eps) * weight + bias
+
+
+def _ln_no_sqrt(x, weight, bias, eps=1e-5):
+    mu = x.mean(-1, keepdim=True)
+    return (x - mu) / (((x - mu) ** 2).mean(-1, keepdim=True) + eps) * weight + bias
+
+
+LN_MISTAKES = [
+    Mistake(
+        "unbiased variance",
+        "LayerNorm divides by D, not D - 1: torch.var's default is the unbiased (D - 1) "
+        "estimate; pass unbiased=False (or correction=0), or average the squared deviations",
+        _ln_unbiased,
+    ),
+    Mistake(
+        "eps outside the square root",
+        "eps goes inside the square root, added to the variance: divide by sqrt(var + eps), "
+        "not by sqrt(var) + eps (it matters when the variance is small)",
+        _ln_eps_outside,
+    ),
+    Mistake(
+        "standard deviation used as the variance",
+        "the denominator is the square root of the variance (the mean of the squared "
+        "deviations) plus eps; you took the square root of the standard deviation",
+        _ln_std_for_var,
+    ),
+    Mistake(
+        "no square root",
+        "divide by the standard deviation sqrt(var + eps), not by the variance",
+        _ln_no_sqrt,
+    ),
+    Mistake(
+        "normalised over the batch axis",
+        "LayerNorm normalises each token's vector over its D features (the last dimension, "
+        "dim=-1), not over the batch (that would be BatchNorm)",
+        _ln_over(0),
+    ),
+    Mistake(
+        "normalised over the time axis",
+        "LayerNorm normalises each token's vector over its D features (dim=-1), not over the "
+        "positions of the sequence (dim=-2)",
+        _ln_over(-2),
+    ),
+    Mistake(
+        "mean not subtracted",
+        "subtract the mean before dividing: LayerNorm centres the vector (without it this "
+        "is RMSNorm)",
+        _ln_no_centering,
+    ),
+    Mistake(
+        "forgot weight and bias",
+        "after normalising, scale by weight (gamma) and add bias (beta), feature by feature",
+        _ln_no_affine,
+    ),
+    Mistake(
+        "forgot the bias",
+        "after scaling by weight (gamma), add bias (beta)",
+        _ln_no_bias,
+    ),
+    Mistake(
+        "forgot the weight",
+        "multiply the normalised vector by weight (gamma) before adding bias (beta)",
+        _ln_no_weight,
+    ),
+]
+
+LAYER_NORM = Exercise(
+    id="07.1",
+    title="LayerNorm",
+    points=2,
+    notebook=NOTEBOOK,
+    function="layer_norm",
+    reference=reference_layer_norm,
+    make_cases=_ln_cases,
+    call=_ln_call,
+    mistakes=LN_MISTAKES,
+    compare=close(),
+    hint="over the last dimension: mean mu, variance var = mean((x - mu)^2) (divide by D), "
+    "then (x - mu) / sqrt(var + eps) * weight + bias",
+)
+
+
+# ----------------------------------------------------------------------------- 07.2 MLP
+
+
+def _mlp_cases(seed: int) -> list[Case]:
+    g = generator(seed)
+    D = size(g, 3, 8)
+    F_ = D
+    while F_ % D == 0:  # a hidden width that is no multiple of d_model
+        F_ = size(g, D + 1, 5 * D)
+
+    def case(name: str, x: Tensor) -> Case:
+        return Case(
+            name,
+            {
+                "d_model": D,
+                "d_ff": F_,
+                "x": x,
+                **random_weights(g, parameter_shapes(layers.MLP, D, F_)),
+            },
+        )
+
+    B, T = size(g, 2, 3), size(g, 3, 6)
+    return [
+        case(f"x of shape (B, T, D) = ({B}, {T}, {D}), d_ff = {F_}", randn(g, B, T, D)),
+        case(f"x of shape (N, D) = ({T}, {D})", randn(g, T, D)),
+        case(f"one token (1, 1, {D})", randn(g, 1, 1, D)),
+        case(f"4-D input (2, {B}, {T}, {D})", 2.0 * randn(g, 2, B, T, D)),
+    ]
+
+
+def _mlp_call(candidate: Any, case: Case) -> Outputs:
+    """The hidden width first (``{"widths": [fc1 in, fc1 out, fc2 in, fc2 out]}``), then,
+    only when it is right, the output with the case's weights."""
+    i = case.inputs
+    D, F_ = i["d_model"], i["d_ff"]
+    with torch.random.fork_rng(devices=[]):
+        module = candidate(D, F_)
+    fcs = [getattr(module, name, None) for name in ("fc1", "fc2")]
+    if not all(isinstance(fc, nn.Linear) for fc in fcs):
+        raise ValueError(
+            "your MLP needs two nn.Linear layers named fc1 and fc2 (the names the check "
+            "and the block's weights use)"
+        )
+    widths = [fcs[0].in_features, fcs[0].out_features, fcs[1].in_features, fcs[1].out_features]
+    out: Outputs = {"widths": torch.tensor(widths, dtype=torch.int64)}
+    if widths != [D, F_, F_, D]:
+        return out
+    weights = {k: v for k, v in i.items() if k.startswith("w:")}
+    module = build_module(lambda *a: module, (), {}, weights, "MLP")
+    with torch.no_grad():
+        y = module(i["x"])
+    out["output"] = as_tensor(y, "MLP(d_model, d_ff)(x)")
+    return out
+
+
+def _mlp_compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
+    g, e = got["widths"].tolist(), expected["widths"].tolist()
+    D, F_ = case.inputs["d_model"], case.inputs["d_ff"]
+
+    def wrong_hidden(w: list[int]) -> bool:  # d_model in and out, another hidden width
+        return w[0] == w[3] == D and w[1] == w[2] != F_
+
+    if wrong_hidden(g) and wrong_hidden(e):  # the same mistake, whatever width was taken
+        return None
+    if g != e:
+        return (
+            f"case '{case.name}': your layers map {g[0]} -> {g[1]} (fc1) and {g[2]} -> {g[3]} "
+            f"(fc2); expected d_model -> d_ff -> d_model = {e[0]} -> {e[1]} -> {e[3]}"
+        )
+    return close()(case, {"output": got.get("output")}, {"output": expected["output"]})
+
+
+class _MLPBase(nn.Module):
+    def __init__(self, d_model: int, d_ff: int, hidden: int | None = None, bias: bool = True):
+        super().__init__()
+        hidden = d_ff if hidden is None else hidden
+        self.fc1 = nn.Linear(d_model, hidden, bias=bias)
+        self.fc2 = nn.Linear(hidden, d_model, bias=bias)
+
+
+def _mlp_variant(forward, hidden=None):
+    class Variant(_MLPBase):
+        def __init__(self, d_model: int, d_ff: int):
+            super().__init__(d_model, d_ff, None if hidden is None else hidden(d_model, d_ff))
+
+        def forward(self, x: Tensor) -> Tensor:
+            return forward(self, x)
+
+    return Variant
+
+
+MLP_MISTAKES = [
+    Mistake(
+        "activation missing",
+        "put a ReLU between fc1 and fc2: without it the two layers collapse into one linear map",
+        _mlp_variant(lambda m, x: m.fc2(m.fc1(x))),
+    ),
+    Mistake(
+        "activation after the second linear",
+        "the ReLU goes between the two layers, on the d_ff hidden units; the MLP's output "
+        "(fc2's) is not activated, or it could never be negative",
+        _mlp_variant(lambda m, x: torch.relu(m.fc2(m.fc1(x)))),
+    ),
+    Mistake(
+        "activation after both linears",
+        "only the hidden units (fc1's output) go through the ReLU; fc2's output is returned "
+        "as it is",
+        _mlp_variant(lambda m, x: torch.relu(m.fc2(torch.relu(m.fc1(x))))),
+    ),
+    Mistake(
+        "GELU instead of ReLU",
+        "this MLP uses ReLU, as in the 2017 paper and nn.TransformerEncoderLayer's default "
+        "(GPT-2 and BERT use GELU)",
+        _mlp_variant(lambda m, x: m.fc2(F.gelu(m.fc1(x)))),
+    ),
+    Mistake(
+        "residual added inside the MLP",
+        "the MLP returns fc2(relu(fc1(x))) only; the block adds the residual x + ... around it",
+        _mlp_variant(lambda m, x: x + m.fc2(torch.relu(m.fc1(x)))),
+    ),
+    Mistake(
+        "wrong hidden width",
+        "fc1 maps d_model -> d_ff and fc2 maps d_ff -> d_model: the hidden width is the "
+        "d_ff argument (often 4 * d_model, but take the argument)",
+        _mlp_variant(lambda m, x: m.fc2(torch.relu(m.fc1(x))), hidden=lambda d, f: d),
+    ),
+]
+
+MLP_EXERCISE = Exercise(
+    id="07.2",
+    title="position-wise MLP",
+    points=2,
+    notebook=NOTEBOOK,
+    function="MLP",
+    reference=layers.MLP,
+    make_cases=_mlp_cases,
+    call=_mlp_call,
+    mistakes=MLP_MISTAKES,
+    compare=_mlp_compare,
+    hint="fc1 = Linear(d_model, d_ff), fc2 = Linear(d_ff, d_model); forward: fc2(relu(fc1(x)))",
+)
+
+
+# ----------------------------------------------------------------------------- 07.3 TransformerBlock
 
 
 def _block_cases(seed: int) -> list[Case]:
@@ -198,6 +518,16 @@ def _post_norm_inside(m, x):
     return h + m.norm2(m.mlp(h))
 
 
+def _pre_one_norm(m, x):
+    x = x + m.attn(m.norm1(x))
+    return x + m.mlp(m.norm1(x))
+
+
+def _post_one_norm(m, x):
+    x = m.norm1(x + m.attn(x))
+    return m.norm1(x + m.mlp(x))
+
+
 def _pre_parallel(m, x):
     return x + m.attn(m.norm1(x)) + m.mlp(m.norm2(x))
 
@@ -230,6 +560,12 @@ BLOCK_MISTAKES = [
         _block_variant(pre=_pre_norms_swapped, post=_post_norms_swapped),
     ),
     Mistake(
+        "the same LayerNorm for both sublayers",
+        "each sublayer has its own LayerNorm, with its own weight and bias: norm1 around "
+        "the attention, norm2 around the MLP",
+        _block_variant(pre=_pre_one_norm, post=_post_one_norm),
+    ),
+    Mistake(
         "pre-norm residual taken from the normalised input",
         "in pre-norm the residual stream stays unnormalised: x = x + attn(norm1(x)), not "
         "h = norm1(x); x = h + attn(h)",
@@ -260,7 +596,7 @@ BLOCK_MISTAKES = [
 ]
 
 BLOCK = Exercise(
-    id="07.1",
+    id="07.3",
     title="Transformer block (pre-norm and post-norm)",
     points=4,
     notebook=NOTEBOOK,
@@ -275,7 +611,7 @@ BLOCK = Exercise(
 )
 
 
-# ----------------------------------------------------------------------------- 07.2 parameter count
+# ----------------------------------------------------------------------------- 07.4 parameter count
 # A formula needs no tensor at all; a module being built is caught at its first weight.
 
 
@@ -441,7 +777,7 @@ def make_cases(seed: int) -> list[Case]:
 def _formula_only() -> FormulaOnly:
     return FormulaOnly(
         lambda shape: (
-            f"block_param_count created a tensor of shape {shape}: exercise 07.2 asks "
+            f"block_param_count created a tensor of shape {shape}: exercise 07.4 asks "
             "for a formula in d_model, n_heads and d_ff (plain arithmetic), not for building a "
             "block and counting its parameters"
         )
@@ -496,7 +832,7 @@ def compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
 
 
 PARAM_COUNT = Exercise(
-    id="07.2",
+    id="07.4",
     title="parameter count of a Transformer block",
     points=2,
     notebook=NOTEBOOK,
@@ -512,4 +848,4 @@ PARAM_COUNT = Exercise(
     "every tensor.",
 )
 
-EXERCISES = [BLOCK, PARAM_COUNT]
+EXERCISES = [LAYER_NORM, MLP_EXERCISE, BLOCK, PARAM_COUNT]

@@ -51,7 +51,7 @@ class Config:
 
     # RNN vs CNN vs self attention
     lengths: tuple[int, ...]  # sequence lengths n timed
-    width: int  # feature width D of every contender
+    d_model: int  # feature width D of every contender
     time_batch: int
     kernel: int  # convolution kernel size k
     n_heads: int
@@ -59,9 +59,9 @@ class Config:
     influence_len: int  # n of the "who can reach the last output" picture
     # the deep stack
     depth: int
-    stack_width: int
-    stack_heads: int
-    stack_ff: int
+    stack_d_model: int
+    stack_n_heads: int
+    stack_d_ff: int
     stack_len: int
     stack_batch: int
 
@@ -70,16 +70,16 @@ def config() -> Config:
     """The active profile's sizes."""
     return Config(
         lengths=pick(ci=(16, 32, 64, 128, 256), cpu=(16, 32, 64, 128, 256, 512, 1024)),
-        width=pick(ci=32, cpu=64),
+        d_model=pick(ci=32, cpu=64),
         time_batch=pick(ci=2, cpu=4),
         kernel=3,
         n_heads=4,
         min_run_time=pick(ci=0.02, cpu=0.2),
         influence_len=32,
         depth=pick(ci=24, cpu=48),
-        stack_width=pick(ci=32, cpu=64),
-        stack_heads=4,
-        stack_ff=pick(ci=64, cpu=256),
+        stack_d_model=pick(ci=32, cpu=64),
+        stack_n_heads=4,
+        stack_d_ff=pick(ci=64, cpu=256),
         stack_len=pick(ci=16, cpu=32),
         stack_batch=pick(ci=8, cpu=16),
     )
@@ -131,7 +131,7 @@ class _GRU(nn.Module):
 def sequence_models(n: int, cfg: Config | None = None) -> dict[str, nn.Module]:
     """The four contenders for sequences of length ``n``, each x (B, n, D) -> (B, n, D)."""
     cfg = cfg or config()
-    D, k = cfg.width, cfg.kernel
+    D, k = cfg.d_model, cfg.kernel
     return {
         "RNN (GRU, 1 layer)": _GRU(D),
         f"CNN (1 layer, k={k})": ConvStack(D, 1, k),
@@ -159,9 +159,11 @@ def time_vs_length(
 ) -> dict[str, dict[int, float]]:
     """Seconds per forward pass, ``{contender: {n: seconds}}``, on x (B, n, D).
 
-    ``clock="cpu"`` (default) measures the CPU time this process used (all its threads
-    together): unlike wall-clock time it does not count the time other programs ran, so it
-    stays stable on a busy machine. ``clock="wall"`` measures elapsed time (always on a GPU,
+    ``clock="cpu"`` (default) measures the CPU time this process used, with torch on **one
+    thread**: unlike wall-clock time it does not count the time other programs ran, and on one
+    thread it does not count the time torch's worker threads spin while they wait for each
+    other (which grows with the machine's load), so it stays stable on a busy machine.
+    ``clock="wall"`` measures elapsed time with all of torch's threads (always on a GPU,
     where the benchmark waits for the device). Each value is the median of
     ``torch.utils.benchmark``'s repeats. ``device``: default the profile's.
     """
@@ -174,13 +176,13 @@ def time_vs_length(
     torch.manual_seed(seed)
     results: dict[str, dict[int, float]] = {}
     for n in cfg.lengths:
-        x = torch.randn(cfg.time_batch, n, cfg.width).to(device)
+        x = torch.randn(cfg.time_batch, n, cfg.d_model).to(device)
         for name, model in sequence_models(n, cfg).items():
             model.to(device).eval()
             timer = benchmark.Timer(
                 stmt="model(x)",
                 globals={"model": model, "x": x},
-                num_threads=torch.get_num_threads(),
+                num_threads=1 if clock == "cpu" else torch.get_num_threads(),
                 timer=_CLOCKS[clock],
             )
             measurement = timer.blocked_autorange(min_run_time=cfg.min_run_time)
@@ -293,9 +295,13 @@ def gradient_norms_by_layer(
     cfg: Config | None = None,
     seed: int = 0,
     device: torch.device | str | None = None,
+    make_block: Callable[[], nn.Module] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Build a ``cfg.depth``-block stack of :class:`VariantBlock` (``variant`` = its kwargs),
     run one batch through it at initialisation and backpropagate a loss.
+
+    ``make_block``: builds one block instead (e.g. the notebook's ``TransformerBlock`` of
+    width ``cfg.stack_d_model``); ``variant`` is then only a label and not used.
 
     Returns ``(grad_norms, output_std)``: the norm of the gradient of the loss with respect to
     each block's parameters, (depth,) from the input side to the output side, and the standard
@@ -307,9 +313,14 @@ def gradient_norms_by_layer(
     cfg = cfg or config()
     device = devices.resolve(device)
     torch.manual_seed(seed)
-    D = cfg.stack_width
+    D = cfg.stack_d_model
+    if make_block is None:
+
+        def make_block() -> nn.Module:
+            return VariantBlock(D, cfg.stack_n_heads, cfg.stack_d_ff, **variant)
+
     blocks = nn.ModuleList(
-        VariantBlock(D, cfg.stack_heads, cfg.stack_ff, **variant) for _ in range(cfg.depth)
+        make_block() for _ in range(cfg.depth)
     ).double()  # float64: tiny norms stay > 0
     head = nn.Sequential(nn.LayerNorm(D), nn.Linear(D, D)).double()
     blocks.to(device)

@@ -1,0 +1,57 @@
+"""Notebook 07's recipe: the deep-stack experiment runs the notebook's own block when given one
+(``make_block``) and then gives the numbers of the matching ``VariantBlock``; the CPU-clock
+timing runs torch on one thread and restores the thread count."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from course_utils import layers
+from course_utils.recipes import nb07
+
+
+def _tiny():
+    return replace(
+        nb07.config(),
+        depth=3,
+        stack_d_model=8,
+        stack_n_heads=2,
+        stack_d_ff=12,
+        stack_len=4,
+        stack_batch=2,
+        lengths=(4, 8),
+        d_model=8,
+        time_batch=1,
+        min_run_time=0.001,
+    )
+
+
+def test_make_block_gives_the_numbers_of_the_matching_variant():
+    cfg = _tiny()
+    for norm_first, name in ((False, "post-norm (2017 paper)"), (True, "pre-norm (GPT-2 onwards)")):
+        variant = nb07.gradient_norms_by_layer(nb07.VARIANTS[name], cfg)
+        block = nb07.gradient_norms_by_layer(
+            None,
+            cfg,
+            make_block=lambda nf=norm_first: layers.TransformerBlock(
+                cfg.stack_d_model, cfg.stack_n_heads, cfg.stack_d_ff, norm_first=nf
+            ),
+        )
+        for a, b in zip(variant, block, strict=True):
+            assert a.shape == (cfg.depth,)
+            torch.testing.assert_close(a, b)
+
+
+def test_cpu_clock_timing_keeps_the_thread_count():
+    before = torch.get_num_threads()
+    times = nb07.time_vs_length(_tiny(), clock="cpu", device="cpu")
+    assert torch.get_num_threads() == before
+    assert set(times) == {
+        "RNN (GRU, 1 layer)",
+        "CNN (1 layer, k=3)",
+        "CNN (enough layers to cover n)",
+        "self-attention (1 layer)",
+    }
+    assert all(set(t) == {4, 8} and min(t.values()) > 0 for t in times.values())

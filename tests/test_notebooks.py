@@ -22,6 +22,8 @@ notebook under nbval itself, with the strict check cells.
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -159,25 +161,40 @@ def _exercise_cells(nb: dict) -> list[tuple[int, str]]:
     return found
 
 
-def _imports(nb: dict) -> str:
-    lines = []
-    for cell in nb["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        for node in ast.parse(_code(cell)).body:
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                lines.append(ast.unparse(node))
-    return "\n".join(lines)
+def _is_fallback(node: ast.stmt) -> bool:
+    value = node.value if isinstance(node, ast.Assign) else None
+    return isinstance(value, ast.Call) and getattr(value.func, "id", "") == "fallback"
+
+
+def _definitions(cell: dict) -> list[str]:
+    """What a cell defines without computing anything: its imports, functions, classes and
+    ``x = fallback(...)`` assignments (no training, no data), one statement each."""
+    kinds = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)
+    body = ast.parse(_code(cell)).body
+    return [ast.unparse(n) for n in body if isinstance(n, kinds) or _is_fallback(n)]
 
 
 def _stub_verdicts(nb: dict, name: str) -> list[tuple[str, str, str]]:
     """``(exercise id, status, message)`` of each exercise's cell as it stands in ``nb``, run
-    through its check in this process (the notebook's imports, then its exercise cells)."""
+    through its check in this process: the notebook's definitions (imports, functions, classes,
+    fallbacks) in order, with each exercise cell whole."""
     namespace: dict = {}
-    exec(compile(_imports(nb), f"{name}:imports", "exec"), namespace)
+    exercises = dict(_exercise_cells(nb))
     verdicts = []
-    for i, ex_id in _exercise_cells(nb):
-        exec(compile(_code(nb["cells"][i]), f"{name}:cell {i}", "exec"), namespace)
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code" or course_meta(cell)[1] == "check":
+            continue
+        where = f"{name}:cell {i}"
+        if i not in exercises:
+            for statement in _definitions(cell):
+                try:  # a default argument may name a computed value (e.g. cfg.steps): skip it
+                    with contextlib.redirect_stdout(io.StringIO()):  # fallback(...) says its pick
+                        exec(compile(statement, where, "exec"), namespace)
+                except NameError:
+                    pass
+            continue
+        exec(compile(_code(cell), where, "exec"), namespace)
+        ex_id = exercises[i]
         function = checks.get(ex_id).function
         assert function in namespace, f"{name} cell {i} does not define {function}"
         result = checks.run(ex_id, namespace[function])

@@ -446,7 +446,7 @@ class GradingKernel:
         elif kind in ("execute_result", "display_data"):
             data = content.get("data", {}) or {}
             kept: dict[str, Any] = {}
-            for mime in ("text/plain", "image/png", "text/html"):
+            for mime in ("text/plain", "text/markdown", "text/latex", "text/html", "image/png"):
                 if mime in data:
                     value = data[mime]
                     value = "".join(value) if isinstance(value, list) else str(value)

@@ -26,6 +26,7 @@ FOUNDATION = {
     "06.2": ("merge_heads", "06_multi_head.ipynb", 1),
     "06.3": ("MultiHeadAttention", "06_multi_head.ipynb", 4),
     "07.1": ("TransformerBlock", "07_transformer_block.ipynb", 4),
+    "08.1": ("GPTModel", "08_gpt.ipynb", 4),
     "09.1": ("patchify", "09_vit.ipynb", 2),
     "11.1": ("tiled_attention", "11_attention_at_scale.ipynb", 4),
 }

@@ -28,6 +28,7 @@ FOUNDATION = {
     "07.1": ("layer_norm", "07_transformer_block.ipynb", 2),
     "07.2": ("MLP", "07_transformer_block.ipynb", 2),
     "07.3": ("TransformerBlock", "07_transformer_block.ipynb", 4),
+    "08.1": ("GPTModel", "08_gpt.ipynb", 4),
     "09.1": ("patchify", "09_vit.ipynb", 2),
     "11.1": ("tiled_attention", "11_attention_at_scale.ipynb", 4),
 }

@@ -361,12 +361,12 @@ def test_notebook_11_solution_tiled_attention_allocates_on_the_device(causal):
 
 
 def test_notebook_08_solutions_run_on_the_device():
-    forward = _solution_function("08_gpt.ipynb", "gpt_forward")
+    gpt_model = _solution_function("08_gpt.ipynb", "GPTModel")
     generate = _solution_function("08_gpt.ipynb", "generate")
-    model = to_meta(_tiny_gpt())
+    model = to_meta(gpt_model(_tiny_gpt().config))
     idx = torch.zeros(2, 3, dtype=torch.long, device=META)
     with FakeAccelerator(strict=True):
-        logits, loss = forward(model, idx, idx)
+        logits, loss = model(idx, idx)
         loss.backward()
         assert generate(model, idx, 9, temperature=0.9, top_k=4).shape == (2, 12)
 

@@ -1,29 +1,35 @@
-"""Checks for notebook 08 (a Transformer language model): 08.1 the GPT forward pass and its
-loss, 08.2 sampling with temperature and top-k, 08.3 the parameter count of a GPT.
+"""Checks for notebook 08 (a Transformer language model): 08.1 the GPT assembled from its parts,
+08.2 sampling with temperature and top-k, 08.3 the learning-rate schedule (linear warmup, then
+cosine decay), 08.4 AdamW's parameter groups, 08.5 the training FLOPs per token.
 
-08.1 and 08.2 are functions of a given model, :class:`course_utils.models.GPT`: the check
-builds a small GPT in float64 with seeded weights (they travel as ``"w:<name>"`` case inputs)
-and calls the student's function on it.
-
-- ``gpt_forward(model, idx, targets=None) -> (logits, loss)`` must use the model's submodules
-  (``tok_emb``, ``pos_emb``, ``blocks``, ``ln_f``, ``lm_head``): during the check, calling
-  ``model(idx)`` itself raises.
+- ``GPTModel(config)`` is an ``nn.Module`` with the submodules of
+  :class:`course_utils.models.GPT` (``tok_emb``, ``pos_emb``, ``blocks``, ``ln_f``, ``lm_head``)
+  and ``forward(idx, targets=None) -> (logits, loss)``. The check builds it in float64, copies
+  seeded weights into it by name (as ``GPT``'s ``state_dict`` would load), compares logits and
+  loss with the course's GPT holding the same weights, and counts its distinct parameters (an
+  untied LM head adds V * D of them).
 - ``generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None)`` draws
   each token with ``torch.multinomial(probs, num_samples=1, generator=generator)``. The check
   records every probability vector passed to ``torch.multinomial`` (normalised, so unnormalised
   weights are fine) and compares, step by step, the distributions and then the tokens drawn with
   the same seeded generator as the reference: a wrong temperature or top-k shows up as a wrong
   distribution, deterministically.
-- ``gpt_param_count(config) -> int`` is a formula: the candidate runs under a guard that
-  rejects creating big tensors (building GPT-3 to count it would need 700 GB).
+- ``get_lr(step, max_lr, min_lr, warmup, steps) -> float`` is compared at every step of
+  several schedules, a few steps past the end included.
+- ``param_groups(model, weight_decay) -> list[dict]`` is judged parameter by parameter: the
+  weight decay each trainable parameter gets, and how many times it appears.
+- ``flops_per_token(config) -> float`` is a formula: the candidate runs under a guard that
+  rejects creating big tensors.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
@@ -33,22 +39,30 @@ from course_utils.checks._common import (
     WEIGHT_PREFIX,
     FormulaOnly,
     as_tensor,
+    build_module,
     case_device,
     close,
     size,
 )
 from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator
+from course_utils.layers import pre_norm_stack
 from course_utils.models.gpt import GPT, GPTConfig
+from course_utils.training import lr_schedule
+from course_utils.training import param_groups as course_param_groups
 
 NOTEBOOK = "08_gpt.ipynb"
 
 __all__ = [
-    "gpt_forward",
+    "GPTModel",
     "generate",
-    "gpt_param_count",
-    "FORWARD_MISTAKES",
+    "get_lr",
+    "param_groups",
+    "flops_per_token",
+    "MODEL_MISTAKES",
     "GENERATE_MISTAKES",
-    "PARAM_MISTAKES",
+    "LR_MISTAKES",
+    "GROUP_MISTAKES",
+    "FLOPS_MISTAKES",
     "EXERCISES",
 ]
 
@@ -58,17 +72,26 @@ _CONFIG_KEYS = ("vocab_size", "block_size", "n_layers", "n_heads", "d_model")
 # ============================================================================ building models
 
 
+def _config(inputs: dict[str, Any]) -> GPTConfig:
+    return GPTConfig(
+        **{k: int(inputs[k]) for k in _CONFIG_KEYS},
+        bias=bool(inputs.get("bias", True)),
+        dropout=0.0,
+    )
+
+
 def _random_gpt_inputs(
-    gen: torch.Generator, V: int, T: int, L: int, H: int, D: int
+    gen: torch.Generator, V: int, T: int, L: int, H: int, D: int, bias: bool = True
 ) -> dict[str, Any]:
     """Config ints plus seeded float64 weights for every parameter of ``GPT(...)``.
 
     Embeddings and LayerNorm shifts are large enough that leaving out the position embedding
     or the final LayerNorm changes the logits far beyond the tolerance."""
-    cfg = GPTConfig(vocab_size=V, block_size=T, n_layers=L, n_heads=H, d_model=D)
+    cfg = GPTConfig(vocab_size=V, block_size=T, n_layers=L, n_heads=H, d_model=D, bias=bias)
     with torch.device("meta"):
         shapes = {n: tuple(p.shape) for n, p in GPT(cfg).named_parameters()}
     out: dict[str, Any] = dict(zip(_CONFIG_KEYS, (V, T, L, H, D), strict=True))
+    out["bias"] = int(bias)
     for name, shape in shapes.items():
         t = torch.randn(*shape, generator=gen, dtype=torch.float64)
         if name.endswith("emb.weight"):
@@ -83,17 +106,6 @@ def _random_gpt_inputs(
     return out
 
 
-class _ForwardNotAllowed(GPT):
-    """The check's GPT for 08.1: calling the model itself is what the exercise replaces."""
-
-    def forward(self, *args, **kwargs):  # noqa: D102
-        raise RuntimeError(
-            "gpt_forward should compute the forward pass from the model's submodules "
-            "(model.tok_emb, model.pos_emb, model.blocks, model.ln_f, model.lm_head), "
-            "not by calling model(idx)"
-        )
-
-
 class _GenerateNotAllowed(GPT):
     """The check's GPT for 08.2: ``model.generate`` is what the exercise writes."""
 
@@ -106,7 +118,7 @@ class _GenerateNotAllowed(GPT):
 
 def _build_gpt(inputs: dict[str, Any], cls: type[GPT] = GPT) -> GPT:
     """A float64 eval-mode GPT with the case's weights (under a forked RNG)."""
-    cfg = GPTConfig(**{k: int(inputs[k]) for k in _CONFIG_KEYS}, dropout=0.0)
+    cfg = _config(inputs)
     with torch.random.fork_rng(devices=[]):
         model = cls(cfg)
     model = model.double().to(case_device(inputs)).eval()
@@ -117,19 +129,12 @@ def _build_gpt(inputs: dict[str, Any], cls: type[GPT] = GPT) -> GPT:
     return model
 
 
-# ============================================================================ 08.1 forward + loss
+# ============================================================================ 08.1 the GPT
+
+GPTModel = GPT  # the reference answer to 08.1: the course's verified model
 
 
-def gpt_forward(
-    model: GPT, idx: Tensor, targets: Tensor | None = None
-) -> tuple[Tensor, Tensor | None]:
-    """The reference answer to 08.1: the course's own ``GPT.forward`` (token + position
-    embedding -> causal blocks -> final LayerNorm -> LM head; mean next-token cross-entropy
-    against ``targets``), called unbound so that the check's model may refuse ``model(idx)``."""
-    return GPT.forward(model, idx, targets)
-
-
-def _forward_cases(seed: int) -> list[Case]:
+def _model_cases(seed: int) -> list[Case]:
     g = generator(seed)
     H = size(g, 2, 3)
     D = H * size(g, 3, 4)  # 6 .. 12
@@ -137,10 +142,11 @@ def _forward_cases(seed: int) -> list[Case]:
     T_max = size(g, 7, 10)
     B = size(g, 2, 3)
     base = _random_gpt_inputs(g, V, T_max, 2, H, D)
+    no_bias = _random_gpt_inputs(g, V, T_max, 1, H, D, bias=False)
 
-    def case(name: str, T: int, with_targets: bool = True, B: int = B) -> Case:
+    def case(name: str, T: int, with_targets: bool = True, B: int = B, weights=base) -> Case:
         idx = torch.randint(0, V, (B, T + 1), generator=g)
-        inputs = {**base, "idx": idx[:, :-1]}
+        inputs = {**weights, "idx": idx[:, :-1]}
         if with_targets:
             inputs["targets"] = idx[:, 1:]  # the next token at every position
         return Case(name, inputs)
@@ -150,17 +156,34 @@ def _forward_cases(seed: int) -> list[Case]:
         case(f"T = block_size = {T_max}, with targets", T_max),
         case("without targets (loss is None)", T_max - 1, with_targets=False),
         case("one sequence of one token", 1, B=1),
+        case(
+            "config.bias = False (no biases in the blocks and LayerNorms)",
+            T_max - 2,
+            weights=no_bias,
+        ),
     ]
 
 
-def _forward_call(candidate, case: Case) -> Outputs:
+def _model_call(candidate, case: Case) -> Outputs:
     i = case.inputs
-    model = _build_gpt(i, _ForwardNotAllowed)
+    cfg = _config(i)
+    model = build_module(candidate, (cfg,), {}, i, "GPTModel")
+    if getattr(model, "config", None) is None:
+        raise AttributeError(
+            "GPTModel should keep its config as self.config (generate reads "
+            "model.config.block_size)"
+        )
+    head = getattr(model, "lm_head", None)
+    emb = getattr(model, "tok_emb", None)
+    if isinstance(head, nn.Linear) and isinstance(emb, nn.Embedding):
+        if head.weight is not emb.weight and head.weight.shape == emb.weight.shape:
+            with torch.no_grad():  # as GPT's state_dict would load into an untied head
+                head.weight.copy_(emb.weight)
     with torch.no_grad():
-        out = candidate(model, i["idx"], i.get("targets"))
+        out = model(i["idx"], i.get("targets"))
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         raise TypeError(
-            f"gpt_forward should return a pair (logits, loss), got {type(out).__name__}"
+            f"GPTModel.forward should return a pair (logits, loss), got {type(out).__name__}"
         )
     logits, loss = out
     result = {"logits": as_tensor(logits, "logits")}
@@ -172,131 +195,176 @@ def _forward_call(candidate, case: Case) -> Outputs:
                 f"got shape {tuple(loss.shape)}"
             )
         result["loss"] = loss.reshape(())
-    else:
-        if loss is not None:
-            raise ValueError("without targets, gpt_forward should return (logits, None)")
+    elif loss is not None:
+        raise ValueError("without targets, forward should return (logits, None)")
+    n = sum(p.numel() for p in model.parameters())  # a tied tensor counts once
+    result["n_params"] = torch.tensor(n, dtype=torch.int64)
     return result
 
 
-def _fwd_variant(
+_values = close()
+
+
+def _model_compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
+    values = {k: v for k, v in expected.items() if k != "n_params"}
+    problem = _values(case, {k: v for k, v in got.items() if k != "n_params"}, values)
+    if problem is not None:
+        return problem
+    g, e = int(got["n_params"]), int(expected["n_params"])
+    if g != e:
+        return (
+            f"case '{case.name}': the outputs agree, but your model has {g:,} distinct "
+            f"parameters where the course's GPT has {e:,} ({g - e:+,})"
+        )
+    return None
+
+
+def _model_variant(
     *,
-    positions: bool = True,
+    tie: bool = True,
     final_norm: bool = True,
+    positions: str = "ok",
     causal: bool = True,
     loss: str = "ok",
     probs: bool = False,
-    pos_offset: int = 0,
 ):
-    def forward(model, idx, targets=None):
-        B, T = idx.shape
-        x = model.tok_emb(idx)
-        if positions:
-            x = x + model.pos_emb(torch.arange(pos_offset, T + pos_offset))
-        for block in model.blocks:
-            x = block(x, is_causal=causal)
-        logits = model.lm_head(model.ln_f(x) if final_norm else x)
-        if probs:
-            logits = torch.softmax(logits, dim=-1)
-        if targets is None:
-            return logits, None
-        V = logits.shape[-1]
-        if loss == "inputs":
-            value = F.cross_entropy(logits.reshape(-1, V), idx.reshape(-1))
-        elif loss == "shifted again":
-            value = F.cross_entropy(logits[:, :-1].reshape(-1, V), targets[:, 1:].reshape(-1))
-        elif loss == "time dim":
-            logp = torch.log_softmax(logits, dim=1)  # normalised over positions
-            value = -logp.gather(-1, targets[..., None]).mean()
-        elif loss == "sum":
-            value = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="sum")
-        elif loss == "no log":
-            p = torch.softmax(logits, dim=-1).gather(-1, targets[..., None])
-            value = -p.mean()
-        else:
-            value = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
-        return logits, value
+    """A GPT assembly with one classic slip (the arguments say which)."""
 
-    return forward
+    class Variant(nn.Module):
+        def __init__(self, config: GPTConfig):
+            super().__init__()
+            self.config = config
+            D = config.d_model
+            self.tok_emb = nn.Embedding(config.vocab_size, D)
+            self.pos_emb = nn.Embedding(config.block_size, D)
+            self.blocks = pre_norm_stack(
+                config.n_layers, D, config.n_heads, config.d_ff, bias=config.bias
+            )
+            self.ln_f = nn.LayerNorm(D, bias=config.bias)
+            self.lm_head = nn.Linear(D, config.vocab_size, bias=False)
+            if tie:
+                self.lm_head.weight = self.tok_emb.weight
+
+        def forward(self, idx, targets=None):
+            T = idx.shape[1]
+            x = self.tok_emb(idx)
+            if positions == "ok":
+                x = x + self.pos_emb(torch.arange(T, device=idx.device))
+            elif positions == "from 1":
+                x = x + self.pos_emb(torch.arange(1, T + 1, device=idx.device))
+            elif positions == "last rows":
+                x = x + self.pos_emb.weight[-T:]
+            for block in self.blocks:
+                x = block(x, is_causal=causal)
+            logits = self.lm_head(self.ln_f(x) if final_norm else x)
+            if probs:
+                logits = torch.softmax(logits, dim=-1)
+            if targets is None:
+                return logits, None
+            return logits, _loss_variant(logits, idx, targets, loss)
+
+    return Variant
 
 
-FORWARD_MISTAKES = [
+def _loss_variant(logits: Tensor, idx: Tensor, targets: Tensor, loss: str) -> Tensor:
+    V = logits.shape[-1]
+    if loss == "inputs":
+        return F.cross_entropy(logits.reshape(-1, V), idx.reshape(-1))
+    if loss == "shifted again":
+        return F.cross_entropy(logits[:, :-1].reshape(-1, V), targets[:, 1:].reshape(-1))
+    if loss == "time dim":
+        logp = torch.log_softmax(logits, dim=1)  # normalised over positions
+        return -logp.gather(-1, targets[..., None]).mean()
+    if loss == "sum":
+        return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="sum")
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+
+
+MODEL_MISTAKES = [
     Mistake(
         "missing position embeddings",
-        "add model.pos_emb(torch.arange(T)) (T, D) to the token embeddings (B, T, D): "
-        "without it the model cannot tell positions apart (attention is permutation "
-        "equivariant, notebook 04)",
-        _fwd_variant(positions=False),
+        "add the position embeddings of positions 0..T-1, pos_emb(torch.arange(T)) (T, D), "
+        "to the token embeddings (B, T, D): without them the model cannot tell positions "
+        "apart (attention is permutation equivariant, notebook 04)",
+        _model_variant(positions="none"),
+    ),
+    Mistake(
+        "positions counted from 1",
+        "positions are 0, 1, ..., T-1: torch.arange(T)",
+        _model_variant(positions="from 1"),
+    ),
+    Mistake(
+        "position rows sliced from the end of the table",
+        "a sequence of T < block_size tokens uses the FIRST T rows of the position table "
+        "(positions 0..T-1), not the last T",
+        _model_variant(positions="last rows"),
     ),
     Mistake(
         "no final LayerNorm",
         "with pre-norm blocks the residual stream is never normalised inside the stack: "
-        "apply model.ln_f to x before model.lm_head",
-        _fwd_variant(final_norm=False),
+        "apply self.ln_f to x before self.lm_head",
+        _model_variant(final_norm=False),
     ),
     Mistake(
         "blocks not causal (tokens see the future)",
         "call every block with is_causal=True: position t may only attend to positions "
         "<= t, or the model learns to copy the next token",
-        _fwd_variant(causal=False),
+        _model_variant(causal=False),
+    ),
+    Mistake(
+        "LM head not tied to the token embedding",
+        "weight tying: make the head's weight the SAME tensor as the token embedding's "
+        "(assign self.tok_emb.weight to self.lm_head.weight after creating both), so V*D "
+        "parameters are learned once",
+        _model_variant(tie=False),
     ),
     Mistake(
         "loss against idx: targets not shifted by one",
         "the target at position t is the NEXT token, targets[:, t] = idx[:, t + 1]: use the "
         "targets argument (already shifted), not idx",
-        _fwd_variant(loss="inputs"),
+        _model_variant(loss="inputs"),
     ),
     Mistake(
         "targets misaligned (shifted a second time)",
         "targets are already shifted (targets[:, t] is the token after idx[:, t]): compare "
         "logits[:, t] with targets[:, t], without slicing off a position",
-        _fwd_variant(loss="shifted again"),
+        _model_variant(loss="shifted again"),
     ),
     Mistake(
         "cross-entropy over the wrong dim (softmax over positions)",
-        "the distribution is over the vocabulary, the LAST dim of logits (B, T, V): use "
-        "F.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T)), or log_softmax "
-        "with dim=-1",
-        _fwd_variant(loss="time dim"),
+        "the distribution is over the vocabulary, the LAST dim of logits (B, T, V): flatten "
+        "to (B*T, V) and (B*T,) for F.cross_entropy, or use log_softmax with dim=-1",
+        _model_variant(loss="time dim"),
     ),
     Mistake(
         "loss summed instead of averaged",
         "report the MEAN cross-entropy over all B*T positions (F.cross_entropy's default "
         "reduction), so the loss does not grow with the batch",
-        _fwd_variant(loss="sum"),
-    ),
-    Mistake(
-        "probability instead of log-probability in the loss",
-        "cross-entropy is -mean(log p(target)), not -mean(p(target)): use "
-        "F.cross_entropy on the logits",
-        _fwd_variant(loss="no log"),
+        _model_variant(loss="sum"),
     ),
     Mistake(
         "returned probabilities instead of logits",
-        "return the raw scores model.lm_head(...) (B, T, V); F.cross_entropy applies "
+        "return the raw scores of the LM head (B, T, V); F.cross_entropy applies "
         "log-softmax itself",
-        _fwd_variant(probs=True),
-    ),
-    Mistake(
-        "positions counted from 1",
-        "positions are 0, 1, ..., T-1: torch.arange(T)",
-        _fwd_variant(pos_offset=1),
+        _model_variant(probs=True),
     ),
 ]
 
-FORWARD = Exercise(
+MODEL = Exercise(
     id="08.1",
-    title="GPT forward pass and next-token loss",
-    points=3,
+    title="a GPT assembled from its parts",
+    points=4,
     notebook=NOTEBOOK,
-    function="gpt_forward",
-    reference=gpt_forward,
-    make_cases=_forward_cases,
-    call=_forward_call,
-    mistakes=FORWARD_MISTAKES,
-    compare=close(),
-    hint="x = tok_emb(idx) + pos_emb(arange(T)); x = block(x, is_causal=True) for each block; "
-    "logits = lm_head(ln_f(x)); loss = F.cross_entropy(logits.reshape(B*T, V), "
-    "targets.reshape(B*T))",
+    function="GPTModel",
+    reference=GPTModel,
+    make_cases=_model_cases,
+    call=_model_call,
+    mistakes=MODEL_MISTAKES,
+    compare=_model_compare,
+    hint="__init__: tok_emb Embedding(V, D), pos_emb Embedding(block_size, D), blocks a "
+    "ModuleList of pre-norm TransformerBlocks, ln_f LayerNorm(D), lm_head Linear(D, V, "
+    "bias=False) sharing tok_emb's weight; forward: embeddings of idx plus positions 0..T-1, "
+    "every block causal, ln_f, lm_head, mean cross-entropy over B*T positions",
 )
 
 
@@ -550,217 +618,474 @@ GENERATE = Exercise(
 )
 
 
-# ============================================================================ 08.3 parameter count
+# ============================================================================ 08.3 lr schedule
 
 
-def gpt_param_count(config: GPTConfig) -> int:
-    """Parameters of ``GPT(config)`` from the formula (biases on, ``d_ff = 4 * d_model``, LM head
-    tied to the token embedding): ``L (12 D^2 + 13 D) + V D + T D + 2 D``."""
-    return config.param_count()
+def get_lr(step: int, max_lr: float, min_lr: float, warmup: int, steps: int) -> float:
+    """The reference answer to 08.3: :func:`course_utils.training.lr_schedule` (linear warmup
+    to ``max_lr`` over ``warmup`` steps, then half a cosine down to ``min_lr`` at ``steps``,
+    ``min_lr`` after that)."""
+    return lr_schedule(step, lr=max_lr, steps=steps, warmup=warmup, min_lr=min_lr)
 
 
-def _formula_only() -> FormulaOnly:
-    return FormulaOnly(
-        lambda shape: (
-            f"gpt_param_count created a tensor of shape {shape}: exercise 08.3 asks "
-            "for a formula in the config's numbers (plain arithmetic), not for building a model "
-            "and counting its parameters (GPT-3's would need about 700 GB)"
-        )
-    )
-
-
-def _param_cases(seed: int) -> list[Case]:
+def _lr_cases(seed: int) -> list[Case]:
     g = generator(seed)
-    cases = []
-    for i in range(2):
-        while True:  # redraw until every known mistake gives its own count (a clear diagnosis)
-            H = size(g, 2, 4)
-            D = H * size(g, 3, 8)
-            V, T, L = size(g, 20, 90), size(g, 5, 40), size(g, 2, 4)
-            cfg = GPTConfig(vocab_size=V, block_size=T, n_layers=L, n_heads=H, d_model=D)
-            counts = {cfg.param_count()} | {m.impl(cfg) for m in PARAM_MISTAKES}
-            if len(counts) == len(PARAM_MISTAKES) + 1:
-                break
-        cases.append(
-            Case(
-                f"random config #{i + 1} (V={V}, T={T}, L={L}, H={H}, D={D})",
-                dict(zip(_CONFIG_KEYS, (V, T, L, H, D), strict=True)),
-            )
-        )
-    cases.append(
-        Case(
-            "nanoGPT's CPU model (V=65, T=64, L=4, H=4, D=128)",
-            dict(zip(_CONFIG_KEYS, (65, 64, 4, 4, 128), strict=True)),
-        )
-    )
-    cases.append(
-        Case(
-            "GPT-2 small (V=50257, T=1024, L=12, H=12, D=768)",
-            dict(zip(_CONFIG_KEYS, (50257, 1024, 12, 12, 768), strict=True)),
-        )
-    )
-    cases.append(
-        Case(
-            "GPT-3 175B (V=50257, T=2048, L=96, H=96, D=12288)",
-            dict(zip(_CONFIG_KEYS, (50257, 2048, 96, 96, 12288), strict=True)),
-        )
-    )
-    return cases
+
+    def case(name: str, max_lr: float, min_lr: float, warmup: int, steps: int) -> Case:
+        return Case(name, dict(max_lr=max_lr, min_lr=min_lr, warmup=warmup, steps=steps))
+
+    warmup, steps = size(g, 4, 9), size(g, 30, 50)
+    return [
+        case(f"warmup {warmup}, {steps} steps, lr 1e-3 -> 1e-4", 1e-3, 1e-4, warmup, steps),
+        case("nanoGPT's Shakespeare schedule (100 warmup, 5000 steps)", 1e-3, 1e-4, 100, 5000),
+        case("no warmup (warmup = 0)", 6e-4, 6e-5, 0, size(g, 20, 40)),
+        case("min_lr = 0", 3e-3, 0.0, size(g, 2, 5), size(g, 20, 40)),
+    ]
 
 
-def _as_count(value: Any) -> int:
-    if isinstance(value, Tensor):
-        if value.numel() != 1:
-            raise TypeError(
-                f"gpt_param_count should return one number, got a tensor of shape "
-                f"{tuple(value.shape)}"
-            )
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"gpt_param_count should return an int, got {type(value).__name__}")
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if not float(value).is_integer():
-        raise ValueError(
-            f"gpt_param_count returned {value}, which is not a whole number: a "
-            "parameter count is an integer (use // when you divide)"
-        )
-    return int(value)
+def _lr_call(candidate, case: Case) -> Outputs:
+    i = case.inputs
+    values = []
+    for step in range(i["steps"] + 3):  # three steps past the end: min_lr
+        value = candidate(step, i["max_lr"], i["min_lr"], i["warmup"], i["steps"])
+        if isinstance(value, Tensor):
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"get_lr should return a number, got {type(value).__name__}")
+        values.append(float(value))
+    return {"lr": torch.tensor(values, dtype=torch.float64)}
 
 
-def _param_call(candidate, case: Case) -> Outputs:
-    cfg = GPTConfig(**{k: int(case.inputs[k]) for k in _CONFIG_KEYS})
-    with _formula_only():
-        value = candidate(cfg)
-    return {"count": torch.tensor(_as_count(value), dtype=torch.int64)}
-
-
-def _param_compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
-    g, e = int(got["count"]), int(expected["count"])
-    if g == e:
+def _lr_compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
+    g, e = got["lr"], expected["lr"]
+    bad = (~torch.isclose(g, e, rtol=1e-6, atol=1e-12)).nonzero()
+    if len(bad) == 0:
         return None
+    s = int(bad[0])
+    i = case.inputs
+    where = (
+        "during the warmup"
+        if s < i["warmup"]
+        else ("after the last step" if s >= i["steps"] else "during the decay")
+    )
     return (
-        f"case '{case.name}': your formula gives {g:,} but the model has {e:,} parameters "
-        f"({g - e:+,})"
+        f"case '{case.name}': at step {s} ({where}) your learning rate is {float(g[s]):.6g}, "
+        f"expected {float(e[s]):.6g}"
     )
 
 
-def _count(
+def _lr_variant(
     *,
-    linear_bias: bool = True,
-    ln: str = "all",
-    pos: bool = True,
-    head: int = 1,
-    tok: bool = True,
-    mlp_ratio: int = 4,
-    w_o: bool = True,
-    layers: bool = True,
-    norms_per_block: int = 2,
+    warmup_from: str = "step + 1",
+    decay_from_zero: bool = False,
+    floor: bool = True,
+    period: float = 1.0,
+    clamp: bool = True,
+    shape: str = "cosine",
+    half: bool = True,
 ):
-    """A parameter-count formula with one classic slip (the arguments say which)."""
+    def get_lr(step, max_lr, min_lr, warmup, steps):
+        if step < warmup:
+            return max_lr * (step + (1 if warmup_from == "step + 1" else 0)) / warmup
+        low = min_lr if floor else 0.0
+        if decay_from_zero:
+            ratio = step / steps
+        else:
+            ratio = (step - warmup) / max(1, steps - warmup)
+        if clamp:
+            ratio = min(1.0, ratio)
+        if shape == "linear":
+            return max_lr + ratio * (low - max_lr)
+        coeff = (0.5 if half else 1.0) * (1.0 + math.cos(math.pi * period * ratio))
+        return low + coeff * (max_lr - low)
 
-    def count(config: GPTConfig) -> int:
-        V, T, L, D = config.vocab_size, config.block_size, config.n_layers, config.d_model
-        F_, b = mlp_ratio * D, int(linear_bias)
-        ln_block = {"all": 2 * D, "no final": 2 * D, "scale only": D, "none": 0}[ln]
-        ln_final = 0 if ln == "no final" else ln_block
-        attn = 3 * D * D + b * 3 * D + (D * D + b * D if w_o else 0)
-        mlp = D * F_ + b * F_ + F_ * D + b * D
-        per_layer = attn + mlp + norms_per_block * ln_block
-        embeddings = (head if tok else head - 1) * V * D + (T * D if pos else 0)
-        return (L if layers else 1) * per_layer + ln_final + embeddings
-
-    return count
-
-
-def _approximation(config: GPTConfig) -> int:
-    return 12 * config.n_layers * config.d_model**2
+    return get_lr
 
 
-PARAM_MISTAKES = [
+LR_MISTAKES = [
     Mistake(
-        "forgot the biases",
-        "every nn.Linear in a block has a bias as long as its output: qkv 3D, out D, fc1 "
-        "4D, fc2 D, so 9D per layer (the tied LM head has none)",
-        _count(linear_bias=False),
+        "warmup starts at 0",
+        "during the warmup the rate is max_lr * (step + 1) / warmup: step 0 already trains "
+        "(with max_lr / warmup), and step warmup - 1 reaches max_lr",
+        _lr_variant(warmup_from="step"),
     ),
     Mistake(
-        "forgot the LayerNorm parameters",
-        "each LayerNorm has a scale and a shift of D numbers each (2D), and there are "
-        "2 per block plus the final one: (2L + 1) * 2D",
-        _count(ln="none"),
+        "decay counted from step 0 instead of from the end of the warmup",
+        "the cosine starts where the warmup ends: its progress is (step - warmup) / "
+        "(steps - warmup), 0 at the first step after the warmup and 1 at the last",
+        _lr_variant(decay_from_zero=True),
     ),
     Mistake(
-        "forgot the final LayerNorm",
-        "after the last block, ln_f normalises x before the LM head: another 2D",
-        _count(ln="no final"),
+        "decays to 0 instead of min_lr",
+        "the cosine goes from max_lr down to min_lr, not to 0: min_lr + (its factor) * "
+        "(max_lr - min_lr)",
+        _lr_variant(floor=False),
     ),
     Mistake(
-        "LayerNorm counted with a scale only",
-        "a LayerNorm has a learned scale gamma AND shift beta, D each",
-        _count(ln="scale only"),
+        "a full cosine period (the rate comes back up)",
+        "use HALF a cosine period: the factor 0.5 * (1 + cos(pi * progress)) falls from 1 "
+        "to 0 as the progress goes from 0 to 1",
+        _lr_variant(period=2.0),
     ),
     Mistake(
-        "one LayerNorm per block",
-        "a pre-norm block has two LayerNorms, one before attention and one before the MLP",
-        _count(norms_per_block=1),
+        "no clamp after the last step",
+        "after `steps` steps the rate stays at min_lr: cap the progress at 1 (past the end "
+        "the cosine would rise again)",
+        _lr_variant(clamp=False),
     ),
     Mistake(
-        "forgot the position embeddings",
-        "the learned position embedding is a (block_size, D) table: T*D parameters (nanoGPT "
-        "prints a 'non-embedding' count without it; here count everything)",
-        _count(pos=False),
+        "cosine factor without the 1/2",
+        "the factor is 0.5 * (1 + cos(pi * progress)), between 0 and 1: without the 0.5 the "
+        "decay starts at twice max_lr",
+        _lr_variant(half=False),
     ),
     Mistake(
-        "tied LM head counted twice",
-        "the LM head shares its (V, D) weight with the token embedding (weight tying): "
-        "count V*D once",
-        _count(head=2),
-    ),
-    Mistake(
-        "forgot the token embedding / LM head matrix",
-        "the token embedding (V, D), shared with the LM head, counts V*D once",
-        _count(tok=False),
-    ),
-    Mistake(
-        "MLP hidden width D instead of 4D",
-        "the MLP goes D -> d_ff = 4D -> D: 8D^2 weights plus 4D + D biases per layer",
-        _count(mlp_ratio=1),
-    ),
-    Mistake(
-        "W_O not counted",
-        "attention has four D x D matrices (W_Q, W_K, W_V in qkv, and W_O in out), each "
-        "with a bias",
-        _count(w_o=False),
-    ),
-    Mistake(
-        "one block counted instead of n_layers",
-        "multiply the per-block count by n_layers",
-        _count(layers=False),
-    ),
-    Mistake(
-        "only the 12 * n_layers * d_model^2 approximation",
-        "12 L D^2 is the leading term (4D^2 attention + 8D^2 MLP per layer); the exercise "
-        "asks for the exact count: add the biases, LayerNorms and both embeddings",
-        _approximation,
+        "linear decay instead of cosine",
+        "nanoGPT decays with half a cosine (slow at first and at the end), not a straight "
+        "line: 0.5 * (1 + cos(pi * progress))",
+        _lr_variant(shape="linear"),
     ),
 ]
 
-PARAM_COUNT = Exercise(
+LR = Exercise(
     id="08.3",
-    title="parameter count of a GPT from its config",
+    title="learning rate: linear warmup, then cosine decay",
     points=2,
     notebook=NOTEBOOK,
-    function="gpt_param_count",
-    reference=gpt_param_count,
-    make_cases=_param_cases,
-    call=_param_call,
-    mistakes=PARAM_MISTAKES,
-    compare=_param_compare,
-    hint="per block: attention 4D^2 + 4D, MLP 8D^2 + 5D, two LayerNorms 4D; then the token "
-    "embedding V*D (shared with the LM head), the position embedding T*D and ln_f 2D. "
-    "Print [(n, p.shape) for n, p in GPT(GPTConfig(vocab_size=7, block_size=5, n_layers=1, "
-    "n_heads=2, d_model=4)).named_parameters()] to see every tensor.",
+    function="get_lr",
+    reference=get_lr,
+    make_cases=_lr_cases,
+    call=_lr_call,
+    mistakes=LR_MISTAKES,
+    compare=_lr_compare,
+    hint="warmup: max_lr * (step + 1) / warmup; then progress p = (step - warmup) / "
+    "(steps - warmup), capped at 1; min_lr + 0.5 * (1 + cos(pi p)) * (max_lr - min_lr)",
 )
 
-EXERCISES = [FORWARD, GENERATE, PARAM_COUNT]
+
+# ============================================================================ 08.4 param groups
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """The reference answer to 08.4: :func:`course_utils.training.param_groups` (decay on
+    every trainable tensor with two or more dimensions, none on the others)."""
+    return course_param_groups(model, weight_decay)
+
+
+class _TinyMixed(nn.Module):
+    """Not a GPT: an embedding, a Linear with a bias, a LayerNorm, a frozen Linear, a scalar."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(7, 4)
+        self.proj = nn.Linear(4, 5)
+        self.norm = nn.LayerNorm(5)
+        self.frozen = nn.Linear(5, 3)
+        self.frozen.requires_grad_(False)
+        self.temperature = nn.Parameter(torch.ones(()))
+
+
+def _group_cases(seed: int) -> list[Case]:
+    g = generator(seed)
+    wd = [0.1, round(0.01 * size(g, 2, 9), 2), 0.05]
+    return [
+        Case(
+            f"a 2-layer GPT with biases (tied head), weight_decay {wd[0]}",
+            dict(model="gpt", bias=1, weight_decay=wd[0]),
+        ),
+        Case(
+            f"a GPT without biases, weight_decay {wd[1]}",
+            dict(model="gpt", bias=0, weight_decay=wd[1]),
+        ),
+        Case(
+            f"another model, with a frozen layer and a scalar, weight_decay {wd[2]}",
+            dict(model="mixed", bias=1, weight_decay=wd[2]),
+        ),
+    ]
+
+
+def _group_model(inputs: dict[str, Any]) -> nn.Module:
+    with torch.random.fork_rng(devices=[]):
+        if inputs["model"] == "gpt":
+            return GPT(
+                vocab_size=11,
+                block_size=6,
+                n_layers=2,
+                n_heads=2,
+                d_model=8,
+                bias=bool(inputs["bias"]),
+            )
+        return _TinyMixed()
+
+
+def _group_call(candidate, case: Case) -> Outputs:
+    model = _group_model(case.inputs)
+    groups = candidate(model, case.inputs["weight_decay"])
+    if isinstance(groups, dict) or not isinstance(groups, (list, tuple)):
+        raise TypeError(f"param_groups should return a list of dicts, got {type(groups).__name__}")
+    where = {id(p): k for k, p in enumerate(model.parameters())}
+    decay = torch.full((len(where),), float("nan"), dtype=torch.float64)
+    count = torch.zeros(len(where), dtype=torch.int64)
+    for group in groups:
+        if not isinstance(group, dict) or "params" not in group or "weight_decay" not in group:
+            raise TypeError(
+                "each group should be a dict with the keys 'params' (a list of parameters) "
+                "and 'weight_decay' (a number)"
+            )
+        for p in group["params"]:
+            k = where.get(id(p))
+            if k is None:
+                raise ValueError("a group holds a tensor that is not a parameter of the model")
+            count[k] += 1
+            decay[k] = float(group["weight_decay"])
+    return {"weight_decay": decay, "count": count}
+
+
+def _group_compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
+    model = _group_model(case.inputs)
+    names = {id(p): n for n, p in model.named_parameters()}
+    params = list(model.parameters())
+    for k, p in enumerate(params):
+        name = f"'{names[id(p)]}' {tuple(p.shape)}"
+        gc, ec = int(got["count"][k]), int(expected["count"][k])
+        if gc != ec:
+            if ec == 0:
+                return f"case '{case.name}': parameter {name} should be in no group, found {gc}x"
+            return f"case '{case.name}': parameter {name} appears {gc} times, expected {ec}"
+        gd, ed = float(got["weight_decay"][k]), float(expected["weight_decay"][k])
+        if ec and not math.isclose(gd, ed, rel_tol=1e-9, abs_tol=1e-12):
+            return f"case '{case.name}': parameter {name} gets weight decay {gd:g}, expected {ed:g}"
+    return None
+
+
+def _groups_variant(rule: str):
+    def groups(model, weight_decay):
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if rule == "all":
+            return [{"params": [p for _, p in named], "weight_decay": weight_decay}]
+        if rule == "none":
+            return [{"params": [p for _, p in named], "weight_decay": 0.0}]
+        if rule == "frozen":
+            named = list(model.named_parameters())
+        if rule == "twice":
+            named = [
+                (n, p) for n, p in model.named_parameters(remove_duplicate=False) if p.requires_grad
+            ]
+        if rule == "by name":
+            test = lambda n, p: n.endswith("weight")  # noqa: E731
+        elif rule == "no embeddings":
+            test = lambda n, p: p.dim() >= 2 and "emb" not in n  # noqa: E731
+        elif rule == "swapped":
+            test = lambda n, p: p.dim() < 2  # noqa: E731
+        else:
+            test = lambda n, p: p.dim() >= 2  # noqa: E731
+        return [
+            {"params": [p for n, p in named if test(n, p)], "weight_decay": weight_decay},
+            {"params": [p for n, p in named if not test(n, p)], "weight_decay": 0.0},
+        ]
+
+    return groups
+
+
+GROUP_MISTAKES = [
+    Mistake(
+        "weight decay on every parameter",
+        "decay only the tensors with two or more dimensions (weight matrices and "
+        "embeddings); biases and LayerNorm scales and shifts get weight_decay 0",
+        _groups_variant("all"),
+    ),
+    Mistake(
+        "no weight decay at all",
+        "the group of tensors with p.dim() >= 2 gets the weight_decay argument; only the "
+        "other group gets 0",
+        _groups_variant("none"),
+    ),
+    Mistake(
+        "decay chosen by the name 'weight' (LayerNorm scales decayed)",
+        "a LayerNorm's scale is also called 'weight' but is a vector: choose by the number "
+        "of dimensions (p.dim() >= 2), not by the name",
+        _groups_variant("by name"),
+    ),
+    Mistake(
+        "embeddings left out of the decay",
+        "nanoGPT's rule (and the course's) decays every tensor with two or more dimensions, "
+        "the embeddings included: choose by p.dim(), not by the module",
+        _groups_variant("no embeddings"),
+    ),
+    Mistake(
+        "groups swapped (decay on biases and norms)",
+        "weight decay belongs to the matrices (p.dim() >= 2); biases and LayerNorm "
+        "parameters (1-D) get 0",
+        _groups_variant("swapped"),
+    ),
+    Mistake(
+        "tied weight listed twice",
+        "model.parameters() (or named_parameters()) lists a tied tensor once; "
+        "named_parameters(remove_duplicate=False) or the state_dict list the shared "
+        "embedding / LM head twice, and AdamW refuses a parameter in two places",
+        _groups_variant("twice"),
+    ),
+    Mistake(
+        "frozen parameters included",
+        "leave out parameters with requires_grad=False: the optimizer has nothing to do with them",
+        _groups_variant("frozen"),
+    ),
+]
+
+GROUPS = Exercise(
+    id="08.4",
+    title="AdamW parameter groups",
+    points=2,
+    notebook=NOTEBOOK,
+    function="param_groups",
+    reference=param_groups,
+    make_cases=_group_cases,
+    call=_group_call,
+    mistakes=GROUP_MISTAKES,
+    compare=_group_compare,
+    hint="the trainable parameters (requires_grad) of model.parameters(), split by p.dim() >= 2: "
+    "[{'params': matrices, 'weight_decay': weight_decay}, {'params': the rest, "
+    "'weight_decay': 0.0}]",
+)
+
+
+# ============================================================================ 08.5 FLOPs per token
+
+
+def flops_per_token(config: GPTConfig) -> float:
+    """The reference answer to 08.5: training FLOPs per token of ``GPT(config)`` at the full
+    context, ``6 N + 12 L T D`` with ``N = config.param_count(non_embedding=True)`` (nanoGPT's
+    ``estimate_mfu``, from the PaLM paper's appendix B)."""
+    N = config.param_count(non_embedding=True)
+    L, T, D = config.n_layers, config.block_size, config.d_model
+    return float(6 * N + 12 * L * T * D)
+
+
+def _flops_cases(seed: int) -> list[Case]:
+    g = generator(seed)
+    cases = []
+    for i in range(2):
+        while True:  # redraw until every known mistake gives its own count
+            H = size(g, 2, 4)
+            D = H * size(g, 3, 8)
+            V, T, L = size(g, 20, 90), size(g, 5, 40), size(g, 2, 4)
+            inputs = dict(zip(_CONFIG_KEYS, (V, T, L, H, D), strict=True), bias=i % 2)
+            cfg = _config(inputs)
+            counts = {flops_per_token(cfg)} | {m.impl(cfg) for m in FLOPS_MISTAKES}
+            if len(counts) == len(FLOPS_MISTAKES) + 1:
+                break
+        cases.append(Case(f"random config #{i + 1} (V={V}, T={T}, L={L}, D={D})", inputs))
+    for name, preset, bias in (
+        ("nanoGPT's CPU model without biases", GPTConfig.preset("nanogpt-cpu"), 0),
+        ("GPT-2 small", GPTConfig.preset("gpt2"), 1),
+        ("GPT-3 175B", GPTConfig.preset("gpt3-175b"), 1),
+    ):
+        values = tuple(getattr(preset, k) for k in _CONFIG_KEYS)
+        cases.append(Case(name, dict(zip(_CONFIG_KEYS, values, strict=True), bias=bias)))
+    return cases
+
+
+def _flops_call(candidate, case: Case) -> Outputs:
+    cfg = _config(case.inputs)
+    guard = FormulaOnly(
+        lambda shape: (
+            f"flops_per_token created a tensor of shape {shape}: exercise 08.5 asks for a "
+            "formula in the config's numbers, not for building the model"
+        )
+    )
+    with guard:
+        value = candidate(cfg)
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise TypeError(
+                f"flops_per_token should return one number, got shape {tuple(value.shape)}"
+            )
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"flops_per_token should return a number, got {type(value).__name__}")
+    return {"flops": torch.tensor(float(value), dtype=torch.float64)}
+
+
+def _flops_compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
+    g, e = float(got["flops"]), float(expected["flops"])
+    if math.isclose(g, e, rel_tol=1e-9):
+        return None
+    return f"case '{case.name}': your count is {g:.6g} FLOPs per token, expected {e:.6g}"
+
+
+def _flops_variant(
+    weights: float = 6, attention: float = 12, T_power: int = 1, positions: bool = False
+):
+    def flops(config):
+        N = config.param_count(non_embedding=not positions)
+        L, T, D = config.n_layers, config.block_size, config.d_model
+        return float(weights * N + attention * L * T**T_power * D)
+
+    return flops
+
+
+FLOPS_MISTAKES = [
+    Mistake(
+        "forward pass only",
+        "training runs the forward pass AND the backward pass, which costs about twice the "
+        "forward (gradients for the activations and for the weights): 3 x the forward "
+        "count, for the weights and for attention",
+        _flops_variant(weights=2, attention=4),
+    ),
+    Mistake(
+        "backward counted as one forward",
+        "the backward pass computes two gradients per matrix product (of the input and of "
+        "the weight), each as costly as the forward product: forward + backward = 3 x "
+        "forward",
+        _flops_variant(weights=4, attention=8),
+    ),
+    Mistake(
+        "multiply-adds counted instead of FLOPs",
+        "a multiply-add is 2 floating-point operations: a weight costs 2 FLOPs per token in "
+        "the forward pass, not 1",
+        _flops_variant(weights=3, attention=6),
+    ),
+    Mistake(
+        "attention term left out",
+        "the scores Q K^T and the weighted sum of the values use no weights, so 6N misses "
+        "them: per layer and token, each is T * D multiply-adds in the forward pass",
+        _flops_variant(attention=0),
+    ),
+    Mistake(
+        "attention term halved (only one of its two products)",
+        "attention does two products per layer, the scores Q K^T and the weighted sum of V, "
+        "T * D multiply-adds each per token (count the full T, as nanoGPT does: the fused "
+        "kernel's causal mask is not counted as a saving)",
+        _flops_variant(attention=6),
+    ),
+    Mistake(
+        "attention counted per sequence (T squared)",
+        "per TOKEN, a query meets T keys: T * D multiply-adds per product; T^2 * D is the "
+        "cost of a whole sequence",
+        _flops_variant(T_power=2),
+    ),
+    Mistake(
+        "position table counted in N",
+        "a position embedding is looked up, not multiplied: N leaves it out "
+        "(config.param_count(non_embedding=True)); the token table does count, it is the "
+        "LM head's matrix",
+        _flops_variant(positions=True),
+    ),
+]
+
+FLOPS = Exercise(
+    id="08.5",
+    title="training FLOPs per token",
+    points=2,
+    notebook=NOTEBOOK,
+    function="flops_per_token",
+    reference=flops_per_token,
+    make_cases=_flops_cases,
+    call=_flops_call,
+    mistakes=FLOPS_MISTAKES,
+    compare=_flops_compare,
+    hint="weights: 2 FLOPs per parameter per token forward, twice that backward; attention: "
+    "two products of T * D multiply-adds per layer per token, times the same 3 for training",
+)
+
+EXERCISES = [MODEL, GENERATE, LR, GROUPS, FLOPS]

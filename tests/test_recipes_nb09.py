@@ -269,7 +269,9 @@ def _fake_mnist(folder, n_train: int = 30, n_test: int = 12) -> None:
     for key, stem in images.MNIST_FILES.items():
         n = n_train if "train" in key else n_test
         shape = (n, 28, 28) if key.startswith("x") else (n,)
-        _write_idx(folder / f"{stem}.gz", rng.integers(0, 256 if key.startswith("x") else 10, shape))
+        _write_idx(
+            folder / f"{stem}.gz", rng.integers(0, 256 if key.startswith("x") else 10, shape)
+        )
 
 
 def test_mnist_is_found_in_the_cache_and_used_by_cpu_not_ci(monkeypatch, tmp_path):

@@ -80,6 +80,14 @@ def describe_optional_data() -> list[str]:
             "CIFAR-10: not cached (only the gpu profile of notebook 09 uses it; "
             "load_cifar10(download=True) fetches 170 MB)"
         )
+    mnist = images.find_mnist()
+    if mnist is not None:
+        lines.append(f"MNIST: cached in {mnist} (notebook 09's cpu and gpu profiles use it)")
+    else:
+        lines.append(
+            "MNIST: not cached (optional: notebook 09 then uses scikit-learn's 8x8 digits; copy "
+            "the four idx files, e.g. train-images-idx3-ubyte.gz, into the cache folder)"
+        )
     lines.append("digits: bundled with scikit-learn (always available)")
     return lines
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from course_utils.data import images
 from course_utils.data.images import CIFAR10_FILE, ImageSplit, load_digits_split
 from course_utils.layers import record_attention
 from course_utils.models import ViT, ViTConfig
@@ -103,7 +104,7 @@ def test_weight_average_is_the_model_at_decay_0_and_the_start_at_decay_1(tiny_di
 def test_small_cnn_baseline_learns(tiny_digits):
     cnn = nb09.config("ci").cnn
     cnn = replace(
-        cnn, width=8, train=replace(cnn.train, epochs=8, augment=nb09.Augment(kind="none"))
+        cnn, d_model=8, train=replace(cnn.train, epochs=8, augment=nb09.Augment(kind="none"))
     )
     run = nb09.train_small_cnn(tiny_digits, cnn, progress=False)
     assert run.model(tiny_digits.x_test[:2]).shape == (2, 10)
@@ -232,7 +233,7 @@ def test_gpu_profile_trains_on_cifar10_when_the_archive_is_cached(monkeypatch, t
     tc = replace(cfg.train, epochs=1, batch_size=16, warmup_epochs=0)  # crop+flip, bf16 autocast
     run = nb09.train_vit(cfg, data, vit=vit, train_cfg=tc, device="cpu", progress=False)
     assert run.steps == 3 and 0.0 <= run.accuracy <= 1.0
-    cnn = replace(cfg.cnn, width=4, train=replace(tc))
+    cnn = replace(cfg.cnn, d_model=4, train=replace(tc))
     assert 0.0 <= nb09.train_small_cnn(data, cnn, device="cpu", progress=False).accuracy <= 1.0
     assert 0.0 <= nb09.fit_svc(data, **{**cfg.svc, "max_train": 30}).accuracy <= 1.0
 
@@ -249,3 +250,102 @@ def test_run_model_batches_and_returns_weights_on_the_cpu():
     torch.testing.assert_close(weights[1], ref_weights[1])
     doubled = nb09.run_model(model, x, forward=lambda m, b: 2 * m(b), batch_size=4)
     torch.testing.assert_close(doubled, 2 * ref_logits)
+
+
+def _write_idx(path, array: np.ndarray) -> None:
+    """An idx file of unsigned bytes (MNIST's format), gzipped."""
+    import gzip
+
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(
+        int(n).to_bytes(4, "big") for n in array.shape
+    )
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+def _fake_mnist(folder, n_train: int = 30, n_test: int = 12) -> None:
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True, exist_ok=True)
+    for key, stem in images.MNIST_FILES.items():
+        n = n_train if "train" in key else n_test
+        shape = (n, 28, 28) if key.startswith("x") else (n,)
+        _write_idx(
+            folder / f"{stem}.gz", rng.integers(0, 256 if key.startswith("x") else 10, shape)
+        )
+
+
+def test_mnist_is_found_in_the_cache_and_used_by_cpu_not_ci(monkeypatch, tmp_path):
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path))
+    assert images.find_mnist() is None and nb09.config("cpu").dataset == "digits"
+    with pytest.raises(FileNotFoundError, match="MNIST is not in"):
+        images.load_mnist()
+    _fake_mnist(tmp_path / "MNIST" / "raw")  # torchvision's layout
+    assert images.find_mnist() == tmp_path / "MNIST" / "raw"
+    raw = images.load_mnist()
+    assert raw.x_train.shape == (30, 1, 28, 28) and raw.x_train.dtype == torch.uint8
+    assert raw.y_test.shape == (12,) and raw.y_test.dtype == torch.long
+    assert nb09.config("ci").dataset == "digits"  # ci never needs data files
+    cfg = nb09.config("cpu")
+    assert cfg.dataset == "mnist" and cfg.vit.grid_size == (7, 7)
+    data = nb09.load_images(replace(cfg, n_train=20, n_test=5))
+    assert data.x_train.shape == (20, 1, 28, 28) and data.x_test.shape == (5, 1, 28, 28)
+    assert 0.0 <= float(data.x_train.min()) and float(data.x_train.max()) <= 1.0
+    text = nb09.dataset_description(cfg, data)
+    assert "MNIST" in text and "7 \\times 7" in text and "N = 49" in text
+
+
+def test_read_idx_rejects_other_files(tmp_path):
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"not an idx file")
+    with pytest.raises(ValueError, match="idx"):
+        images.read_idx(bad)
+    short = tmp_path / "short.gz"
+    _write_idx(short, np.zeros((3, 2)))
+    raw = short.read_bytes()
+    import gzip
+
+    (tmp_path / "cut").write_bytes(gzip.decompress(raw)[:-1])
+    with pytest.raises(ValueError, match="header says"):
+        images.read_idx(tmp_path / "cut")
+
+
+def test_dataset_description_follows_the_digits_split():
+    cfg = nb09.config("ci", dataset="digits")
+    text = nb09.dataset_description(cfg, load_digits_split(seed=0))
+    assert "1,437 training and 360 test" in text and "4 \\times 4" in text and "N = 16" in text
+
+
+def test_grid_distance_and_similarity_by_distance():
+    d = nb09.grid_distance((2, 3))
+    assert d.shape == (6, 6) and d[0, 5] == pytest.approx(5**0.5) and d[0, 1] == 1
+    model = ViT(ViTConfig(image_size=8, patch_size=2, d_model=16, n_heads=2, n_layers=1))
+    dists, means = nb09.similarity_by_distance(model)
+    assert dists[0] == pytest.approx(1.0) and dists == sorted(dists) and len(dists) == len(means)
+    assert dists[-1] == pytest.approx(18**0.5)  # corner to corner of a 4x4 grid
+
+
+def test_position_distance_correlation_sees_a_grid_and_not_noise():
+    cfg = ViTConfig(image_size=16, patch_size=2, d_model=64, n_heads=2, n_layers=1)
+    model = ViT(cfg)
+    dist = nb09.grid_distance(cfg.grid_size)  # (64, 64): one bump per grid cell, 64 = d_model
+    smooth = torch.exp(-0.5 * (dist / 1.5) ** 2)  # nearby patches get nearby vectors
+    with torch.no_grad():
+        model.pos_embed[0, 1:] = smooth
+    assert nb09.position_distance_correlation(model) < -0.5
+    noise = nb09.initial_vit(replace(cfg, d_model=256, d_ff=256), seed=0)
+    assert abs(nb09.position_distance_correlation(noise)) < 0.15
+
+
+def test_initial_vit_is_where_train_vit_starts(tiny_digits):
+    cfg = nb09.config("ci", dataset="digits")
+    vit = replace(cfg.vit, n_layers=1, d_model=16, d_ff=32)
+    start = nb09.initial_vit(vit, seed=5)
+    again = nb09.initial_vit(vit, seed=5)
+    for a, b in zip(start.parameters(), again.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert torch.count_nonzero(start.head.weight) == 0  # Xavier recipe: a zero head
+    plain = nb09.initial_vit(vit, seed=5, xavier_init=False)
+    assert plain.patch_embed.proj.weight.std() < 0.05  # the default N(0, 0.02^2)
+    tc = replace(cfg.train, epochs=1, batch_size=300, lr=0.0, min_lr=0.0, warmup_epochs=0)
+    run = nb09.train_vit(cfg, tiny_digits, vit=vit, train_cfg=tc, seed=5, progress=False)
+    torch.testing.assert_close(run.model.pos_embed, start.pos_embed)  # lr 0: never moved

@@ -37,6 +37,10 @@ __all__ = [
     "read_cifar10",
     "normalize",
     "augment_crop_flip",
+    "MNIST_FILES",
+    "find_mnist",
+    "read_idx",
+    "load_mnist",
 ]
 
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
@@ -237,6 +241,84 @@ def _how_to_get() -> str:
         f"Call load_cifar10(download=True) to fetch {CIFAR10_URL} (170 MB, MD5-checked) into "
         f"{cache.cache_dir()}, or copy {CIFAR10_FILE} there yourself (set {cache.ENV_VAR} to "
         "choose another folder), or pass path=..."
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# MNIST (only from the cache: the course never downloads it by itself)
+# --------------------------------------------------------------------------------------------
+MNIST_FILES = {
+    "x_train": "train-images-idx3-ubyte",
+    "y_train": "train-labels-idx1-ubyte",
+    "x_test": "t10k-images-idx3-ubyte",
+    "y_test": "t10k-labels-idx1-ubyte",
+}
+_MNIST_FOLDERS = ("", "mnist", "MNIST/raw")  # under the cache; the last is torchvision's layout
+
+
+def _mnist_file(folder: Path, stem: str) -> Path | None:
+    for name in (stem + ".gz", stem):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def find_mnist() -> Path | None:
+    """The cache folder holding MNIST's four idx files (``.gz`` or not), if any.
+
+    Looked for in ``$COURSE_DATA_DIR`` (or the default cache), its ``mnist/`` and torchvision's
+    ``MNIST/raw/``.
+    """
+    root = cache.cache_dir()
+    for sub in _MNIST_FOLDERS:
+        folder = root / sub if sub else root
+        if all(_mnist_file(folder, stem) for stem in MNIST_FILES.values()):
+            return folder
+    return None
+
+
+def read_idx(path: str | os.PathLike) -> torch.Tensor:
+    """Read one idx file (MNIST's format, gzipped or not) of unsigned bytes into a uint8 tensor."""
+    import gzip
+
+    path = Path(path)
+    raw = (gzip.open if path.suffix == ".gz" else open)(path, "rb").read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
+        raise ValueError(f"{path} is not an idx file of unsigned bytes")
+    ndim = raw[3]
+    shape = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+    if data.size != int(np.prod(shape)):
+        raise ValueError(f"{path}: header says shape {shape}, found {data.size} values")
+    return torch.from_numpy(data.copy()).reshape(shape)
+
+
+def load_mnist(folder: str | os.PathLike | None = None) -> ImageSplit:
+    """MNIST as uint8 tensors: x (N, 1, 28, 28), y (N,) long (60,000 train, 10,000 test).
+
+    From ``folder`` or the cache (:func:`find_mnist`); a ``FileNotFoundError`` saying where to
+    put the files otherwise. Nothing is downloaded.
+    """
+    found = Path(folder) if folder is not None else find_mnist()
+    if found is None:
+        names = ", ".join(stem + ".gz" for stem in MNIST_FILES.values())
+        raise FileNotFoundError(
+            f"MNIST is not in {cache.cache_dir()}: copy {names} there (or into its mnist/ "
+            f"folder; set {cache.ENV_VAR} to choose another folder)"
+        )
+    parts = {}
+    for key, stem in MNIST_FILES.items():
+        path = _mnist_file(found, stem)
+        if path is None:
+            raise FileNotFoundError(f"no {stem}(.gz) in {found}")
+        parts[key] = read_idx(path)
+    x_train, x_test = parts["x_train"].unsqueeze(1), parts["x_test"].unsqueeze(1)
+    return ImageSplit(
+        x_train,
+        parts["y_train"].long(),
+        x_test,
+        parts["y_test"].long(),
+        [str(i) for i in range(10)],
     )
 
 

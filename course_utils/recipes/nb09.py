@@ -1,7 +1,7 @@
 """Notebook 09 (the Vision Transformer): sizes per profile, training, baselines, pictures' maths.
 
     cfg = config()                                  # the active profile's recipe
-    data = load_images(cfg)                         # digits (ci, cpu) or CIFAR-10 (gpu, if present)
+    data = load_images(cfg)                         # digits, or MNIST / CIFAR-10 from the cache
     vit = train_vit(cfg, data)                      # an ImageRun: model, accuracy, wall and CPU time
     cnn = train_small_cnn(data, cfg.cnn)            # the baselines, trained beside it
     svc = fit_svc(data, **cfg.svc)
@@ -43,8 +43,10 @@ from course_utils.data.images import (
     ImageSplit,
     augment_crop_flip,
     find_cifar10,
+    find_mnist,
     load_cifar10,
     load_digits_split,
+    load_mnist,
 )
 from course_utils.layers import record_attention
 from course_utils.models.vit import ViT, ViTConfig
@@ -77,7 +79,15 @@ __all__ = [
     "train_vit_spectrograms",
     "attention_rollout",
     "position_similarity",
+    "grid_distance",
+    "position_distance_correlation",
+    "similarity_by_distance",
+    "initial_vit",
+    "DATASETS",
+    "dataset_description",
 ]
+
+DATASETS = ("digits", "mnist", "cifar10")
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,10 +130,11 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class CNNConfig:
-    """The small CNN baseline: three 3x3 conv layers of ``width``, ``2*width``, ``2*width``
-    channels (a 2x2 max-pool after the second), global average pooling, a linear head."""
+    """The small CNN baseline: three 3x3 conv layers of ``d_model``, ``2*d_model``,
+    ``2*d_model`` channels (a 2x2 max-pool after the second), global average pooling, a linear
+    head. (``d_model``, the course's name for a model's width, counts channels here.)"""
 
-    width: int
+    d_model: int
     train: TrainConfig
 
 
@@ -145,13 +156,15 @@ class Config:
     """Everything notebook 09 sizes by profile."""
 
     profile: str
-    dataset: str  # "digits" or "cifar10"
+    dataset: str  # "digits", "mnist" or "cifar10"
     vit: ViTConfig
     train: TrainConfig
     cnn: CNNConfig
     svc: dict[str, Any]  # keyword arguments of fit_svc
     spectrogram: SpectrogramConfig
     seed: int = 0
+    n_train: int | None = None  # train on the first n_train images only (None: all)
+    n_test: int | None = None  # test on the first n_test images only (None: all)
 
 
 def _digits_vit(profile: str) -> ViTConfig:
@@ -202,21 +215,35 @@ def _spectrogram(profile: str) -> SpectrogramConfig:
     )
 
 
+def default_dataset(profile: str) -> str:
+    """The data set a profile uses when none is named: ``ci`` always trains on digits (no data
+    files needed); ``cpu`` on MNIST when it is in the cache; ``gpu`` on CIFAR-10, else MNIST,
+    when cached; digits otherwise. Nothing is downloaded."""
+    if profile == "ci":
+        return "digits"
+    if profile == "gpu" and find_cifar10() is not None:
+        return "cifar10"
+    return "mnist" if find_mnist() is not None else "digits"
+
+
 def config(profile: str | None = None, dataset: str | None = None) -> Config:
     """The recipe of the active profile (or of ``profile``: "ci", "cpu" or "gpu").
 
-    ``dataset`` defaults to "cifar10" in the gpu profile when the CIFAR-10 archive is in the
-    cache (:func:`course_utils.data.images.find_cifar10`), else "digits".
+    ``dataset`` ("digits", "mnist" or "cifar10") defaults to :func:`default_dataset`: real
+    images when they are in the cache (:func:`course_utils.data.images.find_mnist`,
+    :func:`~course_utils.data.images.find_cifar10`), scikit-learn's 8x8 digits otherwise.
     """
     name = profile or current().name
     if name not in ("ci", "cpu", "gpu"):
         raise ValueError(f"expected profile 'ci', 'cpu' or 'gpu', got {name!r}")
     if dataset is None:
-        dataset = "cifar10" if name == "gpu" and find_cifar10() is not None else "digits"
-    if dataset not in ("digits", "cifar10"):
-        raise ValueError(f"expected dataset 'digits' or 'cifar10', got {dataset!r}")
+        dataset = default_dataset(name)
+    if dataset not in DATASETS:
+        raise ValueError(f"expected dataset 'digits', 'mnist' or 'cifar10', got {dataset!r}")
     if dataset == "cifar10":
         return _cifar10_config(name)
+    if dataset == "mnist":
+        return _mnist_config(name)
 
     digits_aug = Augment(kind="affine", rotate=10.0, zoom=0.1, shift=0.5)
     train_cfg = {
@@ -255,7 +282,7 @@ def config(profile: str | None = None, dataset: str | None = None) -> Config:
         ),
     }[name]
     cnn = CNNConfig(
-        width=32,
+        d_model=32,
         train=TrainConfig(
             epochs={"ci": 3, "cpu": 15, "gpu": 30}[name],
             batch_size=64,
@@ -275,6 +302,53 @@ def config(profile: str | None = None, dataset: str | None = None) -> Config:
         cnn=cnn,
         svc={"gamma": 0.256, "C": 1.0},
         spectrogram=_spectrogram(name),
+    )
+
+
+def _mnist_config(name: str) -> Config:
+    """MNIST from the cache: 28x28 digits in 4x4 patches, a 7x7 grid of 49 tokens.
+
+    The cpu profile trains on the first 12,000 training images for a run of minutes on a
+    laptop CPU (not measured on the machine the course was built on, which has no MNIST).
+    """
+    aug = Augment(kind="affine", rotate=10.0, zoom=0.1, shift=1.0)
+    full = name == "gpu"
+    vit = ViTConfig(
+        image_size=28,
+        patch_size=4,
+        in_channels=1,
+        num_classes=10,
+        d_model=128 if full else 64,
+        n_layers=6 if full else 2,
+        n_heads=4,
+        d_ff=256 if full else 128,
+        pool="cls",
+        activation="gelu",
+    )
+
+    def schedule(epochs: int, weight_decay: float) -> TrainConfig:
+        return TrainConfig(
+            epochs=epochs,
+            batch_size=128,
+            lr=2e-3,
+            min_lr=2e-5,
+            warmup_epochs=1,
+            weight_decay=weight_decay,
+            augment=aug,
+            eval_every_epochs=5,
+            autocast_dtype=torch.bfloat16 if full else None,
+        )
+
+    return Config(
+        profile=name,
+        dataset="mnist",
+        vit=vit,
+        train=schedule(30 if full else 10, 0.1),
+        cnn=CNNConfig(d_model=32, train=schedule(15 if full else 5, 0.01)),
+        svc={"gamma": "scale", "C": 10.0, "max_train": 5000},
+        spectrogram=_spectrogram(name),
+        n_train=None if full else 12_000,
+        n_test=None if full else 2_000,
     )
 
 
@@ -311,7 +385,7 @@ def _cifar10_config(name: str) -> Config:
         autocast_dtype=torch.bfloat16,
     )
     cnn = CNNConfig(
-        width=64,
+        d_model=64,
         train=TrainConfig(
             epochs=40,
             batch_size=256,
@@ -337,23 +411,63 @@ def _cifar10_config(name: str) -> Config:
 
 
 def load_images(cfg: Config | None = None) -> ImageSplit:
-    """The data set ``cfg`` trains on, as float images.
+    """The data set ``cfg`` trains on, as float images (the first ``cfg.n_train`` and
+    ``cfg.n_test`` images when those are set).
 
-    digits: x (N, 1, 8, 8) in [0, 1] (stratified 80/20 split, seed 0). CIFAR-10: x (N, 3, 32,
-    32) standardised per channel, from the cache (a FileNotFoundError saying how to get it
+    digits: x (N, 1, 8, 8) in [0, 1] (stratified 80/20 split, seed 0). MNIST: x (N, 1, 28, 28)
+    in [0, 1], its own train/test split. CIFAR-10: x (N, 3, 32, 32) standardised per channel.
+    MNIST and CIFAR-10 come from the cache (a FileNotFoundError saying how to get them
     otherwise).
     """
     cfg = cfg or config()
     if cfg.dataset == "digits":
-        return load_digits_split(seed=0)
-    raw = load_cifar10()
-    mean = torch.tensor(CIFAR10_MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(CIFAR10_STD).view(1, 3, 1, 1)
+        split = load_digits_split(seed=0)
+    elif cfg.dataset == "mnist":
+        raw = load_mnist()
+        split = ImageSplit(
+            raw.x_train.float() / 255.0,
+            raw.y_train,
+            raw.x_test.float() / 255.0,
+            raw.y_test,
+            raw.classes,
+        )
+    else:
+        raw = load_cifar10()
+        mean = torch.tensor(CIFAR10_MEAN).view(1, 3, 1, 1)
+        std = torch.tensor(CIFAR10_STD).view(1, 3, 1, 1)
 
-    def prep(x: Tensor) -> Tensor:
-        return (x.float() / 255.0 - mean) / std
+        def prep(x: Tensor) -> Tensor:
+            return (x.float() / 255.0 - mean) / std
 
-    return ImageSplit(prep(raw.x_train), raw.y_train, prep(raw.x_test), raw.y_test, raw.classes)
+        split = ImageSplit(
+            prep(raw.x_train), raw.y_train, prep(raw.x_test), raw.y_test, raw.classes
+        )
+    tr, te = slice(cfg.n_train), slice(cfg.n_test)
+    return ImageSplit(
+        split.x_train[tr], split.y_train[tr], split.x_test[te], split.y_test[te], split.classes
+    )
+
+
+def dataset_description(cfg: Config, data: ImageSplit) -> str:
+    """One sentence (markdown) on the data set in use, from ``data`` itself."""
+    C, H, W = data.x_train.shape[1:]
+    n_tr, n_te = len(data.x_train), len(data.x_test)
+    p = cfg.vit.patch_size
+    gh, gw = cfg.vit.grid_size
+    names = {
+        "digits": "scikit-learn's handwritten digits, split 80/20 with every digit keeping its "
+        "share in both halves (stratified)",
+        "mnist": "MNIST handwritten digits from the data cache",
+        "cifar10": "CIFAR-10 colour photos from the data cache",
+    }
+    kind = "grey" if C == 1 else "colour"
+    return (
+        f"Our images are {names[cfg.dataset]}: {n_tr:,} training and {n_te:,} test {kind} "
+        f"images of ${H} \\times {W}$ pixels, so one test error costs "
+        f"{100 / n_te:.2g} points of accuracy. With $p = {p}$ an image becomes a "
+        f"${gh} \\times {gw}$ grid of $N = {gh * gw}$ patches of "
+        f"$C p^2 = {C * p * p}$ numbers each."
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -629,21 +743,30 @@ def train_vit(
     device: torch.device | str | None = None,
     progress: bool | str = "auto",
     name: str = "ViT",
+    xavier_init: bool = True,
 ) -> ImageRun:
     """Train a course :class:`ViT` (Xavier init, see :func:`init_vit_`) on ``data``.
 
     ``cfg`` defaults to :func:`config`, ``data`` to :func:`load_images`; ``vit`` and
-    ``train_cfg`` override the config's parts. Deterministic for a given ``seed`` on the CPU.
-    Returns an :class:`ImageRun` (accuracy on ``data.x_test``).
+    ``train_cfg`` override the config's parts; ``xavier_init=False`` keeps the ViT's default
+    initialisation (every weight from N(0, 0.02^2)). Deterministic for a given ``seed`` on the
+    CPU; the model starts as :func:`initial_vit` with the same arguments. Returns an
+    :class:`ImageRun` (accuracy on ``data.x_test``).
     """
     cfg = cfg or config()
     data = data if data is not None else load_images(cfg)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = init_vit_(ViT(vit or cfg.vit))
+    model = initial_vit(vit or cfg.vit, seed=seed, xavier_init=xavier_init)
     return _fit(
         name, model, data, train_cfg or cfg.train, seed=seed, device=device, progress=progress
     )
+
+
+def initial_vit(vit: ViTConfig, *, seed: int = 0, xavier_init: bool = True) -> ViT:
+    """The untrained ViT that :func:`train_vit` starts from for this ``seed``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = ViT(vit)
+        return init_vit_(model) if xavier_init else model
 
 
 def train_vit_digits(
@@ -661,13 +784,13 @@ class SmallCNN(nn.Module):
     """The CNN baseline: images (B, C, H, W) -> logits (B, num_classes).
 
     conv3x3(C, w) -> ReLU -> conv3x3(w, 2w) -> ReLU -> maxpool 2 -> conv3x3(2w, 2w) -> ReLU ->
-    global average pool -> Linear(2w, num_classes). Locality and translation equivariance are
-    built in: the priors a ViT has to learn from data.
+    global average pool -> Linear(2w, num_classes), with ``w = d_model`` channels. Locality
+    and translation equivariance are built in: the priors a ViT has to learn from data.
     """
 
-    def __init__(self, in_channels: int = 1, num_classes: int = 10, width: int = 32):
+    def __init__(self, in_channels: int = 1, num_classes: int = 10, d_model: int = 32):
         super().__init__()
-        w = width
+        w = d_model
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, w, 3, padding=1),
             nn.BatchNorm2d(w),
@@ -702,7 +825,7 @@ def train_small_cnn(
     data = data if data is not None else load_digits_split(seed=0)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = SmallCNN(data.x_train.shape[1], len(data.classes), cnn.width)
+        model = SmallCNN(data.x_train.shape[1], len(data.classes), cnn.d_model)
     return _fit("small CNN", model, data, cnn.train, seed=seed, device=device, progress=progress)
 
 
@@ -877,3 +1000,39 @@ def position_similarity(model: ViT) -> Tensor:
     pos = model.pos_embed[0, 1:] if model.cls_token is not None else model.pos_embed[0]
     pos = F.normalize(pos.detach().float(), dim=-1)  # (N, D)
     return (pos @ pos.T).reshape(gh, gw, gh, gw).cpu()
+
+
+def grid_distance(grid: tuple[int, int]) -> Tensor:
+    """Euclidean distance between every two patches of a (gh, gw) grid, in patches: (N, N)."""
+    gh, gw = grid
+    rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
+    pos = torch.stack([rows.flatten(), cols.flatten()], dim=-1).float()  # (N, 2)
+    return torch.cdist(pos, pos)
+
+
+def position_distance_correlation(model: ViT) -> float:
+    """Pearson correlation, over all pairs of different patches, between the cosine similarity
+    of their position embeddings and their distance on the patch grid.
+
+    Clearly negative: near patches have similar embeddings (the grid was learned); near 0: no
+    relation (random embeddings give about 0).
+    """
+    gh, gw = model.config.grid_size
+    n = gh * gw
+    if n < 3:
+        raise ValueError(f"need at least 3 patches to correlate, the grid is {gh}x{gw}")
+    sim = position_similarity(model).reshape(n, n)
+    dist = grid_distance((gh, gw))
+    off = ~torch.eye(n, dtype=torch.bool)
+    return float(torch.corrcoef(torch.stack([sim[off], dist[off]]))[0, 1])
+
+
+def similarity_by_distance(model: ViT) -> tuple[list[float], list[float]]:
+    """Mean cosine similarity of position embeddings at each distance on the grid:
+    ``(distances, means)``, distances sorted (the pairs of a patch with itself left out)."""
+    gh, gw = model.config.grid_size
+    n = gh * gw
+    sim = position_similarity(model).reshape(n, n)
+    squared = grid_distance((gh, gw)).square().round().long()  # integers: exact to compare
+    values = sorted({int(d) for d in squared.flatten() if d > 0})
+    return [math.sqrt(d) for d in values], [float(sim[squared == d].mean()) for d in values]

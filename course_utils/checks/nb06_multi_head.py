@@ -65,9 +65,9 @@ def _loop_cases(seed: int) -> list[Case]:
             name,
             {
                 "x": randn(g, B, T, D),
-                "W_q": [randn(g, D, Dh) for _ in range(H)],
-                "W_k": [randn(g, D, Dh) for _ in range(H)],
-                "W_v": [randn(g, D, Dh) for _ in range(H)],
+                "W_q": randn(g, H, D, Dh),  # stacked: the student gets a list of H matrices
+                "W_k": randn(g, H, D, Dh),
+                "W_v": randn(g, H, D, Dh),
                 "W_o": randn(g, H * Dh, D),
             },
         )
@@ -82,7 +82,8 @@ def _loop_cases(seed: int) -> list[Case]:
 
 def _loop_call(candidate, case: Case) -> dict[str, Tensor]:
     i = case.inputs
-    out = candidate(i["x"], list(i["W_q"]), list(i["W_k"]), list(i["W_v"]), i["W_o"])
+    W_q, W_k, W_v = (list(i[name].unbind(0)) for name in ("W_q", "W_k", "W_v"))
+    out = candidate(i["x"], W_q, W_k, W_v, i["W_o"])
     return {"output": as_tensor(out, "multi_head_loop(x, W_q, W_k, W_v, W_o)")}
 
 

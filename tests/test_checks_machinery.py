@@ -22,9 +22,10 @@ FOUNDATION = {
     "04.4": ("apply_rope", "04_self_cross_position.ipynb", 3),
     "05.2": ("causal_mask", "05_masked_attention.ipynb", 1),
     "05.3": ("masked_softmax", "05_masked_attention.ipynb", 3),
-    "06.1": ("split_heads", "06_multi_head.ipynb", 1),
-    "06.2": ("merge_heads", "06_multi_head.ipynb", 1),
-    "06.3": ("MultiHeadAttention", "06_multi_head.ipynb", 4),
+    "06.1": ("multi_head_loop", "06_multi_head.ipynb", 2),
+    "06.2": ("split_heads", "06_multi_head.ipynb", 1),
+    "06.3": ("merge_heads", "06_multi_head.ipynb", 1),
+    "06.4": ("MultiHeadAttention", "06_multi_head.ipynb", 4),
     "07.1": ("layer_norm", "07_transformer_block.ipynb", 2),
     "07.2": ("MLP", "07_transformer_block.ipynb", 2),
     "07.3": ("TransformerBlock", "07_transformer_block.ipynb", 4),
@@ -201,10 +202,10 @@ def test_check_prints_the_verdict_and_full_hint_for_a_wrong_answer_and_goes_on(c
 
 def test_check_prints_an_error_with_only_the_students_frames(capsys, monkeypatch):
     monkeypatch.delenv(checks.STRICT_ENV, raising=False)
-    result = checks.check("06.3", raising_for(checks.get("06.3")))
+    result = checks.check("06.4", raising_for(checks.get("06.4")))
     assert result.status == "error"
     out = capsys.readouterr().out
-    assert out.startswith(f"[06.3] {checks.get('06.3').title}: ERROR (0/4 points)\n")
+    assert out.startswith(f"[06.4] {checks.get('06.4').title}: ERROR (0/4 points)\n")
     assert "boom from the student" in out and "in forward" in out
     assert "course_utils" not in out  # no frame of the check machinery
 
@@ -220,7 +221,7 @@ def test_strict_check_raises_with_the_hint_for_a_wrong_answer(capsys, monkeypatc
 def test_strict_check_raises_for_an_error_and_for_not_attempted(monkeypatch):
     monkeypatch.setenv(checks.STRICT_ENV, "1")
     with pytest.raises(AssertionError, match="boom from the student"):
-        checks.check("06.3", raising_for(checks.get("06.3")))
+        checks.check("06.4", raising_for(checks.get("06.4")))
     with pytest.raises(checks.CheckFailed, match="not attempted"):
         checks.check("05.2", stub_for(checks.get("05.2")))
 
@@ -256,7 +257,7 @@ def test_fallback_returns_a_passing_answer(capsys):
 
 
 def test_fallback_of_a_class_exercise_gives_a_usable_class():
-    MHA = checks.fallback("06.3", stub_for(checks.get("06.3")))
+    MHA = checks.fallback("06.4", stub_for(checks.get("06.4")))
     out = MHA(8, 2)(torch.randn(2, 3, 8))
     assert out.shape == (2, 3, 8)
 

@@ -1,5 +1,5 @@
-"""Checks 06.1 (split_heads), 06.2 (merge_heads) and 06.3 (MultiHeadAttention) accept correct
-answers written differently and name each classic mistake; the reference module agrees with
+"""Checks 06.1 (multi_head_loop), 06.2 (split_heads), 06.3 (merge_heads) and 06.4
+(MultiHeadAttention) accept correct answers written differently and name each classic mistake; the reference module agrees with
 nn.MultiheadAttention. The wrong answers here are written independently of the check's own."""
 
 from __future__ import annotations
@@ -19,9 +19,113 @@ from checks_testing import (
 from torch import nn
 
 from course_utils import checks, layers
+from course_utils.checks import nb06_multi_head as checks_nb06
 from course_utils.checks._common import build_module
 
-# ----------------------------------------------------------------------------- 06.1 / 06.2
+# ----------------------------------------------------------------------------- 06.1
+
+
+def loop_stacked(x, W_q, W_k, W_v, W_o):
+    """Every head at once from stacked per-head matrices (no Python loop)."""
+    q, k, v = (torch.einsum("btd,hde->bhte", x, torch.stack(W)) for W in (W_q, W_k, W_v))
+    w = F.softmax(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5, dim=-1)
+    return (w @ v).transpose(1, 2).flatten(2) @ W_o
+
+
+def loop_project_per_head(x, W_q, W_k, W_v, W_o):
+    """Each head projected by its own rows of W_o and the results summed: the same as
+    concatenating first."""
+    out = 0
+    Dh = W_q[0].shape[-1]
+    for h, (wq, wk, wv) in enumerate(zip(W_q, W_k, W_v)):
+        q, k, v = x @ wq, x @ wk, x @ wv
+        y = F.scaled_dot_product_attention(q, k, v)
+        out = out + y @ W_o[h * Dh : (h + 1) * Dh]
+    return out
+
+
+def loop_linear(x, W_q, W_k, W_v, W_o):
+    heads = []
+    for wq, wk, wv in zip(W_q, W_k, W_v):
+        q, k, v = F.linear(x, wq.T), F.linear(x, wk.T), F.linear(x, wv.T)
+        s = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(wq.size(1))
+        heads.append(torch.bmm(s.exp() / s.exp().sum(-1, keepdim=True), v))
+    return F.linear(torch.cat(heads, 2), W_o.T)
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [loop_stacked, loop_project_per_head, loop_linear, checks_nb06.multi_head_loop_reference],
+)
+def test_loop_check_accepts_correct_answers(candidate):
+    assert_passes("06.1", candidate)
+
+
+def loop_from(scale=None, same=False, interleave=False, project=True, dim=-1):
+    def wrong(x, W_q, W_k, W_v, W_o):
+        heads = []
+        for h in range(len(W_q)):
+            j = 0 if same else h
+            q, k, v = x @ W_q[j], x @ W_k[j], x @ W_v[j]
+            s = q @ k.mT / (math.sqrt(q.shape[-1]) if scale is None else scale(x, q))
+            heads.append(s.softmax(dim) @ v)
+        y = torch.stack(heads, -1).reshape(*x.shape[:2], -1) if interleave else torch.cat(heads, -1)
+        return y @ W_o if project else y
+
+    return wrong
+
+
+LOOP_WRONG = {
+    "scaled by 1/sqrt(d_model) instead of 1/sqrt(d_head)": loop_from(
+        scale=lambda x, q: x.shape[-1] ** 0.5
+    ),
+    "missing 1/sqrt(d_head) scaling": loop_from(scale=lambda x, q: 1.0),
+    "one head's projections used for every head": loop_from(same=True),
+    "heads concatenated along the wrong axis (features interleaved)": loop_from(interleave=True),
+    "output projection missing": loop_from(project=False),
+    "softmax over the query axis (dim=-2) instead of the keys (dim=-1)": loop_from(dim=-2),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(LOOP_WRONG))
+def test_loop_check_names_each_classic_mistake(mistake):
+    assert_rejected("06.1", LOOP_WRONG[mistake], mistake)
+
+
+def test_loop_check_covers_every_registered_mistake():
+    assert set(LOOP_WRONG) == mistake_names("06.1")
+    assert_registered_mistakes_named("06.1")
+
+
+def test_loop_check_reports_a_wrong_shape_clearly():
+    # concatenating along the token axis cannot even be multiplied by W_o: an error, named
+    def tokens_axis(x, W_q, W_k, W_v, W_o):
+        heads = [
+            F.scaled_dot_product_attention(x @ q, x @ k, x @ v) for q, k, v in zip(W_q, W_k, W_v)
+        ]
+        return torch.cat(heads, dim=1)
+
+    result = checks.run("06.1", tokens_axis)
+    assert result.status == "failed"
+    assert "has shape" in result.message and "expected" in result.message
+
+
+def test_loop_reference_equals_the_batched_layer_on_the_same_weights():
+    torch.manual_seed(0)
+    D, H, B, T = 12, 3, 2, 5
+    mha = layers.MultiHeadAttention(D, H).double()
+    with torch.no_grad():
+        mha.qkv.bias.zero_()
+        mha.out.bias.zero_()
+    x = torch.randn(B, T, D, dtype=torch.float64)
+    W = mha.qkv.weight.split(D)  # W_q, W_k, W_v as (D_out, D_in)
+    heads = [[w[h * 4 : (h + 1) * 4].T for h in range(H)] for w in W]
+    got = checks_nb06.multi_head_loop_reference(x, *heads, mha.out.weight.T)
+    with torch.no_grad():
+        torch.testing.assert_close(got, mha(x))
+
+
+# ----------------------------------------------------------------------------- 06.2 / 06.3
 
 
 def split_view_permute(x, H):
@@ -41,7 +145,7 @@ def split_unflatten(x, H):
     "candidate", [split_view_permute, split_chunks, split_unflatten, layers.split_heads]
 )
 def test_split_heads_check_accepts_correct_answers(candidate):
-    assert_passes("06.1", candidate)
+    assert_passes("06.2", candidate)
 
 
 SPLIT_WRONG = {
@@ -58,12 +162,12 @@ SPLIT_WRONG = {
 
 @pytest.mark.parametrize("mistake", sorted(SPLIT_WRONG))
 def test_split_heads_check_names_each_classic_mistake(mistake):
-    assert_rejected("06.1", SPLIT_WRONG[mistake], mistake)
+    assert_rejected("06.2", SPLIT_WRONG[mistake], mistake)
 
 
 def test_split_heads_check_covers_every_registered_mistake():
-    assert set(SPLIT_WRONG) == mistake_names("06.1")
-    assert_registered_mistakes_named("06.1")
+    assert set(SPLIT_WRONG) == mistake_names("06.2")
+    assert_registered_mistakes_named("06.2")
 
 
 def merge_cat(x):
@@ -81,11 +185,11 @@ def merge_contiguous_view(x):
     ids=["cat", "contiguous view", "flatten", "reference"],
 )
 def test_merge_heads_check_accepts_correct_answers(candidate):
-    assert_passes("06.2", candidate)
+    assert_passes("06.3", candidate)
 
 
 def test_merge_heads_with_view_on_a_non_contiguous_tensor_is_an_error_with_the_message():
-    result = checks.run("06.2", lambda x: x.transpose(1, 2).view(x.shape[0], x.shape[2], -1))
+    result = checks.run("06.3", lambda x: x.transpose(1, 2).view(x.shape[0], x.shape[2], -1))
     assert result.status == "error"
     assert "view" in result.message
 
@@ -102,15 +206,15 @@ MERGE_WRONG = {
 
 @pytest.mark.parametrize("mistake", sorted(MERGE_WRONG))
 def test_merge_heads_check_names_each_classic_mistake(mistake):
-    assert_rejected("06.2", MERGE_WRONG[mistake], mistake)
+    assert_rejected("06.3", MERGE_WRONG[mistake], mistake)
 
 
 def test_merge_heads_check_covers_every_registered_mistake():
-    assert set(MERGE_WRONG) == mistake_names("06.2")
-    assert_registered_mistakes_named("06.2")
+    assert set(MERGE_WRONG) == mistake_names("06.3")
+    assert_registered_mistakes_named("06.3")
 
 
-# ----------------------------------------------------------------------------- 06.3
+# ----------------------------------------------------------------------------- 06.4
 
 
 class Given(nn.Module):
@@ -171,7 +275,7 @@ class MHAEinsum(Given):
 
 @pytest.mark.parametrize("candidate", [MHALoop, MHAFused, MHAEinsum, layers.MultiHeadAttention])
 def test_mha_check_accepts_correct_answers(candidate):
-    assert_passes("06.3", candidate)
+    assert_passes("06.4", candidate)
 
 
 def mha_from(
@@ -235,12 +339,12 @@ MHA_WRONG = {
 
 @pytest.mark.parametrize("mistake", sorted(MHA_WRONG))
 def test_mha_check_names_each_classic_mistake(mistake):
-    assert_rejected("06.3", MHA_WRONG[mistake], mistake)
+    assert_rejected("06.4", MHA_WRONG[mistake], mistake)
 
 
 def test_mha_check_covers_every_registered_mistake():
-    assert set(MHA_WRONG) == mistake_names("06.3")
-    assert_registered_mistakes_named("06.3")
+    assert set(MHA_WRONG) == mistake_names("06.4")
+    assert_registered_mistakes_named("06.4")
 
 
 def test_mha_check_names_a_renamed_submodule():
@@ -253,7 +357,7 @@ def test_mha_check_names_a_renamed_submodule():
         def forward(self, x, attn_mask=None):
             return x
 
-    result = checks.run("06.3", Renamed)
+    result = checks.run("06.4", Renamed)
     assert result.status == "error"
     assert "no parameter 'qkv.weight'" in result.message
 
@@ -262,13 +366,13 @@ def test_mha_check_does_not_move_the_global_random_stream():
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    checks.run("06.3", MHALoop)
+    checks.run("06.4", MHALoop)
     torch.testing.assert_close(torch.rand(3), expected)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_mha_reference_agrees_with_nn_multiheadattention_on_every_case(seed):
-    exercise = checks.get("06.3")
+    exercise = checks.get("06.4")
     for case in exercise.make_cases(seed):
         i = case.inputs
         ours = build_module(layers.MultiHeadAttention, (i["d_model"], i["n_heads"]), {}, i, "MHA")

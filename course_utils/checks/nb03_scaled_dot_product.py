@@ -128,7 +128,7 @@ def _swapped_outputs(q, k, v, attn_mask=None):
     return weights, out
 
 
-# Mistakes a mask can cause, shared with later notebooks' checks (05.3, 06.3).
+# Mistakes a mask can cause, shared with later notebooks' checks (05.3, 06.4).
 MASK_MISTAKES_HINTS = {
     "after": (
         "mask before the softmax: fill blocked scores with float('-inf'), then softmax; "

@@ -1,7 +1,11 @@
-"""Checks for notebook 06 (multi-head attention): 06.1 split_heads, 06.2 merge_heads,
-06.3 the MultiHeadAttention module.
+"""Checks for notebook 06 (multi-head attention): 06.1 multi_head_loop (one head at a time,
+per-head projections), 06.2 split_heads, 06.3 merge_heads, 06.4 the MultiHeadAttention module.
 
-06.3 is a class. The notebook gives its ``__init__(self, d_model, n_heads)`` with
+06.1 takes per-head weight lists: ``multi_head_loop(x, W_q, W_k, W_v, W_o)`` with ``x``
+(B, T, D), ``W_q``, ``W_k``, ``W_v`` lists of H matrices (D, Dh) and ``W_o`` (H * Dh, D), in the
+math convention ``q = x @ W`` (no biases).
+
+06.4 is a class. The notebook gives its ``__init__(self, d_model, n_heads)`` with
 ``self.qkv = nn.Linear(d_model, 3 * d_model)`` (rows: W_q, W_k, W_v, the layout of
 ``nn.MultiheadAttention.in_proj_weight``) and ``self.out = nn.Linear(d_model, d_model)``; the
 student writes ``forward(self, x, attn_mask=None)`` (B, T, D) -> (B, T, D). The check builds the
@@ -32,7 +36,125 @@ from course_utils.checks.nb03_scaled_dot_product import MASK_MISTAKES_HINTS
 
 NOTEBOOK = "06_multi_head.ipynb"
 
-# ----------------------------------------------------------------------------- 06.1 split_heads
+# ----------------------------------------------------------------------------- 06.1 the loop
+
+
+def multi_head_loop_reference(
+    x: Tensor, W_q: list[Tensor], W_k: list[Tensor], W_v: list[Tensor], W_o: Tensor
+) -> Tensor:
+    """Multi-head self attention one head at a time: x (B, T, D) -> (B, T, D_out).
+
+    Head h: softmax((x W_q[h]) (x W_k[h])^T / sqrt(Dh)) (x W_v[h]); the H outputs concatenated
+    along the features, then multiplied by W_o (H * Dh, D_out).
+    """
+    heads = []
+    for wq, wk, wv in zip(W_q, W_k, W_v, strict=True):
+        q, k, v = x @ wq, x @ wk, x @ wv
+        scores = q @ k.transpose(-2, -1) / math.sqrt(wq.shape[-1])
+        heads.append(torch.softmax(scores, dim=-1) @ v)
+    return torch.cat(heads, dim=-1) @ W_o
+
+
+def _loop_cases(seed: int) -> list[Case]:
+    g = generator(seed)
+    B, T, H, Dh = distinct_sizes(g, 4, 2, 6)
+
+    def case(name: str, *, B: int = B, T: int = T, H: int = H, Dh: int = Dh) -> Case:
+        D = H * Dh + 1  # the input width differs from H * Dh: W_o's shape says which is which
+        return Case(
+            name,
+            {
+                "x": randn(g, B, T, D),
+                "W_q": randn(g, H, D, Dh),  # stacked: the student gets a list of H matrices
+                "W_k": randn(g, H, D, Dh),
+                "W_v": randn(g, H, D, Dh),
+                "W_o": randn(g, H * Dh, D),
+            },
+        )
+
+    return [
+        case("B, T, H, Dh all different"),
+        case("one sequence, one token (T = 1)", B=1, T=1),
+        case("one head (H = 1)", H=1),
+        case("one dimension per head (Dh = 1)", Dh=1),
+    ]
+
+
+def _loop_call(candidate, case: Case) -> dict[str, Tensor]:
+    i = case.inputs
+    W_q, W_k, W_v = (list(i[name].unbind(0)) for name in ("W_q", "W_k", "W_v"))
+    out = candidate(i["x"], W_q, W_k, W_v, i["W_o"])
+    return {"output": as_tensor(out, "multi_head_loop(x, W_q, W_k, W_v, W_o)")}
+
+
+def _loop_variant(*, scale=None, cat=None, shared: bool = False, project_out: bool = True, dim=-1):
+    """The reference loop with one thing changed."""
+
+    def loop(x: Tensor, W_q: list[Tensor], W_k: list[Tensor], W_v: list[Tensor], W_o: Tensor):
+        heads = []
+        for h in range(len(W_q)):
+            j = 0 if shared else h
+            q, k, v = x @ W_q[j], x @ W_k[j], x @ W_v[j]
+            factor = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(x)
+            heads.append(torch.softmax(q @ k.transpose(-2, -1) * factor, dim=dim) @ v)
+        y = (cat or (lambda hs: torch.cat(hs, dim=-1)))(heads)
+        return y @ W_o if project_out else y
+
+    return loop
+
+
+LOOP_MISTAKES = [
+    Mistake(
+        "scaled by 1/sqrt(d_model) instead of 1/sqrt(d_head)",
+        "each head works in Dh dimensions (the width of its W_q[h]): divide its scores by "
+        "sqrt(Dh), not by the square root of the input width",
+        _loop_variant(scale=lambda x: 1 / math.sqrt(x.shape[-1])),
+    ),
+    Mistake(
+        "missing 1/sqrt(d_head) scaling",
+        "divide each head's scores by sqrt(Dh), Dh = the width of its W_q[h]",
+        _loop_variant(scale=lambda x: 1.0),
+    ),
+    Mistake(
+        "one head's projections used for every head",
+        "head h must use its own W_q[h], W_k[h] and W_v[h]; with the same projections every "
+        "head computes the same thing",
+        _loop_variant(shared=True),
+    ),
+    Mistake(
+        "heads concatenated along the wrong axis (features interleaved)",
+        "put the heads' outputs side by side along the feature axis: head 0's Dh features, "
+        "then head 1's, ... (stacking on a new last axis and flattening interleaves them)",
+        _loop_variant(cat=lambda hs: torch.stack(hs, dim=-1).flatten(-2)),
+    ),
+    Mistake(
+        "output projection missing",
+        "after concatenating the heads multiply by W_o, which mixes what the heads found",
+        _loop_variant(project_out=False),
+    ),
+    Mistake(
+        "softmax over the query axis (dim=-2) instead of the keys (dim=-1)",
+        "normalise each query's scores over the keys: dim=-1",
+        _loop_variant(dim=-2),
+    ),
+]
+
+LOOP = Exercise(
+    id="06.1",
+    title="Multi-head attention, one head at a time",
+    points=2,
+    notebook=NOTEBOOK,
+    function="multi_head_loop",
+    reference=multi_head_loop_reference,
+    make_cases=_loop_cases,
+    call=_loop_call,
+    mistakes=LOOP_MISTAKES,
+    compare=close(),
+    hint="for each head h: q, k, v = x @ W_q[h], x @ W_k[h], x @ W_v[h]; softmax over the keys of "
+    "q k^T / sqrt(Dh); times v. Concatenate the H outputs along the features, then @ W_o",
+)
+
+# ----------------------------------------------------------------------------- 06.2 split_heads
 
 
 def _split_cases(seed: int) -> list[Case]:
@@ -98,7 +220,7 @@ SPLIT_MISTAKES = [
 ]
 
 SPLIT = Exercise(
-    id="06.1",
+    id="06.2",
     title="Split into heads",
     points=1,
     notebook=NOTEBOOK,
@@ -111,7 +233,7 @@ SPLIT = Exercise(
     hint="(B, T, D) -> reshape (B, T, H, D // H) -> transpose(1, 2) -> (B, H, T, D // H)",
 )
 
-# ----------------------------------------------------------------------------- 06.2 merge_heads
+# ----------------------------------------------------------------------------- 06.3 merge_heads
 
 
 def _merge_cases(seed: int) -> list[Case]:
@@ -166,7 +288,7 @@ MERGE_MISTAKES = [
 ]
 
 MERGE = Exercise(
-    id="06.2",
+    id="06.3",
     title="Merge heads",
     points=1,
     notebook=NOTEBOOK,
@@ -180,7 +302,7 @@ MERGE = Exercise(
     "(reshape, or .contiguous().view, since the transpose is not contiguous)",
 )
 
-# ----------------------------------------------------------------------------- 06.3 MultiHeadAttention
+# ----------------------------------------------------------------------------- 06.4 MultiHeadAttention
 
 
 def _mha_cases(seed: int) -> list[Case]:
@@ -341,7 +463,7 @@ MHA_MISTAKES = [
 ]
 
 MHA = Exercise(
-    id="06.3",
+    id="06.4",
     title="MultiHeadAttention module",
     points=4,
     notebook=NOTEBOOK,
@@ -356,4 +478,4 @@ MHA = Exercise(
     "to (B, T, D); apply self.out",
 )
 
-EXERCISES = [SPLIT, MERGE, MHA]
+EXERCISES = [LOOP, SPLIT, MERGE, MHA]

@@ -9,7 +9,9 @@
   seconds; :func:`attention_maps` returns every head's weights, :func:`head_ablation` the
   accuracy with one head switched off (Michel et al. 2019).
 * :func:`draw_split_heads` — the picture of ``split_heads``: which numbers land in which head;
-  :func:`mha_flops` / :func:`mha_params` — the four matmuls' FLOPs and the parameters.
+  :func:`mha_flops` / :func:`mha_params` — the four matmuls' FLOPs and the parameters;
+  :func:`score_entries` — the size of the scores tensor, which does grow with H;
+  :func:`head_weights` — a fused layer's weights as per-head matrices, for the loop of 06.1.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ __all__ = [
     "draw_split_heads",
     "mha_flops",
     "mha_params",
+    "score_entries",
+    "head_weights",
 ]
 
 
@@ -250,10 +254,30 @@ def mha_flops(B: int, T: int, D: int, H: int) -> dict[str, int]:
     Dh = D // H
     return {
         "1. QKV projection  x W_qkv": 2 * B * T * D * 3 * D,
-        "2. scores  Q K^T (per head)": 2 * B * H * T * T * Dh,
-        "3. weighted sum  A V (per head)": 2 * B * H * T * T * Dh,
+        "2. scores  Q K^T (all H heads)": 2 * B * H * T * T * Dh,
+        "3. weighted sum  A V (all H heads)": 2 * B * H * T * T * Dh,
         "4. output projection  Y W_O": 2 * B * T * D * D,
     }
+
+
+def score_entries(B: int, T: int, H: int) -> int:
+    """Entries of the attention scores (B, H, T, T): what the scaling, the mask and the softmax
+    touch. Unlike the matmul FLOPs, this grows linearly with H."""
+    return B * H * T * T
+
+
+def head_weights(mha: nn.Module) -> tuple[list[Tensor], list[Tensor], list[Tensor], Tensor]:
+    """A fused layer's weights as per-head matrices for a loop over heads (math convention
+    ``q = x @ W``): ``(W_q, W_k, W_v, W_o)`` with ``W_q[h]`` (D, Dh) and ``W_o`` (D, D).
+
+    ``mha`` has ``qkv`` = Linear(D, 3D) (weight rows [W_q; W_k; W_v]) and ``out`` = Linear(D, D);
+    head h owns rows ``h*Dh:(h+1)*Dh`` of each block. Biases are not included.
+    """
+    D, H = mha.out.weight.shape[0], mha.n_heads
+    Dh = D // H
+    blocks = mha.qkv.weight.detach().split(D)  # W_q, W_k, W_v as (D_out, D_in)
+    W_q, W_k, W_v = ([w[h * Dh : (h + 1) * Dh].T for h in range(H)] for w in blocks)
+    return W_q, W_k, W_v, mha.out.weight.detach().T
 
 
 def mha_params(D: int) -> dict[str, int]:

@@ -9,9 +9,16 @@
 * :func:`flash_style` — tiles the queries too, around any key-tiled attention function.
 * :func:`sdpa_backends` / :func:`sdpa_kernel_used` / :func:`compare_backends` — which
   ``F.scaled_dot_product_attention`` backends exist, which are enabled, which one runs here.
-* :func:`data_parallel_demo` — a small MLP trained data-parallel in spawned processes equals
-  one process on the full batch (:mod:`course_utils.distributed` does the plumbing);
+* :func:`data_parallel_demo` — a small MLP or a small course GPT (``model="gpt"``) trained
+  data-parallel in spawned processes equals one process on the full batch
+  (:mod:`course_utils.distributed` does the plumbing), with each run's training time;
   ``torchrun --nproc_per_node=2 -m course_utils.recipes.nb11`` runs it under torchrun.
+* :func:`gpt_demo_problem` / :func:`sharded_gradients` — the GPT of that demo, and the
+  all-reduce simulated in one process: the mean of N shards' gradients against the full
+  batch's gradient.
+* :func:`tensor_parallel_block` — one pre-norm Transformer block computed Megatron-style on W
+  simulated devices (heads and MLP columns split), counting the all-reduces of its forward
+  pass.
 """
 
 from __future__ import annotations
@@ -60,9 +67,14 @@ __all__ = [
     "timed",
     "naive_limit",
     "sdpa_kernel_used",
+    "sdpa_backend_status",
+    "CUDA_ONLY_BACKENDS",
     "compare_backends",
     "BACKEND_KERNELS",
     "demo_problem",
+    "gpt_demo_problem",
+    "sharded_gradients",
+    "tensor_parallel_block",
     "demo_worker",
     "DataParallelDemo",
     "data_parallel_demo",
@@ -334,6 +346,48 @@ def sdpa_backends() -> list[tuple[str, str]]:
     return rows
 
 
+# Backends that only exist on CUDA devices: on any other device they are not applicable.
+CUDA_ONLY_BACKENDS = ("EFFICIENT_ATTENTION", "CUDNN_ATTENTION")
+
+
+def sdpa_backend_status(
+    device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+) -> list[tuple[str, str, str]]:
+    """Each ``SDPBackend``: ``(name, global switch, what it does on this device and dtype)``.
+
+    A switch being on does not make a backend usable: ``FLASH_ATTENTION`` has a CPU kernel,
+    ``EFFICIENT_ATTENTION`` and ``CUDNN_ATTENTION`` need a CUDA GPU (on a CPU they are "not
+    applicable"), ``OVERRIDEABLE`` is for out-of-tree devices. Where the device could run one,
+    a tiny call forced with ``sdpa_kernel`` says whether it actually runs.
+    """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    device = torch.device(device)
+    q = torch.randn(1, 2, 16, 8, device=device, dtype=dtype)
+    rows = []
+    for name, switch in sdpa_backends():
+        if name == "OVERRIDEABLE":
+            here = "not applicable (for out-of-tree device backends)"
+        elif name in CUDA_ONLY_BACKENDS and device.type != "cuda":
+            here = f"not applicable on {device.type} (CUDA only)"
+        else:
+            try:
+                with sdpa_kernel(getattr(SDPBackend, name)), torch.no_grad():
+                    F.scaled_dot_product_attention(q, q, q)
+                here = f"runs on {device.type} in {str(dtype).replace('torch.', '')}"
+            except RuntimeError as exc:
+                here = "cannot run here: " + _first_sentence(exc)
+        rows.append((name, switch, here))
+    return rows
+
+
+def _first_sentence(exc: BaseException) -> str:
+    """The first sentence of an exception's message, whole (never cut mid-sentence)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
+
+
 def _backend_names(enum) -> list[str]:
     """Names of the members of ``SDPBackend`` (a pybind enum), in value order, less ERROR."""
     members = sorted(enum.__members__.items(), key=lambda kv: int(kv[1]))
@@ -384,6 +438,9 @@ def compare_backends(
                 need = naive_bytes(n, cfg, dtype) / 1e9
                 results[name][n] = f"skipped: needs {need:.1f} GB (n x n), {free / 1e9:.1f} GB free"
                 continue
+            if name in CUDA_ONLY_BACKENDS and device.type != "cuda":
+                results[name][n] = f"not applicable on {device.type} (CUDA only)"
+                continue
             try:
                 with sdpa_kernel(backend):
                     s, _ = measure(
@@ -391,8 +448,7 @@ def compare_backends(
                     )
                 results[name][n] = s
             except RuntimeError as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                results[name][n] = "cannot run: " + first[:80]
+                results[name][n] = "cannot run: " + _first_sentence(exc)
     return results
 
 
@@ -421,21 +477,138 @@ def _mse(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Te
     return ((model(x) - y) ** 2).mean()
 
 
+GPT_DEMO = {"vocab_size": 16, "block_size": 32, "n_layers": 2, "n_heads": 4, "d_model": 64}
+
+
+def gpt_demo_problem(
+    seed: int = 0, n: int = 64, dtype: torch.dtype = torch.float64
+) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """A seeded course GPT (``GPT_DEMO`` sizes, no dropout) and ``n`` token sequences to learn:
+    ``(model, (x (n, T), y (n, T)))``.
+
+    Each sequence counts up by a fixed step (its own, 1 to 3) from a random start, modulo the
+    vocabulary, so the next token is predictable once the step has been seen; ``y`` is ``x``
+    shifted by one.
+    """
+    from course_utils.models import GPT, GPTConfig
+
+    cfg = GPTConfig(**GPT_DEMO)
+    g = torch.Generator().manual_seed(seed)
+    start = torch.randint(0, cfg.vocab_size, (n, 1), generator=g)
+    step = torch.randint(1, 4, (n, 1), generator=g)
+    seq = (start + step * torch.arange(cfg.block_size + 1)) % cfg.vocab_size
+    torch.manual_seed(seed)
+    model = GPT(cfg).to(dtype)
+    return model, (seq[:, :-1], seq[:, 1:])
+
+
+def _gpt_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    x, y = batch
+    return model(x, y)[1]
+
+
+def sharded_gradients(
+    model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], world_size: int
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The all-reduce of data parallelism simulated in one process.
+
+    Returns ``(full, averaged)``: each parameter's gradient of the GPT loss on the whole batch,
+    and the mean over ``world_size`` equal shards of the batch of each shard's gradient (what
+    every process holds after DDP's all-reduce). ``model``'s own ``.grad`` are left cleared.
+    """
+    x, y = batch
+    if len(x) % world_size:
+        raise ValueError(f"expected a batch divisible by world_size, got {len(x)}, {world_size}")
+
+    def grads(xs: torch.Tensor, ys: torch.Tensor) -> dict[str, torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        _gpt_loss(model, (xs, ys)).backward()
+        return {k: p.grad.detach().clone() for k, p in model.named_parameters()}
+
+    full = grads(x, y)
+    shards = [grads(xs, ys) for xs, ys in zip(x.chunk(world_size), y.chunk(world_size))]
+    averaged = {k: torch.stack([s[k] for s in shards]).mean(dim=0) for k in full}
+    model.zero_grad(set_to_none=True)
+    return full, averaged
+
+
+def tensor_parallel_block(
+    block: nn.Module, x: torch.Tensor, world_size: int
+) -> tuple[torch.Tensor, int]:
+    """A pre-norm :class:`~course_utils.layers.TransformerBlock` (no mask, no dropout) computed
+    Megatron-style on ``world_size`` simulated devices: ``(output, all-reduces)``.
+
+    Device r holds heads ``r*H/W .. (r+1)*H/W - 1`` (its columns of W_q, W_k, W_v and its rows
+    of W_O) and columns ``r*F/W ..`` of the MLP's first matrix (rows of its second). Each device
+    computes a partial sum of the attention's output projection, and later of the MLP's second
+    linear; the partial sums are added across devices (an **all-reduce**) before the residual
+    and before anything that needs the whole vector. The count is the number of all-reduces.
+    """
+    attn, mlp = block.attn, block.mlp
+    D, H = attn.d_model, attn.n_heads
+    if H % world_size or block.norm_first is not True:
+        raise ValueError("expected a pre-norm block with n_heads divisible by world_size")
+    lin1, lin2 = mlp.fc1, mlp.fc2
+    d_ff = lin1.out_features
+    Dh, h_per, f_per = D // H, H // world_size, d_ff // world_size
+    all_reduces = 0
+
+    def all_reduce(partials: list[torch.Tensor]) -> torch.Tensor:
+        nonlocal all_reduces
+        all_reduces += 1
+        return torch.stack(partials).sum(dim=0)
+
+    a = block.norm1(x)
+    Wq, Wk, Wv = attn.qkv.weight.split(D)
+    bq, bk, bv = attn.qkv.bias.split(D)
+    partials = []
+    for r in range(world_size):
+        cols = slice(r * h_per * Dh, (r + 1) * h_per * Dh)  # this device's heads
+        q, k, v = (
+            F.linear(a, W[cols], b[cols]).unflatten(-1, (h_per, Dh)).transpose(1, 2)
+            for W, b in ((Wq, bq), (Wk, bk), (Wv, bv))
+        )
+        heads = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2)
+        partials.append(heads @ attn.out.weight[:, cols].T)  # partial sum of W_O
+    x = x + all_reduce(partials) + attn.out.bias  # all-reduce 1: after attention's W_O
+    m = block.norm2(x)
+    partials = []
+    for r in range(world_size):
+        cols = slice(r * f_per, (r + 1) * f_per)  # this device's MLP columns
+        hidden = mlp.act(F.linear(m, lin1.weight[cols], lin1.bias[cols]))
+        partials.append(hidden @ lin2.weight[:, cols].T)  # partial sum of the second linear
+    x = x + all_reduce(partials) + lin2.bias  # all-reduce 2: after the MLP's second linear
+    return x, all_reduces
+
+
 def demo_worker(
-    info: DistInfo, steps: int = 20, batch_size: int = 16, lr: float = 1e-2, seed: int = 0
+    info: DistInfo,
+    steps: int = 20,
+    batch_size: int = 16,
+    lr: float = 1e-2,
+    seed: int = 0,
+    model_name: str = "mlp",
 ) -> dict[str, Any]:
-    """Train :func:`demo_problem` with :func:`course_utils.training.train` in this process.
+    """Train :func:`demo_problem` (``model_name="mlp"``) or :func:`gpt_demo_problem`
+    (``"gpt"``) with :func:`course_utils.training.train` in this process.
 
     Under a process group each rank takes its shard of every batch (same batches on every
-    rank: the generator is seeded alike). Returns ``{"rank", "world_size", "state", "loss"}``.
+    rank: the generator is seeded alike). Returns ``{"rank", "world_size", "state", "loss",
+    "train_seconds"}`` (``train_seconds``: wall time of the training steps, all-reduces
+    included, without starting the process).
     """
-    model, (x, y) = demo_problem(seed)
+    if model_name not in ("mlp", "gpt"):
+        raise ValueError(f"expected model_name 'mlp' or 'gpt', got {model_name!r}")
+    problem, loss_fn = (
+        (demo_problem, _mse) if model_name == "mlp" else (gpt_demo_problem, _gpt_loss)
+    )
+    model, (x, y) = problem(seed)
     model.to(info.device)
     data = batches((x, y), batch_size, torch.Generator().manual_seed(seed), drop_last=True)
     history = train(
         model,
         data,
-        loss_fn=_mse,
+        loss_fn=loss_fn,
         steps=steps,
         lr=lr,
         warmup=2,
@@ -449,6 +622,7 @@ def demo_worker(
         "world_size": info.world_size,
         "state": state,
         "loss": history.train_loss,
+        "train_seconds": history.train_seconds,
     }
 
 
@@ -464,6 +638,16 @@ class DataParallelDemo:
     single_seconds: float
     backend: str = "gloo"
     note: str = ""  # which backend and why (distributed.data_parallel_backend)
+    model: str = "mlp"
+    samples: int = 0  # training examples processed per run (steps x global batch)
+
+    def throughput(self) -> tuple[float, float]:
+        """Examples per second of training steps: ``(data-parallel, single process)``.
+
+        The data-parallel run is as slow as its slowest rank; process start-up is excluded.
+        """
+        slowest = max(r["train_seconds"] for r in self.ranks)
+        return self.samples / slowest, self.samples / self.single["train_seconds"]
 
     def __repr__(self) -> str:
         return (
@@ -480,8 +664,10 @@ def data_parallel_demo(
     lr: float = 1e-2,
     seed: int = 0,
     backend: str | None = None,
+    model: str = "mlp",
 ) -> DataParallelDemo:
-    """Train the demo MLP data-parallel in ``world_size`` processes and in this one alone.
+    """Train the demo model (``"mlp"`` or ``"gpt"``) data-parallel in ``world_size`` processes
+    and in this one alone (one torch thread per process).
 
     ``batch_size`` is the global batch (each process gets ``batch_size / world_size`` rows).
     ``backend``: default :func:`~course_utils.distributed.data_parallel_backend` (NCCL with a
@@ -497,18 +683,25 @@ def data_parallel_demo(
         )
     t0 = time.perf_counter()
     ranks = spawn_data_parallel(
-        demo_worker, world_size, (steps, batch_size, lr, seed), backend=backend
+        demo_worker, world_size, (steps, batch_size, lr, seed, model), backend=backend
     )
     t1 = time.perf_counter()
     device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
-    single = demo_worker(DistInfo(0, 1, 0, device, None), steps, batch_size, lr, seed)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each spawned process
+    try:
+        single = demo_worker(DistInfo(0, 1, 0, device, None), steps, batch_size, lr, seed, model)
+    finally:
+        torch.set_num_threads(threads)
     t2 = time.perf_counter()
     diff = max(
         (r["state"][k] - single["state"][k]).abs().max().item()
         for r in ranks
         for k in single["state"]
     )
-    return DataParallelDemo(ranks, single, diff, t1 - t0, t2 - t1, backend, note)
+    return DataParallelDemo(
+        ranks, single, diff, t1 - t0, t2 - t1, backend, note, model, steps * batch_size
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -517,10 +710,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--backend", default=None)
+    parser.add_argument("--model", default="mlp", choices=("mlp", "gpt"))
     args = parser.parse_args(argv)
     info = init_distributed(args.backend)
     try:
-        result = demo_worker(info, steps=args.steps, batch_size=args.batch_size)
+        result = demo_worker(
+            info, steps=args.steps, batch_size=args.batch_size, model_name=args.model
+        )
         if info.is_main:
             print(
                 f"rank 0 of {info.world_size} ({info.backend or 'single process'}): "

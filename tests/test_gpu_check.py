@@ -154,3 +154,32 @@ def test_a_long_vit_run_states_its_expected_time_first():
         )
     line = nb09.long_run_notice("ViT", 39_200, 200, torch.device("cuda"))
     assert "39,200 optimizer steps" in line and "about 20 min" in line and "estimate" in line
+
+
+def test_data_parallel_stage_runs_notebook_11s_gpt_demo_over_nccl(monkeypatch):
+    from types import SimpleNamespace
+
+    from course_utils import distributed
+    from course_utils.bench import gpu_check
+    from course_utils.recipes import nb11
+
+    calls = []
+    monkeypatch.setattr(distributed, "data_parallel_backend", lambda n: ("nccl", f"{n} GPUs"))
+    monkeypatch.setattr(
+        nb11,
+        "data_parallel_demo",
+        lambda **kw: calls.append(kw) or SimpleNamespace(max_abs_diff=1e-7),
+    )
+    assert gpu_check.data_parallel_stage(4) == {
+        "backend": "nccl",
+        "note": "4 GPUs",
+        "max_abs_diff": 1e-7,
+    }
+    assert calls == [dict(world_size=4, steps=5, batch_size=32, backend="nccl", model="gpt")]
+
+
+def test_data_parallel_stage_says_why_it_skips_without_two_gpus():
+    from course_utils.bench import gpu_check
+
+    out = gpu_check.data_parallel_stage(0)
+    assert out["backend"] == "skipped" and out["note"]

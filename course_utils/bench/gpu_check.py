@@ -95,7 +95,7 @@ def stage_paths(opts: argparse.Namespace) -> dict[str, Any]:
 
     import torch
 
-    from course_utils import devices, distributed
+    from course_utils import devices
     from course_utils.recipes import nb08, nb11
 
     device = devices.resolve(opts.device)
@@ -122,13 +122,23 @@ def stage_paths(opts: argparse.Namespace) -> dict[str, Any]:
     out["sdpa_backends"] = nb11.compare_backends(c11, device=device, dtype=dtype)
     out["naive_limit"] = nb11.naive_limit(nb11.config(), device, dtype)[1]
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    backend, note = distributed.data_parallel_backend(max(2, gpus))
-    if backend == "nccl":
-        demo = distributed.data_parallel_demo(world_size=gpus, steps=5, batch_size=8 * gpus)
-        out["data_parallel"] = {"backend": backend, "note": note, "max_abs_diff": demo.max_abs_diff}
-    else:
-        out["data_parallel"] = {"backend": "skipped", "note": note}
+    out["data_parallel"] = data_parallel_stage(gpus)
     return out
+
+
+def data_parallel_stage(gpus: int) -> dict[str, Any]:
+    """Notebook 11's data-parallel demo on the course GPT over NCCL when there are >= 2 GPUs
+    (its parameters must equal one process's), else why it was skipped."""
+    from course_utils import distributed
+    from course_utils.recipes import nb11
+
+    backend, note = distributed.data_parallel_backend(max(2, gpus))
+    if backend != "nccl":
+        return {"backend": "skipped", "note": note}
+    demo = nb11.data_parallel_demo(
+        world_size=gpus, steps=5, batch_size=8 * gpus, backend=backend, model="gpt"
+    )
+    return {"backend": backend, "note": note, "max_abs_diff": demo.max_abs_diff}
 
 
 def stage_notebooks(opts: argparse.Namespace) -> dict[str, Any]:

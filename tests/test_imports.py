@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "course_utils"
@@ -92,3 +94,16 @@ def test_no_module_imports_another_modules_private_names():
         and target != name
     ]
     assert offenders == []
+
+
+def test_reading_a_notebook_does_not_build_jsonschemas_iri_parser():
+    """course_utils keeps jsonschema from building rfc3987_syntax's grammar (seconds per process
+    that imports nbformat: every grader and release run); notebooks still validate."""
+    code = (
+        "import sys, course_utils, nbformat\n"
+        "nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('1')])\n"
+        "nbformat.validate(nb)\n"
+        "print(sorted(m for m in ('lark', 'rfc3987_syntax') if sys.modules.get(m)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

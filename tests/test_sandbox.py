@@ -502,3 +502,26 @@ def fx_opts(monkeypatch):
         assignment="99_fixture",
         startup_timeout=30,
     )
+
+
+def _fake_proc(root: Path, processes: dict[int, tuple[int, str]]) -> Path:
+    for pid, (uid, state) in processes.items():
+        (root / str(pid)).mkdir(parents=True)
+        (root / str(pid) / "status").write_text(
+            f"Name:\tpython\nState:\t{state}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+        )
+    (root / "self").mkdir()  # not a pid: ignored
+    return root
+
+
+def test_kill_uid_stops_at_zombies_and_waits_for_the_living(tmp_path):
+    """``kill -1`` "succeeds" on zombies, so the killer asks /proc whether anything of the
+    uid is still alive instead of retrying for two seconds after every submission."""
+    from course_utils.grading import launch
+
+    uid = 201234
+    assert launch.alive(uid, str(_fake_proc(tmp_path / "a", {7: (uid, "S (sleeping)")})))
+    assert launch.alive(uid, str(_fake_proc(tmp_path / "b", {7: (uid, "Z (zombie)")}))) is False
+    assert launch.alive(uid, str(_fake_proc(tmp_path / "c", {7: (0, "R (running)")}))) is False
+    assert launch.alive(uid, str(tmp_path / "missing")) is None
+    assert launch.alive(os.getuid()) is True  # the real /proc: pytest's parent has this uid

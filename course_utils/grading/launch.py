@@ -106,9 +106,33 @@ def become(argv: list[str]) -> None:
     os.execvp(command[0], command)
 
 
+def alive(uid: int, proc: str = "/proc") -> bool | None:
+    """Whether a process of ``uid`` (real or saved uid) other than this one is still alive;
+    ``None`` where ``proc`` cannot be read. Zombies do not count: they are dead, waiting for
+    their parent to collect them, yet ``kill`` "succeeds" on them."""
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return None
+    me = str(os.getpid())
+    for entry in entries:
+        if not entry.isdigit() or entry == me:
+            continue
+        try:
+            with open(f"{proc}/{entry}/status", encoding="ascii", errors="replace") as fh:
+                status = dict(line.split(":", 1) for line in fh if ":" in line)
+        except OSError:  # it ended while we looked
+            continue
+        uids = status.get("Uid", "").split()
+        state = status.get("State", "").strip()[:1]
+        if str(uid) in (uids[0:1] + uids[2:3]) and state not in ("Z", "X"):
+            return True
+    return False
+
+
 def kill_uid(uid: int) -> None:
     """``--kill-uid UID`` (root): become UID and SIGKILL every process of it (``kill -1``),
-    until none is left; how a finished submission's stray processes are ended."""
+    until none is left alive; how a finished submission's stray processes are ended."""
     _drop_privileges(uid, uid)
     for _ in range(200):
         try:
@@ -116,6 +140,8 @@ def kill_uid(uid: int) -> None:
         except ProcessLookupError:
             return
         except PermissionError:  # pragma: no cover - nothing of ours left to signal
+            return
+        if alive(uid) is False:  # only zombies left (kill -1 keeps "finding" them)
             return
         time.sleep(0.01)
 

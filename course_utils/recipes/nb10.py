@@ -57,7 +57,6 @@ __all__ = [
     "Run",
     "train_model",
     "MODEL_NAMES",
-    "with_decoder_layers",
     "seen_and_unseen",
     "step_time_by_length",
     "cross_attention_maps",
@@ -350,40 +349,6 @@ def train_model(
         list(history.eval.get("exact_match", [])),
         sum(p.numel() for p in model.parameters()),
     )
-
-
-class _LayerAdapter(nn.Module):
-    """Lets a ``layer(x, memory, memory_key_padding_mask)`` stand where the model calls a
-    TransformerDecoderBlock (which also receives ``is_causal=True``: always causal here)."""
-
-    def __init__(self, layer: nn.Module) -> None:
-        super().__init__()
-        self.layer = layer
-
-    def forward(self, x, memory, *, memory_key_padding_mask=None, **_ignored):
-        return self.layer(x, memory, memory_key_padding_mask=memory_key_padding_mask)
-
-
-def with_decoder_layers(
-    model: EncoderDecoderTransformer, layer_cls: Callable[..., nn.Module]
-) -> EncoderDecoderTransformer:
-    """A copy of a trained ``model`` whose decoder blocks are ``layer_cls(d_model, n_heads,
-    d_ff, norm_first=...)`` (e.g. notebook 10's DecoderLayer) carrying the trained weights.
-
-    Decoding with it gives the translations of the original when
-    ``layer_cls`` computes what TransformerDecoderBlock does.
-    """
-    import copy
-
-    new = copy.deepcopy(model)
-    for i, block in enumerate(model.decoder):
-        mha = block.self_attn
-        layer = layer_cls(
-            mha.d_model, mha.n_heads, block.mlp.fc1.out_features, norm_first=block.norm_first
-        )
-        layer.load_state_dict(block.state_dict())
-        new.decoder[i] = _LayerAdapter(layer.to(block.mlp.fc1.weight.device).eval())
-    return new
 
 
 def step_time_by_length(

@@ -693,9 +693,12 @@ def _decode_call(candidate, case: Case) -> dict[str, Tensor]:
     return {"tokens": padded}
 
 
+@torch.no_grad()
 def _reference_decode(model, src, src_lengths, max_len):
-    """The verified greedy decoder: ``model.greedy_decode``'s tokens (B, T')."""
-    return model.greedy_decode(src, src_lengths, max_len)[0]
+    """The verified greedy decoder (the algorithm of ``EncoderDecoderTransformer.greedy_decode``)
+    over any model with ``src_mask``, ``encode``, ``decode`` and the special ids: tokens (B, T').
+    It is also what ``fallback("10.3", ...)`` hands to notebook 10's own ``Transformer``."""
+    return _greedy(model, src, src_lengths, max_len)
 
 
 def _greedy(
@@ -717,8 +720,8 @@ def _greedy(
     memory = model.encode(src, mask)
     B = src.shape[0]
     first = model.bos_id if start is None else start
-    ys = torch.full((B, 1), first, dtype=torch.long)
-    finished = torch.zeros(B, dtype=torch.bool)
+    ys = torch.full((B, 1), first, dtype=torch.long, device=src.device)
+    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
     for _ in range(max_len):
         inp = ys if feed_back else ys[:, :1]
         logits = model.decode(inp, memory, mask)[:, -1]  # (B, V)

@@ -31,6 +31,10 @@ FOUNDATION = {
     "07.3": ("TransformerBlock", "07_transformer_block.ipynb", 4),
     "08.1": ("GPTModel", "08_gpt.ipynb", 4),
     "09.1": ("patchify", "09_vit.ipynb", 2),
+    "10.1": ("DecoderLayer", "10_full_transformer.ipynb", 4),
+    "10.2": ("Transformer", "10_full_transformer.ipynb", 4),
+    "10.3": ("greedy_decode", "10_full_transformer.ipynb", 3),
+    "10.4": ("translation_loss", "10_full_transformer.ipynb", 2),
     "11.1": ("tiled_attention", "11_attention_at_scale.ipynb", 4),
 }
 IDS = sorted(FOUNDATION)

@@ -1,5 +1,6 @@
-"""Checks 10.1 (decoder layer) and 10.2 (greedy decoding) accept correct answers written
-differently and name each classic mistake. The wrong answers here are written independently
+"""Checks 10.1 (decoder layer), 10.2 (the assembled encoder-decoder), 10.3 (greedy decoding)
+and 10.4 (the loss with the target shift) accept correct answers written differently and name
+each classic mistake. The wrong answers here are written independently
 of the check module's own catalogue."""
 
 from __future__ import annotations
@@ -210,11 +211,11 @@ def greedy_topk_list(model, src, src_lengths, max_len):
 
 @pytest.mark.parametrize("candidate", [greedy_all_steps, greedy_topk_list])
 def test_greedy_check_accepts_correct_answers(candidate):
-    assert_passes("10.2", candidate, SEEDS)
+    assert_passes("10.3", candidate, SEEDS)
 
 
 def test_greedy_check_accepts_the_models_own_decoder_returning_a_pair():
-    assert_passes("10.2", lambda m, s, n, L: m.greedy_decode(s, n, L), SEEDS)
+    assert_passes("10.3", lambda m, s, n, L: m.greedy_decode(s, n, L), SEEDS)
 
 
 def wrong_greedy(*, first=None, feed=True, pad=True, dim=-1):
@@ -248,13 +249,13 @@ GREEDY_MISTAKES = {
 
 @pytest.mark.parametrize("name", list(GREEDY_MISTAKES))
 def test_greedy_check_names_each_mistake(name):
-    assert_rejected("10.2", GREEDY_MISTAKES[name], name, SEEDS)
+    assert_rejected("10.3", GREEDY_MISTAKES[name], name, SEEDS)
 
 
 def test_greedy_check_rejects_output_longer_than_max_len():
     from course_utils import checks
 
-    result = checks.run("10.2", lambda m, s, n, L: torch.zeros(s.shape[0], L + 3, dtype=torch.long))
+    result = checks.run("10.3", lambda m, s, n, L: torch.zeros(s.shape[0], L + 3, dtype=torch.long))
     assert result.status == "error" and "more than max_len" in result.message
 
 
@@ -262,7 +263,7 @@ def test_greedy_cases_have_rows_ending_at_different_steps():
     from course_utils import checks
     from course_utils.checks.nb10_full_transformer import _build_model
 
-    ex = checks.get("10.2")
+    ex = checks.get("10.3")
     for seed in SEEDS:
         case = ex.make_cases(seed)[0]
         model = _build_model(case.inputs)
@@ -274,4 +275,234 @@ def test_greedy_cases_have_rows_ending_at_different_steps():
 
 
 def test_greedy_registered_mistakes_are_named():
+    assert_registered_mistakes_named("10.3", seeds=(0,))
+
+
+# ----------------------------------------------------------------------------- 10.2
+
+
+class GivenModel(nn.Module):
+    """The __init__ the notebook gives the student for 10.2."""
+
+    def __init__(
+        self,
+        src_vocab,
+        tgt_vocab,
+        d_model,
+        n_heads,
+        n_layers,
+        d_ff,
+        max_len=256,
+        decoder_layer=None,
+    ):
+        super().__init__()
+        from course_utils.checks.nb10_full_transformer import CausalDecoderLayer
+        from course_utils.positional import sinusoidal_positional_encoding
+
+        decoder_layer = decoder_layer or CausalDecoderLayer
+        self.d_model = d_model
+        self.pad_id, self.bos_id, self.eos_id = 0, 1, 2
+        self.src_embed = nn.Embedding(src_vocab, d_model, padding_idx=0)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model, padding_idx=0)
+        self.register_buffer(
+            "pe", sinusoidal_positional_encoding(max_len, d_model), persistent=False
+        )
+        self.encoder = nn.ModuleList(
+            [
+                layers.TransformerBlock(d_model, n_heads, d_ff, norm_first=True)
+                for _ in range(n_layers)
+            ]
+        )
+        self.decoder = nn.ModuleList(
+            [decoder_layer(d_model, n_heads, d_ff, norm_first=True) for _ in range(n_layers)]
+        )
+        self.encoder_norm = nn.LayerNorm(d_model)
+        self.decoder_norm = nn.LayerNorm(d_model)
+        self.generator = nn.Linear(d_model, tgt_vocab)
+
+
+class ModelWritten(GivenModel):
+    """Mask from the tokens (PAD is 0 beyond each length), positions through index_select,
+    a (logits, None) pair from forward like the course's models."""
+
+    def src_mask(self, src, src_lengths):
+        return src != self.pad_id
+
+    def _in(self, tokens, emb):
+        pos = self.pe.index_select(0, torch.arange(tokens.shape[1]))
+        return emb(tokens) * self.d_model**0.5 + pos.unsqueeze(0)
+
+    def encode(self, src, src_mask):
+        h = self._in(src, self.src_embed)
+        for blk in self.encoder:
+            h = blk(h, key_padding_mask=src_mask)
+        return self.encoder_norm(h)
+
+    def decode(self, tgt_in, memory, src_mask):
+        h = self._in(tgt_in, self.tgt_embed)
+        for lay in self.decoder:
+            h = lay(h, memory, memory_key_padding_mask=src_mask)
+        return self.generator(self.decoder_norm(h))
+
+    def forward(self, src, src_lengths, tgt_in):
+        m = self.src_mask(src, src_lengths)
+        return self.decode(tgt_in, self.encode(src, m), m), None
+
+
+def model_with(**wrong):
+    """ModelWritten with one classic assembly bug."""
+
+    class Wrong(ModelWritten):
+        def src_mask(self, src, src_lengths):
+            m = torch.arange(src.shape[1])[None, :] < src_lengths[:, None]
+            return m.logical_not() if wrong.get("inverted") else m
+
+        def _in(self, tokens, emb):
+            x = emb(tokens) * (1.0 if wrong.get("unscaled") else self.d_model**0.5)
+            return x if wrong.get("no_positions") else x + self.pe[: tokens.shape[1]]
+
+        def encode(self, src, src_mask):
+            h = self._in(src, self.src_embed)
+            for blk in self.encoder:
+                h = blk(h, key_padding_mask=None if wrong.get("encoder_unmasked") else src_mask)
+            return self.encoder_norm(h)
+
+        def decode(self, tgt_in, memory, src_mask):
+            h = self._in(tgt_in, self.tgt_embed)
+            for lay in self.decoder:
+                if wrong.get("self_memory"):
+                    h = lay(h, h)
+                elif wrong.get("cross_unmasked"):
+                    h = lay(h, memory)
+                else:
+                    h = lay(h, memory, memory_key_padding_mask=src_mask)
+            return self.generator(h if wrong.get("no_final_norm") else self.decoder_norm(h))
+
+    return Wrong
+
+
+def test_model_check_accepts_a_correct_model_written_differently():
+    assert_passes("10.2", ModelWritten, SEEDS)
+
+
+def test_model_reference_equals_the_course_model_with_the_same_weights():
+    from course_utils.checks.nb10_full_transformer import Seq2SeqTransformer
+    from course_utils.models import EncoderDecoderTransformer
+
+    torch.manual_seed(0)
+    course = EncoderDecoderTransformer(9, 11, d_model=16, n_heads=2, n_layers=2, d_ff=32).eval()
+    ours = Seq2SeqTransformer(9, 11, 16, 2, 2, 32).eval()
+    ours.load_state_dict(course.state_dict())
+    src, lengths = torch.randint(3, 9, (3, 6)), torch.tensor([6, 3, 1])
+    tgt_in = torch.randint(3, 11, (3, 5))
+    with torch.no_grad():
+        assert torch.allclose(
+            ours(src, lengths, tgt_in), course(src, lengths, tgt_in)[0], atol=1e-6
+        )
+
+
+MODEL_MISTAKES = {
+    "positions missing": model_with(no_positions=True),
+    "embeddings not scaled by sqrt(d_model)": model_with(unscaled=True),
+    "source padding mask missing in the encoder": model_with(encoder_unmasked=True),
+    "source padding mask missing in the cross-attention": model_with(cross_unmasked=True),
+    "padding mask inverted": model_with(inverted=True),
+    "cross-attention attends to the decoder's own states": model_with(self_memory=True),
+    "final LayerNorm missing": model_with(no_final_norm=True),
+}
+
+
+@pytest.mark.parametrize("name", list(MODEL_MISTAKES))
+def test_model_check_names_each_mistake(name):
+    assert_rejected("10.2", MODEL_MISTAKES[name], name, SEEDS)
+
+
+def test_model_check_names_a_renamed_submodule():
+    from course_utils import checks
+
+    class Renamed(ModelWritten):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.out = self.generator
+            del self.generator
+
+    result = checks.run("10.2", Renamed)
+    assert result.status == "error" and "generator" in result.message
+
+
+def test_model_registered_mistakes_are_named():
     assert_registered_mistakes_named("10.2", seeds=(0,))
+
+
+# ----------------------------------------------------------------------------- 10.4
+
+
+def loss_written(model, src, src_lengths, tgt):
+    """Builds the input with F.pad and a roll; averages by hand over the real targets."""
+    tgt_in = F.pad(tgt, (1, 0), value=model.bos_id)[:, :-1]
+    logp = model(src, src_lengths, tgt_in).log_softmax(-1)
+    nll = -logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+    real = tgt != model.pad_id
+    return nll[real].mean()
+
+
+def loss_longer_input(model, src, src_lengths, tgt):
+    """BOS + the whole target as input (T + 1 positions), a PAD target for the extra one."""
+    bos = torch.full_like(tgt[:, :1], model.bos_id)
+    logits = model(src, src_lengths, torch.cat([bos, tgt], dim=1))
+    target = torch.cat([tgt, torch.zeros_like(bos)], dim=1)
+    return F.cross_entropy(logits.transpose(1, 2), target, ignore_index=0)
+
+
+@pytest.mark.parametrize("candidate", [loss_written, loss_longer_input])
+def test_loss_check_accepts_correct_answers(candidate):
+    assert_passes("10.4", candidate, SEEDS)
+
+
+def wrong_loss(*, shift="right", pad=True, reduction="mean"):
+    def loss(model, src, src_lengths, tgt):
+        B = tgt.shape[0]
+        bos = torch.ones(B, 1, dtype=torch.long)
+        tgt_in = {
+            "right": torch.cat([bos, tgt[:, :-1]], 1),
+            "none": tgt,
+            "left": torch.cat([tgt[:, 1:], 0 * bos], 1),
+        }[shift]
+        logits = model(src, src_lengths, tgt_in)
+        return F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]),
+            tgt.reshape(-1),
+            ignore_index=0 if pad else -100,
+            reduction=reduction,
+        )
+
+    return loss
+
+
+LOSS_MISTAKES = {
+    "no target shift": wrong_loss(shift="none"),
+    "target shifted the wrong way": wrong_loss(shift="left"),
+    "padding counted in the loss": wrong_loss(pad=False),
+    "loss summed instead of averaged": wrong_loss(reduction="sum"),
+}
+
+
+@pytest.mark.parametrize("name", list(LOSS_MISTAKES))
+def test_loss_check_names_each_mistake(name):
+    assert_rejected("10.4", LOSS_MISTAKES[name], name, SEEDS)
+
+
+def test_loss_check_rejects_a_per_token_loss_with_a_clear_error():
+    from course_utils import checks
+
+    def per_token(model, src, src_lengths, tgt):
+        tgt_in = torch.cat([torch.ones_like(tgt[:, :1]), tgt[:, :-1]], 1)
+        logits = model(src, src_lengths, tgt_in)
+        return F.cross_entropy(logits.transpose(1, 2), tgt, reduction="none")
+
+    result = checks.run("10.4", per_token)
+    assert result.status == "failed" and "has shape" in result.message
+
+
+def test_loss_registered_mistakes_are_named():
+    assert_registered_mistakes_named("10.4", seeds=(0,))

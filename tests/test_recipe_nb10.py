@@ -1,12 +1,13 @@
-"""Notebook 10's recipe: the closing comparison runs on notebook 01's task in every profile,
-and the three contenders share one training budget."""
+"""Notebook 10's recipe: the closing comparison runs on notebook 01's task, split as notebook
+02 splits it (train short, test long), in every profile, and the three contenders share one
+training budget."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from course_utils.recipes import nb01, nb10
+from course_utils.recipes import nb01, nb02, nb10
 
 
 @pytest.mark.parametrize("profile", ["ci", "cpu", "gpu"])
@@ -22,12 +23,15 @@ def test_task_and_rnn_sizes_are_notebook_01s(monkeypatch, profile):
         r.seed,
     )
     assert (cfg.rnn.emb_dim, cfg.rnn.hidden_dim) == (r.emb_dim, r.hidden_dim)
+    assert t.train_max_len == nb02.train_max_len(r) < t.max_len and t.buckets == r.buckets
+    seen, unseen = nb10.seen_and_unseen(cfg)
+    assert seen and unseen  # buckets on both sides of the training lengths
     assert set(cfg.lr) == set(nb10.MODEL_NAMES)
 
 
-def test_make_data_gives_notebook_01s_sentences(monkeypatch):
+def test_make_data_gives_notebook_02s_split(monkeypatch):
     monkeypatch.setenv("COURSE_PROFILE", "ci")
-    ours, theirs = nb10.make_data(), nb01.make_data(nb01.recipe())
+    ours, theirs = nb10.make_data(), nb02.make_data(nb01.recipe())
     assert torch.equal(ours.train.src, theirs.train.src)
     assert torch.equal(ours.test.tgt_out, theirs.test.tgt_out)
 
@@ -43,6 +47,46 @@ def test_every_contender_trains_on_the_same_budget_and_reports_its_figures(monke
         assert run.history.step[-1] == cfg.steps - 1  # the last step, counted from 0
         assert 0.0 <= run.exact_match <= 1.0 and run.train_time_s > 0
         assert len(run.curve_time_s) == len(run.curve_exact) == 2
-        assert set(run.by_length) and run.n_params > 0
+        assert list(run.by_length) == ["3-5", "6-8", "9-11"] and run.n_params > 0
     with pytest.raises(ValueError, match="model name"):
         nb10.build_model("lstm", cfg, data)
+
+
+def test_train_model_trains_a_given_model_with_a_given_loss_and_decoder(monkeypatch):
+    monkeypatch.setenv("COURSE_PROFILE", "ci")
+    from dataclasses import replace
+
+    from course_utils.checks.nb10_full_transformer import (
+        Seq2SeqTransformer,
+        _greedy,
+        _reference_loss,
+    )
+
+    cfg = replace(nb10.config(), steps=4, eval_points=2, eval_subset=10, warmup=1)
+    data = nb10.make_data(cfg)
+    calls = {"loss": 0, "decode": 0}
+
+    def make():
+        c = cfg.transformer
+        V = (len(data.src_vocab), len(data.tgt_vocab))
+        return Seq2SeqTransformer(
+            *V, c.d_model, c.n_heads, c.n_layers, c.d_ff, nb10.position_limit(data)
+        )
+
+    def loss(model, b):
+        calls["loss"] += 1
+        return _reference_loss(model, b.src, b.src_lengths, b.tgt_out)
+
+    def decode(model, src, src_lengths, max_len):
+        calls["decode"] += 1
+        return _greedy(model, src, src_lengths, max_len)
+
+    run = nb10.train_model(
+        "transformer", cfg, data, make_model=make, loss_fn=loss, decode_fn=decode, progress=False
+    )
+    assert isinstance(run.model, Seq2SeqTransformer)
+    assert calls["loss"] == cfg.steps and calls["decode"] >= 3
+    times = nb10.step_time_by_length(run.model, loss, data.train, 8, (3, 8), repeats=1)
+    assert set(times) == {3, 8} and min(times.values()) > 0
+    hits = nb10.alignment_by_layer(run.model, data.test[:20])
+    assert len(hits) == cfg.transformer.n_layers and all(0 <= h <= 1 for h in hits)

@@ -1,4 +1,5 @@
-"""Checks for notebook 10 (the full Transformer): 10.1 decoder layer, 10.2 greedy decoding.
+"""Checks for notebook 10 (the full Transformer): 10.1 decoder layer, 10.2 the assembled
+encoder-decoder, 10.3 greedy decoding, 10.4 the teacher-forced loss with the target shift.
 
 10.1 is a class. The notebook gives ``__init__(self, d_model, n_heads, d_ff, norm_first=True)``
 with the submodules of ``course_utils.layers.TransformerDecoderBlock``: ``self_attn`` and
@@ -12,19 +13,34 @@ and ``mlp`` (``fc1``, ReLU, ``fc2``); the student writes
                                   x = x + mlp(norm3(x))
     post-norm (norm_first=False): x = norm1(x + self_attn(x, causal)), then norm2(...), norm3(...)
 
-10.2 is a function ``greedy_decode(model, src, src_lengths, max_len)`` over an
+10.2 is a class. The notebook gives ``__init__(self, src_vocab, tgt_vocab, d_model, n_heads,
+n_layers, d_ff, max_len=256, decoder_layer=DecoderLayer)`` with the submodules (and parameter
+names) of ``EncoderDecoderTransformer`` (pre-norm); the student writes ``src_mask``, ``encode``,
+``decode`` and ``forward(src, src_lengths, tgt_in) -> logits (B, T, V)``. The check loads the
+weights of a seeded ``EncoderDecoderTransformer`` into it and compares mask, memory (at real
+source positions) and logits.
+
+10.3 is a function ``greedy_decode(model, src, src_lengths, max_len)`` over an
 ``EncoderDecoderTransformer`` -> tokens (B, T'), T' <= max_len, without BOS, each row up to
 and including its EOS and PAD after it. The check builds a small model with seeded weights
 whose EOS bias is chosen so that rows end at different steps (and one may never end), and
 compares token by token; a student who always runs ``max_len`` steps (PAD after EOS) passes.
+
+10.4 is a function ``translation_loss(model, src, src_lengths, tgt) -> scalar``: ``tgt`` (B, T)
+is the target sentence followed by EOS and PAD; the decoder input is BOS followed by ``tgt``
+without its last column, and the loss the mean cross-entropy over the real (non-PAD) targets.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from course_utils import layers
+from course_utils.attention import padding_mask
 from course_utils.checks._common import (
     WEIGHT_PREFIX,
     as_tensor,
@@ -40,6 +56,7 @@ from course_utils.checks._common import (
 )
 from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
 from course_utils.models.transformer import EncoderDecoderTransformer
+from course_utils.positional import sinusoidal_positional_encoding
 
 NOTEBOOK = "10_full_transformer.ipynb"
 
@@ -63,7 +80,7 @@ def _layer_cases(seed: int) -> list[Case]:
                 "norm_first": norm_first,
                 "x": randn(g, B, T, D),
                 "memory": randn(g, B, S, D),
-                "memory_key_padding_mask": mask,
+                **({} if mask is None else {"memory_key_padding_mask": mask}),
                 **random_weights(g, parameter_shapes(layers.TransformerDecoderBlock, D, H, F_)),
             },
         )
@@ -87,7 +104,7 @@ def _layer_call(candidate, case: Case) -> dict[str, Tensor]:
         "DecoderLayer",
     )
     with torch.no_grad():
-        out = module(i["x"], i["memory"], memory_key_padding_mask=i["memory_key_padding_mask"])
+        out = module(i["x"], i["memory"], memory_key_padding_mask=i.get("memory_key_padding_mask"))
     return {"output": as_tensor(out, "DecoderLayer(...)(x, memory)")}
 
 
@@ -302,7 +319,263 @@ DECODER_LAYER = Exercise(
     "x = x + mlp(norm3(x)). Post-norm: x = norm1(x + self_attn(x, is_causal=True)), ...",
 )
 
-# ----------------------------------------------------------------------------- 10.2 greedy decoding
+# ----------------------------------------------------------------------------- 10.2 the assembled model
+
+
+class CausalDecoderLayer(layers.TransformerDecoderBlock):
+    """The course's decoder block with exercise 10.1's signature: ``(d_model, n_heads, d_ff,
+    norm_first=True)`` and ``forward(x, memory, memory_key_padding_mask=None)``, always causal."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, norm_first: bool = True):
+        super().__init__(d_model, n_heads, d_ff, norm_first=norm_first)
+
+    def forward(self, x, memory, memory_key_padding_mask=None):  # type: ignore[override]
+        return super().forward(x, memory, memory_key_padding_mask=memory_key_padding_mask)
+
+
+class Seq2SeqTransformer(nn.Module):
+    """Exercise 10.2's reference: the notebook's ``__init__`` and a verified ``src_mask``,
+    ``encode``, ``decode`` and ``forward`` (logits only). Same parameter names and outputs as
+    :class:`EncoderDecoderTransformer` (pre-norm, no dropout), so its weights load as they are."""
+
+    def __init__(
+        self,
+        src_vocab: int,
+        tgt_vocab: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        d_ff: int,
+        max_len: int = 256,
+        decoder_layer=CausalDecoderLayer,
+    ):
+        super().__init__()
+        self.d_model = d_model
+        self.pad_id, self.bos_id, self.eos_id = 0, 1, 2
+        self.src_embed = nn.Embedding(src_vocab, d_model, padding_idx=0)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model, padding_idx=0)
+        self.register_buffer(
+            "pe", sinusoidal_positional_encoding(max_len, d_model), persistent=False
+        )
+        self.encoder = nn.ModuleList(
+            [
+                layers.TransformerBlock(d_model, n_heads, d_ff, norm_first=True)
+                for _ in range(n_layers)
+            ]
+        )
+        self.decoder = nn.ModuleList(
+            [decoder_layer(d_model, n_heads, d_ff, norm_first=True) for _ in range(n_layers)]
+        )
+        self.encoder_norm = nn.LayerNorm(d_model)
+        self.decoder_norm = nn.LayerNorm(d_model)
+        self.generator = nn.Linear(d_model, tgt_vocab)
+        EncoderDecoderTransformer.reset_parameters(self)  # type: ignore[arg-type]
+
+    def src_mask(self, src: Tensor, src_lengths: Tensor) -> Tensor:
+        return padding_mask(src_lengths.to(src.device), src.shape[1])
+
+    def _embed(self, tokens: Tensor, embedding: nn.Embedding) -> Tensor:
+        return embedding(tokens) * math.sqrt(self.d_model) + self.pe[: tokens.shape[1]]
+
+    def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
+        x = self._embed(src, self.src_embed)
+        for block in self.encoder:
+            x = block(x, key_padding_mask=src_mask)
+        return self.encoder_norm(x)
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        y = self._embed(tgt_in, self.tgt_embed)
+        for layer in self.decoder:
+            y = layer(y, memory, memory_key_padding_mask=src_mask)
+        return self.generator(self.decoder_norm(y))
+
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
+        mask = self.src_mask(src, src_lengths)
+        return self.decode(tgt_in, self.encode(src, mask), mask)
+
+
+def _model_cases(seed: int) -> list[Case]:
+    g = generator(seed)
+
+    def case(name: str, B: int, n_layers: int, S: int, T: int) -> Case:
+        H = size(g, 2, 3)
+        D = H * size(g, 2, 4)
+        F_ = 2 * D
+        V_src, V_tgt = distinct_sizes(g, 2, 6, 12)
+        lengths = torch.randint(1, S + 1, (B,), generator=g)
+        lengths[0] = S  # one sentence without padding, one with much of it
+        lengths[-1] = max(1, S // 3)
+        src = torch.randint(3, V_src, (B, S), generator=g)
+        src = src.masked_fill(torch.arange(S)[None, :] >= lengths[:, None], 0)
+        tgt_in = torch.randint(3, V_tgt, (B, T), generator=g)
+        tgt_in[:, 0] = 1  # BOS
+        sizes = (V_src, V_tgt)
+        kw = {"d_model": D, "n_heads": H, "n_layers": n_layers, "d_ff": F_, "max_len": 16}
+        shapes = parameter_shapes(EncoderDecoderTransformer, *sizes, **kw)
+        return Case(
+            name,
+            {
+                "src_vocab": V_src,
+                "tgt_vocab": V_tgt,
+                **kw,
+                "src": src,
+                "src_lengths": lengths,
+                "tgt_in": tgt_in,
+                **random_weights(g, shapes),
+            },
+        )
+
+    S, T = distinct_sizes(g, 2, 4, 8)
+    return [
+        case("two layers, padded sources", 3, 2, S, T),
+        case("one layer, other lengths", 2, 1, T, S),
+        case("one target token (BOS only)", 2, 1, S, 1),
+        case("one sentence, two layers", 1, 2, T, S),
+    ]
+
+
+def _model_call(candidate, case: Case) -> dict[str, Tensor]:
+    i = case.inputs
+    args = tuple(
+        int(i[k]) for k in ("src_vocab", "tgt_vocab", "d_model", "n_heads", "n_layers", "d_ff")
+    )
+    model = build_module(
+        candidate,
+        args,
+        {"max_len": int(i["max_len"]), "decoder_layer": CausalDecoderLayer},
+        i,
+        "Transformer",
+    )
+    src, lengths, tgt_in = i["src"], i["src_lengths"], i["tgt_in"]
+    real = padding_mask(lengths, src.shape[1])
+    with torch.no_grad():
+        mask = as_tensor(model.src_mask(src, lengths), "src_mask(src, src_lengths)")
+        memory = as_tensor(model.encode(src, real), "encode(src, src_mask)")
+        out = model(src, lengths, tgt_in)
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        out = out[0]  # (logits, extra) like the course's models
+    logits = as_tensor(out, "forward(src, src_lengths, tgt_in)")
+    if memory.shape == (*src.shape, model.d_model):
+        memory = memory.masked_fill(~real[..., None], 0.0)  # padding rows: anything goes
+    return {"src_mask": mask, "memory": memory, "logits": logits}
+
+
+def _model_variant(
+    *,
+    positions: str = "both",
+    scale: bool = True,
+    encoder_mask: bool = True,
+    cross_mask: bool = True,
+    inverted: bool = False,
+    memory_from: str = "encoder",
+    missing_norms: tuple[str, ...] = (),
+):
+    """A Seq2SeqTransformer with switches for the classic assembly mistakes (defaults: right)."""
+
+    class Variant(Seq2SeqTransformer):
+        def src_mask(self, src, src_lengths):
+            mask = super().src_mask(src, src_lengths)
+            return ~mask if inverted else mask
+
+        def _embed_side(self, tokens, embedding, side):
+            x = embedding(tokens) * (math.sqrt(self.d_model) if scale else 1.0)
+            if positions in ("both", side):
+                x = x + self.pe[: tokens.shape[1]]
+            return x
+
+        def encode(self, src, src_mask):
+            x = self._embed_side(src, self.src_embed, "src")
+            for block in self.encoder:
+                x = block(x, key_padding_mask=src_mask if encoder_mask else None)
+            return x if "encoder" in missing_norms else self.encoder_norm(x)
+
+        def decode(self, tgt_in, memory, src_mask):
+            y = self._embed_side(tgt_in, self.tgt_embed, "tgt")
+            for layer in self.decoder:
+                context = y if memory_from == "decoder" else memory
+                mask = src_mask if cross_mask and memory_from != "decoder" else None
+                y = layer(y, context, memory_key_padding_mask=mask)
+            return self.generator(y if "decoder" in missing_norms else self.decoder_norm(y))
+
+    return Variant
+
+
+MODEL_MISTAKES = [
+    Mistake(
+        "positions missing",
+        "add the sinusoidal positions self.pe[:L] to the scaled embeddings of both the source "
+        "and the target: without them attention cannot tell word order",
+        _model_variant(positions="none"),
+    ),
+    Mistake(
+        "positions missing on the target side",
+        "the decoder input needs positions too: tgt_embed(tgt_in) * sqrt(D) + pe[:T]",
+        _model_variant(positions="src"),
+    ),
+    Mistake(
+        "positions missing on the source side",
+        "the encoder input needs positions too: src_embed(src) * sqrt(D) + pe[:S]",
+        _model_variant(positions="tgt"),
+    ),
+    Mistake(
+        "embeddings not scaled by sqrt(d_model)",
+        "multiply the embeddings by math.sqrt(self.d_model) before adding the positions "
+        "(the course's embeddings start at scale 1/sqrt(D))",
+        _model_variant(scale=False),
+    ),
+    Mistake(
+        "source padding mask missing in the encoder",
+        "pass key_padding_mask=src_mask to every encoder block, so no source word attends "
+        "to padding",
+        _model_variant(encoder_mask=False),
+    ),
+    Mistake(
+        "source padding mask missing in the cross-attention",
+        "pass memory_key_padding_mask=src_mask to every decoder layer, so no target word "
+        "attends to source padding",
+        _model_variant(cross_mask=False),
+    ),
+    Mistake(
+        "padding mask inverted",
+        "src_mask is True at the real source tokens (position j < src_lengths[b]) and False "
+        "at padding",
+        _model_variant(inverted=True),
+    ),
+    Mistake(
+        "cross-attention attends to the decoder's own states",
+        "give every decoder layer the encoder's output (memory) as its second argument, "
+        "not the decoder's own activations",
+        _model_variant(memory_from="decoder"),
+    ),
+    *(
+        Mistake(
+            "final LayerNorm missing",
+            "a pre-norm stack leaves its output un-normalised: apply self.encoder_norm to the "
+            "encoder's output and self.decoder_norm before self.generator",
+            _model_variant(missing_norms=missing),
+        )
+        for missing in (("encoder", "decoder"), ("encoder",), ("decoder",))
+    ),
+]
+
+MODEL = Exercise(
+    id="10.2",
+    title="the encoder-decoder Transformer, assembled",
+    points=4,
+    notebook=NOTEBOOK,
+    function="Transformer",
+    reference=Seq2SeqTransformer,
+    make_cases=_model_cases,
+    call=_model_call,
+    mistakes=MODEL_MISTAKES,
+    compare=close(),
+    hint="src_mask: True where position < src_lengths; encode: embed * sqrt(D) + pe[:S], "
+    "encoder blocks with key_padding_mask, encoder_norm; decode: the same on the target, "
+    "decoder layers with (memory, memory_key_padding_mask), decoder_norm, generator; "
+    "forward: mask, encode, decode",
+)
+
+# ----------------------------------------------------------------------------- 10.3 greedy decoding
 
 _MODEL_KEYS = ("src_vocab", "tgt_vocab", "d_model", "n_heads", "n_layers", "d_ff", "max_len")
 
@@ -390,6 +663,7 @@ def _decode_cases(seed: int) -> list[Case]:
         case("batch of 6, rows ending at different steps", 6, 6, 8),
         case("batch of 4, larger vocabulary", 4, 9, 10),
         case("one sentence", 1, 7, 6),
+        case("batch of 3, max_len 3", 3, 8, 3),
     ]
 
 
@@ -404,10 +678,7 @@ def _decode_call(candidate, case: Case) -> dict[str, Tensor]:
     tokens = as_tensor(out, "greedy_decode(...)")
     B = src.shape[0]
     if tokens.ndim != 2 or tokens.shape[0] != B:
-        raise ValueError(
-            f"greedy_decode should return token ids of shape (B, T') = ({B}, T'), "
-            f"got {tuple(tokens.shape)}"
-        )
+        return {"tokens": tokens}  # the comparison names the shape: expected (B, max_len)
     if tokens.shape[1] > max_len:
         raise ValueError(
             f"greedy_decode returned {tokens.shape[1]} tokens per row, more than "
@@ -422,9 +693,12 @@ def _decode_call(candidate, case: Case) -> dict[str, Tensor]:
     return {"tokens": padded}
 
 
+@torch.no_grad()
 def _reference_decode(model, src, src_lengths, max_len):
-    """The verified greedy decoder: ``model.greedy_decode``'s tokens (B, T')."""
-    return model.greedy_decode(src, src_lengths, max_len)[0]
+    """The verified greedy decoder (the algorithm of ``EncoderDecoderTransformer.greedy_decode``)
+    over any model with ``src_mask``, ``encode``, ``decode`` and the special ids: tokens (B, T').
+    It is also what ``fallback("10.3", ...)`` hands to notebook 10's own ``Transformer``."""
+    return _greedy(model, src, src_lengths, max_len)
 
 
 def _greedy(
@@ -446,8 +720,8 @@ def _greedy(
     memory = model.encode(src, mask)
     B = src.shape[0]
     first = model.bos_id if start is None else start
-    ys = torch.full((B, 1), first, dtype=torch.long)
-    finished = torch.zeros(B, dtype=torch.bool)
+    ys = torch.full((B, 1), first, dtype=torch.long, device=src.device)
+    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
     for _ in range(max_len):
         inp = ys if feed_back else ys[:, :1]
         logits = model.decode(inp, memory, mask)[:, -1]  # (B, V)
@@ -524,7 +798,7 @@ DECODE_MISTAKES = [
 ]
 
 GREEDY = Exercise(
-    id="10.2",
+    id="10.3",
     title="greedy decoding with the encoder-decoder Transformer",
     points=3,
     notebook=NOTEBOOK,
@@ -539,4 +813,152 @@ GREEDY = Exercise(
     "when every row has produced EOS or after max_len steps; return ys[:, 1:]",
 )
 
-EXERCISES = [DECODER_LAYER, GREEDY]
+# ----------------------------------------------------------------------------- 10.4 the loss
+
+
+def _loss_cases(seed: int) -> list[Case]:
+    g = generator(seed)
+
+    def case(name: str, B: int, T: int) -> Case:
+        V_src, V_tgt = size(g, 6, 10), size(g, 6, 10)
+        kw = {"d_model": 8, "n_heads": 2, "n_layers": 1, "d_ff": 16, "max_len": 16}
+        S = size(g, 3, 7)
+        lengths = torch.randint(1, S + 1, (B,), generator=g)
+        lengths[0] = S
+        src = torch.randint(3, V_src, (B, S), generator=g)
+        src = src.masked_fill(torch.arange(S)[None, :] >= lengths[:, None], 0)
+        words = torch.randint(0, T, (B,), generator=g)  # words before EOS, 0..T-1
+        words[0] = T - 1  # one target fills the row: its EOS is the last column
+        words[-1] = min(int(words[-1]), T // 2)  # and one much shorter
+        tgt = torch.randint(3, V_tgt, (B, T), generator=g)
+        cols = torch.arange(T)[None, :]
+        tgt = tgt.masked_fill(cols == words[:, None], 2).masked_fill(cols > words[:, None], 0)
+        shapes = parameter_shapes(EncoderDecoderTransformer, V_src, V_tgt, **kw)
+        return Case(
+            name,
+            {
+                "src_vocab": V_src,
+                "tgt_vocab": V_tgt,
+                **kw,
+                "src": src,
+                "src_lengths": lengths,
+                "tgt": tgt,
+                **random_weights(g, shapes),
+            },
+        )
+
+    return [
+        case("batch of 4, targets of different lengths", 4, size(g, 4, 7)),
+        case("batch of 3, longer targets", 3, size(g, 7, 10)),
+        case("one sentence", 1, size(g, 3, 6)),
+        case("two-word targets", 5, 2),
+    ]
+
+
+def _loss_call(candidate, case: Case) -> dict[str, Tensor]:
+    i = case.inputs
+    args = tuple(
+        int(i[k]) for k in ("src_vocab", "tgt_vocab", "d_model", "n_heads", "n_layers", "d_ff")
+    )
+    model = build_module(Seq2SeqTransformer, args, {"max_len": int(i["max_len"])}, i, "model")
+    with torch.no_grad():
+        out = candidate(model, i["src"], i["src_lengths"], i["tgt"])
+    return {"loss": as_tensor(out, "translation_loss(...)")}  # a scalar: shape ()
+
+
+def _shifted_loss(
+    model, src, src_lengths, tgt, *, shift="right", reduction="mean", ignore_pad=True
+):
+    """The loss with switches for the classic target-shift mistakes (defaults: right)."""
+    B = tgt.shape[0]
+    bos = torch.full((B, 1), model.bos_id, dtype=tgt.dtype)
+    pad = torch.full((B, 1), model.pad_id, dtype=tgt.dtype)
+    target = tgt
+    if shift == "right":
+        tgt_in = torch.cat([bos, tgt[:, :-1]], dim=1)
+    elif shift == "none":
+        tgt_in = tgt
+    elif shift == "left":
+        tgt_in = torch.cat([tgt[:, 1:], pad], dim=1)
+    else:  # "no bos": predict word t+1 from words <= t; the first word is never a target
+        tgt_in, target = tgt[:, :-1], tgt[:, 1:]
+    logits = model(src, src_lengths, tgt_in)
+    V = logits.shape[-1]
+    ignore = model.pad_id if ignore_pad else -100
+    if reduction == "per sentence":
+        per_token = F.cross_entropy(
+            logits.reshape(-1, V), target.reshape(-1), ignore_index=ignore, reduction="none"
+        ).reshape(target.shape)
+        real = (target != model.pad_id).double()
+        return ((per_token * real).sum(1) / real.sum(1).clamp(min=1)).mean()
+    return F.cross_entropy(
+        logits.reshape(-1, V), target.reshape(-1), ignore_index=ignore, reduction=reduction
+    )
+
+
+def _reference_loss(model, src, src_lengths, tgt):
+    """The verified loss: decoder input = BOS + tgt[:, :-1], mean cross-entropy over non-PAD."""
+    return _shifted_loss(model, src, src_lengths, tgt)
+
+
+def _loss_with(**switches):
+    def loss(model, src, src_lengths, tgt):
+        return _shifted_loss(model, src, src_lengths, tgt, **switches)
+
+    return loss
+
+
+LOSS_MISTAKES = [
+    Mistake(
+        "no target shift",
+        "the decoder input must be the target shifted right by one (BOS first, the last "
+        "column dropped); fed the target itself, the model learns to copy its input",
+        _loss_with(shift="none"),
+    ),
+    Mistake(
+        "target shifted the wrong way",
+        "shift the decoder input to the right (BOS, y_1, ..., y_{T-1}), so position t "
+        "reads the words before y_t; shifting left shows it the future",
+        _loss_with(shift="left"),
+    ),
+    Mistake(
+        "BOS missing: the first word is never predicted",
+        "prepend BOS to the decoder input instead of dropping the target's first column: "
+        "every target word, the first included, must be predicted",
+        _loss_with(shift="no bos"),
+    ),
+    Mistake(
+        "padding counted in the loss",
+        "ignore the PAD targets: F.cross_entropy(..., ignore_index=model.pad_id)",
+        _loss_with(ignore_pad=False),
+    ),
+    Mistake(
+        "loss summed instead of averaged",
+        "average over the real target tokens (reduction='mean' with ignore_index), so the "
+        "loss does not grow with the batch",
+        _loss_with(reduction="sum"),
+    ),
+    Mistake(
+        "loss averaged per sentence first",
+        "average over all real target tokens of the batch at once, not per sentence and "
+        "then over sentences (that weights a short sentence's words more)",
+        _loss_with(reduction="per sentence"),
+    ),
+]
+
+LOSS = Exercise(
+    id="10.4",
+    title="the teacher-forced loss with the target shift",
+    points=2,
+    notebook=NOTEBOOK,
+    function="translation_loss",
+    reference=_reference_loss,
+    make_cases=_loss_cases,
+    call=_loss_call,
+    mistakes=LOSS_MISTAKES,
+    compare=close(),
+    hint="tgt_in = BOS followed by tgt[:, :-1]; logits = model(src, src_lengths, tgt_in); "
+    "cross-entropy of logits (B*T, V) against tgt (B*T,) ignoring model.pad_id",
+)
+
+EXERCISES = [DECODER_LAYER, MODEL, GREEDY, LOSS]

@@ -3,7 +3,9 @@
     cfg = config()                                   # the active profile's recipe
     data = make_data(cfg)                            # notebook 01's toy translation task
     run = train_model("transformer", cfg, data)      # or "rnn", "rnn+attention"
-    run.exact_match, run.train_time_s, run.by_length
+    run.exact_match, run.train_time_s, run.by_length  # by_length: per length bucket
+    run = train_model("transformer", cfg, data, make_model=..., loss_fn=..., decode_fn=...)
+    step_time_by_length(model, loss_fn, data.train, cfg.batch_size, (5, 14))  # ms per step
 
 The three contenders of the arc's closing comparison share the task, the batch size and the
 number of optimizer steps (the same training budget in steps); :func:`train_model` measures
@@ -11,7 +13,10 @@ each one's training wall time and CPU time (evaluations excluded) and its test a
 greedy decoding, overall and per source length.
 
 The task and the RNN sizes are notebook 01's (``course_utils.recipes.nb01.recipe()``) in every
-profile, so the comparison is on exactly the sentences notebooks 01 and 02 used.
+profile, split as notebook 02 splits it (:func:`course_utils.recipes.nb02.make_data`): the
+models train on sentences of at most ``cfg.task.train_max_len`` words and are tested on
+sentences up to ``cfg.task.max_len`` words, so the longest length buckets hold only lengths
+no model saw in training.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ __all__ = [
     "Config",
     "config",
     "make_data",
+    "position_limit",
     "build_model",
     "seq2seq_loss",
     "decode",
@@ -51,7 +57,10 @@ __all__ = [
     "Run",
     "train_model",
     "MODEL_NAMES",
-    "with_decoder_layers",
+    "seen_and_unseen",
+    "step_time_by_length",
+    "cross_attention_maps",
+    "alignment_by_layer",
 ]
 
 MODEL_NAMES = ("rnn", "rnn+attention", "transformer")
@@ -64,7 +73,9 @@ class TaskConfig:
     n_train: int
     n_test: int
     min_len: int
-    max_len: int
+    max_len: int  # the longest test sentence
+    train_max_len: int  # the longest training sentence (notebook 02's split)
+    buckets: tuple[tuple[int, int], ...]  # inclusive source-length ranges for the report
     seed: int = 0
 
 
@@ -105,12 +116,18 @@ class Config:
 def config() -> Config:
     """The active profile's recipe: notebook 01's task and RNN sizes, this notebook's
     Transformer and the training budget all three share."""
-    from course_utils.recipes import nb01
+    from course_utils.recipes import nb01, nb02
 
     r = nb01.recipe()
     return Config(
         task=TaskConfig(
-            n_train=r.n_train, n_test=r.n_test, min_len=r.min_len, max_len=r.max_len, seed=r.seed
+            n_train=r.n_train,
+            n_test=r.n_test,
+            min_len=r.min_len,
+            max_len=r.max_len,
+            train_max_len=nb02.train_max_len(r),
+            buckets=r.buckets,
+            seed=r.seed,
         ),
         transformer=TransformerConfig(
             d_model=64, n_heads=4, n_layers=2, d_ff=pick(ci=128, cpu=256)
@@ -128,9 +145,44 @@ def config() -> Config:
 
 
 def make_data(cfg: Config | None = None) -> TaskData:
-    """The toy translation task of notebooks 01, 02 and 10 with ``cfg.task``'s sizes."""
+    """The toy translation task of notebooks 01, 02 and 10 with ``cfg.task``'s sizes, split as
+    notebook 02 splits it: training sentences of ``min_len..train_max_len`` words, test
+    sentences of ``min_len..max_len`` (never a training sentence)."""
     t = (cfg or config()).task
-    return make_translation_data(t.n_train, t.n_test, t.min_len, t.max_len, seed=t.seed)
+    return make_translation_data(
+        t.n_train,
+        t.n_test,
+        t.min_len,
+        t.train_max_len,
+        seed=t.seed,
+        test_min_len=t.min_len,
+        test_max_len=t.max_len,
+    )
+
+
+def seen_and_unseen(cfg: Config) -> tuple[list[Any], list[Any]]:
+    """The report keys of the length buckets inside the training lengths and of those beyond
+    them (every test sentence of an unseen bucket is longer than any training sentence)."""
+    longest = cfg.task.train_max_len
+    label = [lo if lo == hi else f"{lo}-{hi}" for lo, hi in cfg.task.buckets]
+    seen = [k for k, (lo, hi) in zip(label, cfg.task.buckets, strict=True) if hi <= longest]
+    unseen = [k for k, (lo, hi) in zip(label, cfg.task.buckets, strict=True) if lo > longest]
+    if len(seen) + len(unseen) != len(label):
+        raise ValueError(f"a bucket of {cfg.task.buckets} holds lengths on both sides of {longest}")
+    return seen, unseen
+
+
+def position_limit(data: TaskData) -> int:
+    """The ``max_len`` (rows of the position table) a Transformer for ``data`` needs: the
+    longest source or target of either split, plus a margin for greedy decoding."""
+    return 8 + int(
+        max(
+            data.train.src.shape[1],
+            data.test.src.shape[1],
+            data.train.tgt_in.shape[1],
+            data.test.tgt_in.shape[1],
+        )
+    )
 
 
 def build_model(name: str, cfg: Config, data: TaskData) -> nn.Module:
@@ -138,17 +190,7 @@ def build_model(name: str, cfg: Config, data: TaskData) -> nn.Module:
     V_src, V_tgt = len(data.src_vocab), len(data.tgt_vocab)
     if name == "transformer":
         c = cfg.transformer
-        max_len = (
-            int(
-                max(
-                    data.train.src.shape[1],
-                    data.test.src.shape[1],
-                    data.train.tgt_in.shape[1],
-                    data.test.tgt_in.shape[1],
-                )
-            )
-            + 8
-        )
+        max_len = position_limit(data)
         return EncoderDecoderTransformer(
             V_src,
             V_tgt,
@@ -204,12 +246,17 @@ def decode(
 
 
 def evaluate(
-    model: nn.Module, data: Any, *, decode_fn: DecodeFn | None = None
+    model: nn.Module,
+    data: Any,
+    *,
+    decode_fn: DecodeFn | None = None,
+    buckets: Any = None,
 ) -> tuple[float, dict[Any, float]]:
-    """(exact-match accuracy, {source length: exact-match accuracy}) with greedy decoding."""
+    """(exact-match accuracy, {length bucket: exact-match accuracy}) with greedy decoding;
+    ``buckets`` as in :func:`accuracy_by_length` (None: one per source length)."""
     pred = decode(model, data, decode_fn=decode_fn)
     em = exact_match(pred, data.tgt_out).float().mean().item()
-    return em, accuracy_by_length(pred, data.tgt_out, data.src_lengths)
+    return em, accuracy_by_length(pred, data.tgt_out, data.src_lengths, buckets)
 
 
 @dataclass
@@ -220,7 +267,7 @@ class Run:
     model: nn.Module
     history: History
     exact_match: float  # on the whole test split
-    by_length: dict[Any, float]  # source length -> exact match
+    by_length: dict[Any, float]  # source-length bucket ("3-5", ...) -> exact match
     train_time_s: float  # wall time of the optimizer steps (evaluations excluded)
     train_cpu_s: float  # CPU time of the same (all threads of this process)
     curve_time_s: list[float]  # training wall time at each evaluation ...
@@ -242,15 +289,23 @@ def train_model(
     seed: int = 0,
     progress: bool | str = "auto",
     device: torch.device | str | None = None,
+    make_model: Callable[[], nn.Module] | None = None,
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor] | None = None,
+    decode_fn: DecodeFn | None = None,
 ) -> Run:
     """Train model ``name`` for ``cfg.steps`` steps on ``data.train`` and evaluate it, on
     ``device`` (default: the profile's).
 
+    ``make_model()`` builds the model (after seeding; default :func:`build_model`),
+    ``loss_fn(model, batch)`` is its loss (default :func:`seq2seq_loss`) and
+    ``decode_fn`` its greedy decoder (default: the model's ``greedy_decode``): a notebook
+    trains the student's own model, loss and decoder with them.
     Evaluations (greedy exact match on ``cfg.eval_subset`` test pairs) run ``cfg.eval_points``
     times; their own time is subtracted, so ``train_time_s`` counts optimizer steps only.
+    ``by_length`` is the final exact match per ``cfg.task.buckets`` length bucket.
     """
     torch.manual_seed(seed)
-    model = build_model(name, cfg, data)
+    model = build_model(name, cfg, data) if make_model is None else make_model()
     subset = data.test[: cfg.eval_subset]
     spent = {"wall": 0.0, "cpu": 0.0}
     curve_time: list[float] = []
@@ -259,7 +314,7 @@ def train_model(
     def eval_fn(m: nn.Module) -> dict[str, float]:
         t0, c0 = time.perf_counter(), time.process_time()
         curve_time.append(t0 - start["wall"] - spent["wall"])
-        em, _ = evaluate(m, subset)
+        em, _ = evaluate(m, subset, decode_fn=decode_fn)
         spent["wall"] += time.perf_counter() - t0
         spent["cpu"] += time.process_time() - c0
         return {"exact_match": em}
@@ -271,7 +326,7 @@ def train_model(
         steps=cfg.steps,
         lr=cfg.lr[name],
         warmup=cfg.warmup,
-        loss_fn=seq2seq_loss,
+        loss_fn=seq2seq_loss if loss_fn is None else loss_fn,
         eval_fn=eval_fn,
         eval_every=max(1, cfg.steps // cfg.eval_points),
         seed=seed,
@@ -281,7 +336,7 @@ def train_model(
     )
     wall = time.perf_counter() - start["wall"] - spent["wall"]
     cpu = time.process_time() - start["cpu"] - spent["cpu"]
-    em, by_len = evaluate(model, data.test)
+    em, by_len = evaluate(model, data.test, decode_fn=decode_fn, buckets=list(cfg.task.buckets))
     return Run(
         name,
         model,
@@ -296,35 +351,81 @@ def train_model(
     )
 
 
-class _LayerAdapter(nn.Module):
-    """Lets a ``layer(x, memory, memory_key_padding_mask)`` stand where the model calls a
-    TransformerDecoderBlock (which also receives ``is_causal=True``: always causal here)."""
+def step_time_by_length(
+    model: nn.Module,
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+    split: Any,
+    batch_size: int,
+    lengths: tuple[int, ...],
+    *,
+    repeats: int = 5,
+) -> dict[int, float]:
+    """Milliseconds of one training step's forward and backward pass (the median of
+    ``repeats``, after one warm-up) on a batch of ``batch_size`` sentences of ``split`` whose
+    source has exactly each of ``lengths`` words: how the cost of a step grows with the
+    sentence length. The gradients are cleared afterwards; the weights do not change."""
+    device = devices.model_device(model)
+    out: dict[int, float] = {}
+    was = model.training
+    model.train()
+    try:
+        for L in lengths:
+            idx = (split.src_lengths == L).nonzero().flatten()[:batch_size]
+            if len(idx) == 0:
+                raise ValueError(f"no sentence of {L} words in this split")
+            batch = split[idx].to(device)
+            times = []
+            for r in range(repeats + 1):
+                t0 = time.perf_counter()
+                loss_fn(model, batch).backward()
+                devices.synchronize(device)
+                if r:
+                    times.append(time.perf_counter() - t0)
+            model.zero_grad(set_to_none=True)
+            out[L] = 1000 * sorted(times)[len(times) // 2]
+    finally:
+        model.train(was)
+    return out
 
-    def __init__(self, layer: nn.Module) -> None:
-        super().__init__()
-        self.layer = layer
 
-    def forward(self, x, memory, *, memory_key_padding_mask=None, **_ignored):
-        return self.layer(x, memory, memory_key_padding_mask=memory_key_padding_mask)
+@torch.no_grad()
+def cross_attention_maps(
+    model: nn.Module, src: torch.Tensor, src_lengths: torch.Tensor, tokens: torch.Tensor
+) -> list[torch.Tensor]:
+    """Cross-attention weights of every decoder layer of ``model`` (anything whose
+    ``decoder`` layers hold a ``cross_attn`` MultiHeadAttention, e.g. notebook 10's own
+    Transformer) while it produces ``tokens`` (B, T'): one (B, n_heads, T', S) per layer.
+    The decoder is causal, so one teacher-forced pass over [BOS, tokens[:-1]] gives them."""
+    from course_utils.layers import record_attention
+
+    bos = torch.full_like(tokens[:, :1], model.bos_id)
+    was = model.training
+    model.eval()
+    try:
+        with record_attention(*(layer.cross_attn for layer in model.decoder)) as cross:
+            model(src, src_lengths, torch.cat([bos, tokens[:, :-1]], dim=1))
+    finally:
+        model.train(was)
+    return cross
 
 
-def with_decoder_layers(
-    model: EncoderDecoderTransformer, layer_cls: Callable[..., nn.Module]
-) -> EncoderDecoderTransformer:
-    """A copy of a trained ``model`` whose decoder blocks are ``layer_cls(d_model, n_heads,
-    d_ff, norm_first=...)`` (e.g. notebook 10's DecoderLayer) carrying the trained weights.
-
-    Decoding with it gives the translations of the original when
-    ``layer_cls`` computes what TransformerDecoderBlock does.
-    """
-    import copy
-
-    new = copy.deepcopy(model)
-    for i, block in enumerate(model.decoder):
-        mha = block.self_attn
-        layer = layer_cls(
-            mha.d_model, mha.n_heads, block.mlp.fc1.out_features, norm_first=block.norm_first
-        )
-        layer.load_state_dict(block.state_dict())
-        new.decoder[i] = _LayerAdapter(layer.to(block.mlp.fc1.weight.device).eval())
-    return new
+@torch.no_grad()
+def alignment_by_layer(model: nn.Module, split: Any, *, batch_size: int = 500) -> list[float]:
+    """Per decoder layer, the fraction of target words of ``split`` (those with a gold source
+    position) whose strongest cross-attention weight, averaged over heads, falls on that
+    position; teacher-forced on the gold targets."""
+    device = devices.model_device(model)
+    hits: list[int] = []
+    valid_total = 0
+    for start in range(0, len(split), batch_size):
+        part = split[start : start + batch_size].to(device)
+        maps = cross_attention_maps(model, part.src, part.src_lengths, part.tgt_out)
+        gold = part.alignment[:, : part.tgt_out.shape[1]]
+        valid = gold >= 0
+        valid_total += int(valid.sum())
+        for k, w in enumerate(maps):
+            n = int(((w.mean(1).argmax(-1) == gold) & valid).sum())
+            if len(hits) <= k:
+                hits.append(0)
+            hits[k] += n
+    return [h / max(1, valid_total) for h in hits]

@@ -871,8 +871,8 @@ def _shifted_loss(
 ):
     """The loss with switches for the classic target-shift mistakes (defaults: right)."""
     B = tgt.shape[0]
-    bos = torch.full((B, 1), model.bos_id, dtype=tgt.dtype)
-    pad = torch.full((B, 1), model.pad_id, dtype=tgt.dtype)
+    bos = torch.full((B, 1), model.bos_id, dtype=tgt.dtype, device=tgt.device)
+    pad = torch.full((B, 1), model.pad_id, dtype=tgt.dtype, device=tgt.device)
     target = tgt
     if shift == "right":
         tgt_in = torch.cat([bos, tgt[:, :-1]], dim=1)

@@ -434,9 +434,10 @@ VIT_FORWARD = Exercise(
     call=_vit_call,
     mistakes=VIT_MISTAKES,
     compare=close(),
-    hint="x = model.patch_embed(images); prepend model.cls_token (if not None); "
-    "x = x + model.pos_embed; every block in model.blocks; x = model.norm(x); pool "
-    "x[:, 0] (pool 'cls') or x.mean(1) (pool 'mean'); return model.head(pooled)",
+    hint="follow the ViT forward in order: patch embeddings, then the class token in front "
+    "(only when the model has one), then the position embeddings added to every token, then "
+    "each block, then the final norm; pool the class token's row or the mean over tokens, as "
+    "model.config.pool says, and return the head's logits (B, num_classes)",
 )
 
 EXERCISES = [PATCHIFY, VIT_FORWARD]

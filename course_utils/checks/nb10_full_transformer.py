@@ -314,9 +314,10 @@ DECODER_LAYER = Exercise(
     call=_layer_call,
     mistakes=LAYER_MISTAKES,
     compare=close(),
-    hint="pre-norm: x = x + self_attn(norm1(x), is_causal=True); "
-    "x = x + cross_attn(norm2(x), memory, key_padding_mask=memory_key_padding_mask); "
-    "x = x + mlp(norm3(x)). Post-norm: x = norm1(x + self_attn(x, is_causal=True)), ...",
+    hint="three sublayers, each with its own norm and a residual: causal self-attention over "
+    "the target, cross-attention whose queries come from the target and whose keys and values "
+    "come from memory (with the memory's padding mask), then the MLP; pre-norm normalises each "
+    "sublayer's input, post-norm the sum after the residual",
 )
 
 # ----------------------------------------------------------------------------- 10.2 the assembled model
@@ -569,10 +570,11 @@ MODEL = Exercise(
     call=_model_call,
     mistakes=MODEL_MISTAKES,
     compare=close(),
-    hint="src_mask: True where position < src_lengths; encode: embed * sqrt(D) + pe[:S], "
-    "encoder blocks with key_padding_mask, encoder_norm; decode: the same on the target, "
-    "decoder layers with (memory, memory_key_padding_mask), decoder_norm, generator; "
-    "forward: mask, encode, decode",
+    hint="the source mask marks the real (non-PAD) positions of each sentence; both sides "
+    "embed their tokens scaled by sqrt(d_model) and add the positions of their own length; "
+    "the encoder stack uses the padding mask, the decoder stack reads the encoder's memory "
+    "with that same mask; each stack ends with its final norm, and the generator maps the "
+    "decoder's output to logits",
 )
 
 # ----------------------------------------------------------------------------- 10.3 greedy decoding

@@ -288,9 +288,10 @@ TILED = Exercise(
     call=_tiled_call,
     mistakes=TILED_MISTAKES,
     compare=_tiled_compare,
-    hint="for each key block: s = q @ k_blk^T / sqrt(d); m_new = max(m, s.max(-1)); "
-    "p = exp(s - m_new); l = l * exp(m - m_new) + p.sum(-1); "
-    "acc = acc * exp(m - m_new) + p @ v_blk; m = m_new. Return acc / l",
+    hint="keep three running quantities per query over the key blocks: the largest score "
+    "seen so far, the softmax denominator and the weighted sum of values; when a block raises "
+    "the maximum, rescale the old denominator and sum by exp(old max - new max) before adding "
+    "the block's share; divide the sum by the denominator only at the end",
 )
 
 
@@ -568,9 +569,10 @@ KV_CACHE = Exercise(
     call=call,
     mistakes=MISTAKES,
     compare=compare,
-    hint="q, k_t, v_t = x_t @ W_q, x_t @ W_k, x_t @ W_v; append k_t and v_t to the caches "
-    "along dim -2; out = softmax(q @ K^T / sqrt(Dk)) @ V over all S + 1 positions; "
-    "return (out, K, V).",
+    hint="project the new token to its query, key and value; append the key and the value "
+    "to the caches along the sequence dimension (so they hold S + 1 positions); the new token "
+    "attends, scaled by sqrt(Dk), to every cached position including itself; return the "
+    "output and both grown caches",
 )
 
 EXERCISES = [TILED, KV_CACHE]

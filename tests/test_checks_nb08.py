@@ -1,6 +1,6 @@
 """The notebook 08 checks (08.1 the GPT assembled from its parts, 08.2 generation with
 temperature and top-k, 08.3 the warmup + cosine learning rate, 08.4 AdamW's parameter groups,
-08.5 training FLOPs per token) accept correct answers written differently, reject each classic
+08.5 one training step, 08.6 training FLOPs per token) accept correct answers written differently, reject each classic
 mistake with a hint naming it, and refuse shortcuts (calling the model's own generate, building
 a model to count its FLOPs)."""
 
@@ -23,6 +23,7 @@ from course_utils.checks.nb08_gpt import (
     GROUP_MISTAKES,
     LR_MISTAKES,
     MODEL_MISTAKES,
+    STEP_MISTAKES,
     _build_gpt,
     _flops_cases,
     _generate_cases,
@@ -36,7 +37,7 @@ from course_utils.layers import TransformerBlock
 from course_utils.models.gpt import GPT, GPTConfig
 from course_utils.training import lr_schedule
 
-IDS = ["08.1", "08.2", "08.3", "08.4", "08.5"]
+IDS = ["08.1", "08.2", "08.3", "08.4", "08.5", "08.6"]
 
 # ----------------------------------------------------------------------------- references
 
@@ -54,7 +55,8 @@ def test_exercises_are_registered_for_notebook_08_in_reading_order():
         "08.2": "generate",
         "08.3": "get_lr",
         "08.4": "param_groups",
-        "08.5": "flops_per_token",
+        "08.5": "train_step",
+        "08.6": "flops_per_token",
     }
     assert {get(ex).notebook for ex in IDS} == {"08_gpt.ipynb"}
 
@@ -303,7 +305,7 @@ def test_groups_without_the_weight_decay_key_is_an_error():
     assert result.status == ERROR and "'weight_decay'" in result.message
 
 
-# ----------------------------------------------------------------------------- 08.5 variants
+# ----------------------------------------------------------------------------- 08.6 variants
 
 
 def _flops_by_parts(config):
@@ -320,7 +322,7 @@ def _flops_tensor(config):
 
 @pytest.mark.parametrize("answer", [_flops_by_parts, _flops_tensor])
 def test_flops_written_differently_pass(answer):
-    result = run("08.5", answer)
+    result = run("08.6", answer)
     assert result.status == PASSED, result.message
 
 
@@ -337,13 +339,13 @@ def test_building_a_model_to_count_flops_is_refused():
         N = model.num_params(non_embedding=True)
         return 6 * N + 12 * config.n_layers * config.block_size * config.d_model
 
-    result = run("08.5", count_a_model)
+    result = run("08.6", count_a_model)
     assert result.status == ERROR and "formula" in result.message
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_flops_mistakes_give_distinct_counts_on_every_case(seed):
-    ex = get("08.5")
+    ex = get("08.6")
     for case in _flops_cases(seed):
         values = [float(ex.call(flops_per_token, case)["flops"])]
         values += [float(ex.call(m.impl, case)["flops"]) for m in FLOPS_MISTAKES]
@@ -357,7 +359,8 @@ ALL_MISTAKES = (
     + [("08.2", m) for m in GENERATE_MISTAKES]
     + [("08.3", m) for m in LR_MISTAKES]
     + [("08.4", m) for m in GROUP_MISTAKES]
-    + [("08.5", m) for m in FLOPS_MISTAKES]
+    + [("08.5", m) for m in STEP_MISTAKES]
+    + [("08.6", m) for m in FLOPS_MISTAKES]
 )
 
 
@@ -379,7 +382,8 @@ def test_each_classic_mistake_is_rejected_with_a_hint_naming_it(exercise_id, mis
         ("08.2", GENERATE_MISTAKES),
         ("08.3", LR_MISTAKES),
         ("08.4", GROUP_MISTAKES),
-        ("08.5", FLOPS_MISTAKES),
+        ("08.5", STEP_MISTAKES),
+        ("08.6", FLOPS_MISTAKES),
     ],
 )
 def test_mistakes_are_named_correctly_on_other_seeds(exercise_id, mistakes, seed):
@@ -446,7 +450,8 @@ def _stub_class(exercise_id):
         ),
         ("08.3", lambda step, max_lr, min_lr, warmup, steps: _stub("08.3")),
         ("08.4", lambda model, weight_decay: _stub("08.4")),
-        ("08.5", lambda config: _stub("08.5")),
+        ("08.5", lambda model, optimizer, x, y, lr, grad_clip: _stub("08.5")),
+        ("08.6", lambda config: _stub("08.6")),
     ],
 )
 def test_stub_is_not_attempted(exercise_id, signature):
@@ -622,3 +627,41 @@ def test_a_time_budget_stops_training_and_still_ends_the_schedule():
     assert nb08.lr_at(cfg.steps, cfg) == pytest.approx(cfg.min_lr)
     assert nb08.lr_at(cfg.warmup, cfg, time_fraction=1.0) == pytest.approx(cfg.min_lr)
     assert nb08.lr_at(0, cfg) == pytest.approx(cfg.lr / cfg.warmup)
+
+
+# ----------------------------------------------------------------------------- 08.5 variants
+
+
+def test_train_step_written_differently_passes():
+    def step(model, opt, x, y, lr, grad_clip):
+        for g in opt.param_groups:
+            g.update(lr=lr)
+        opt.zero_grad()  # zeros instead of None: the same step
+        _, loss = model(x, targets=y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm=grad_clip)
+        opt.step()
+        return loss.detach()  # a 0-d tensor instead of a float
+
+    result = run("08.5", step)
+    assert result.status == PASSED, result.message
+
+
+def test_train_step_that_returns_nothing_is_told_to_return_the_loss():
+    from course_utils.checks.nb08_gpt import train_step
+
+    def step(model, opt, x, y, lr, grad_clip):
+        train_step(model, opt, x, y, lr, grad_clip)
+
+    result = run("08.5", step)
+    assert result.status == ERROR and "return the step's loss" in result.message
+
+
+def test_train_step_cases_start_from_a_stale_gradient_and_clip_in_one_case():
+    from course_utils.checks.nb08_gpt import _step_cases, _step_setup
+
+    cases = _step_cases(0)
+    assert {c.inputs["grad_clip"] for c in cases} == {0.05, 1e6}
+    model, optimizer = _step_setup(cases[0].inputs)
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    assert len(optimizer.param_groups) == 2

@@ -1,6 +1,7 @@
 """Checks for notebook 08 (a Transformer language model): 08.1 the GPT assembled from its parts,
 08.2 sampling with temperature and top-k, 08.3 the learning-rate schedule (linear warmup, then
-cosine decay), 08.4 AdamW's parameter groups, 08.5 the training FLOPs per token.
+cosine decay), 08.4 AdamW's parameter groups, 08.5 one step of the training loop, 08.6 the
+training FLOPs per token.
 
 - ``GPTModel(config)`` is an ``nn.Module`` with the submodules of
   :class:`course_utils.models.GPT` (``tok_emb``, ``pos_emb``, ``blocks``, ``ln_f``, ``lm_head``)
@@ -18,6 +19,9 @@ cosine decay), 08.4 AdamW's parameter groups, 08.5 the training FLOPs per token.
   several schedules, a few steps past the end included.
 - ``param_groups(model, weight_decay) -> list[dict]`` is judged parameter by parameter: the
   weight decay each trainable parameter gets, and how many times it appears.
+- ``train_step(model, optimizer, x, y, lr, grad_clip) -> float`` runs three times on a float64
+  GPT whose ``.grad`` holds a stale gradient, with AdamW's two groups; the parameters after the
+  three steps and the returned losses are compared with the reference's.
 - ``flops_per_token(config) -> float`` is a formula: the candidate runs under a guard that
   rejects creating big tensors.
 """
@@ -57,6 +61,7 @@ __all__ = [
     "generate",
     "get_lr",
     "param_groups",
+    "train_step",
     "flops_per_token",
     "MODEL_MISTAKES",
     "GENERATE_MISTAKES",
@@ -949,11 +954,166 @@ GROUPS = Exercise(
 )
 
 
-# ============================================================================ 08.5 FLOPs per token
+# ============================================================================ 08.5 one training step
+
+
+def train_step(model: nn.Module, optimizer, x: Tensor, y: Tensor, lr: float, grad_clip: float):
+    """The reference answer to 08.5: one step of nanoGPT's loop. Sets ``lr`` in every parameter
+    group, computes the loss of ``model(x, y)``, clears the old gradients, backpropagates, clips
+    the gradients' global norm to ``grad_clip`` and lets the optimizer step; returns the loss
+    as a float."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    _, loss = model(x, y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return loss.item()
+
+
+_STEP_LRS = (3e-3, 2e-3, 1e-3)  # three calls, each with its own rate (a schedule's values)
+
+
+def _step_cases(seed: int) -> list[Case]:
+    g = generator(seed)
+    cases = []
+    for name, clip in (("gradients clipped (norm 0.05)", 0.05), ("clip never reached", 1e6)):
+        B, T = size(g, 2, 4), 6
+        x = torch.randint(0, 11, (3, B, T), generator=g)
+        y = torch.randint(0, 11, (3, B, T), generator=g)
+        cases.append(Case(f"{name}, three steps of batch {B}", dict(x=x, y=y, grad_clip=clip)))
+    return cases
+
+
+def _step_setup(inputs: dict[str, Any]):
+    """A float64 GPT whose .grad already holds a stale gradient, and AdamW with two groups."""
+    device = case_device(inputs)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(8)
+        model = GPT(vocab_size=11, block_size=6, n_layers=2, n_heads=2, d_model=8)
+        model = model.double().to(device)
+        stale = sum((p - 0.5).pow(2).sum() for p in model.parameters())
+        stale.backward()  # a gradient left over from elsewhere: a step must not use it
+    optimizer = torch.optim.AdamW(
+        course_param_groups(model, 0.1), lr=1e-2, betas=(0.9, 0.99), foreach=False
+    )
+    return model, optimizer
+
+
+def _step_call(candidate, case: Case) -> Outputs:
+    i = case.inputs
+    model, optimizer = _step_setup(i)
+    losses = []
+    for k, lr in enumerate(_STEP_LRS):
+        out = candidate(model, optimizer, i["x"][k], i["y"][k], lr, i["grad_clip"])
+        if out is None:
+            raise TypeError("train_step should return the step's loss (a float), got None")
+        losses.append(float(out))
+    params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    return {"parameters after 3 steps": params, "losses": torch.tensor(losses, dtype=torch.float64)}
+
+
+def _step_variant(mistake: str):
+    def step(model, optimizer, x, y, lr, grad_clip):
+        groups = optimizer.param_groups
+        for group in groups[:1] if mistake == "first group" else groups:
+            if mistake != "no lr":
+                group["lr"] = lr
+        if mistake == "step first":
+            optimizer.step()
+        _, loss = model(x, y)
+        if mistake not in ("no zero_grad", "zero after backward"):
+            optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if mistake == "zero after backward":
+            optimizer.zero_grad(set_to_none=True)
+        if mistake == "clip per tensor":
+            for p in model.parameters():
+                torch.nn.utils.clip_grad_norm_([p], grad_clip)
+        elif mistake == "clip by value":
+            torch.nn.utils.clip_grad_value_(model.parameters(), grad_clip)
+        elif mistake != "no clip":
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        if mistake != "step first":
+            optimizer.step()
+        return loss.item()
+
+    return step
+
+
+STEP_MISTAKES = [
+    Mistake(
+        "old gradients never cleared",
+        "backward() adds to .grad: clear the gradients (optimizer.zero_grad()) before each "
+        "backward, or every step also follows the gradients of the steps before it",
+        _step_variant("no zero_grad"),
+    ),
+    Mistake(
+        "gradients cleared after backward",
+        "optimizer.zero_grad() belongs before loss.backward(): after it, it erases the "
+        "gradient this step just computed",
+        _step_variant("zero after backward"),
+    ),
+    Mistake(
+        "optimizer step before the backward pass",
+        "the order is forward, loss, backward, clip, then optimizer.step(): stepping first "
+        "uses the previous step's gradients",
+        _step_variant("step first"),
+    ),
+    Mistake(
+        "no gradient clipping",
+        "clip the global norm of all gradients to grad_clip "
+        "(torch.nn.utils.clip_grad_norm_) between backward and the optimizer step (clipping "
+        "after the step changes nothing: the optimizer has already read the gradients)",
+        _step_variant("no clip"),
+    ),
+    Mistake(
+        "each tensor's gradient clipped on its own",
+        "clip the norm of ALL gradients together (one call on model.parameters()), so the "
+        "direction of the update is kept; clipping tensor by tensor changes it",
+        _step_variant("clip per tensor"),
+    ),
+    Mistake(
+        "gradients clipped by value",
+        "nanoGPT clips the global norm (clip_grad_norm_), not each component (clip_grad_value_)",
+        _step_variant("clip by value"),
+    ),
+    Mistake(
+        "learning rate never set",
+        "write lr into every parameter group (group['lr'] = lr) before the step: the "
+        "optimizer reads its rate from there",
+        _step_variant("no lr"),
+    ),
+    Mistake(
+        "learning rate set in the first group only",
+        "AdamW has two groups (with and without weight decay): set the rate in every one",
+        _step_variant("first group"),
+    ),
+]
+
+STEP = Exercise(
+    id="08.5",
+    title="one step of the training loop",
+    points=2,
+    notebook=NOTEBOOK,
+    function="train_step",
+    reference=train_step,
+    make_cases=_step_cases,
+    call=_step_call,
+    mistakes=STEP_MISTAKES,
+    compare=close(),
+    hint="set the rate in every parameter group; forward to get the loss; clear the old "
+    "gradients; backward; clip the global gradient norm; optimizer step; return the loss as "
+    "a number",
+)
+
+
+# ============================================================================ 08.6 FLOPs per token
 
 
 def flops_per_token(config: GPTConfig) -> float:
-    """The reference answer to 08.5: training FLOPs per token of ``GPT(config)`` at the full
+    """The reference answer to 08.6: training FLOPs per token of ``GPT(config)`` at the full
     context, ``6 N + 12 L T D`` with ``N = config.param_count(non_embedding=True)`` (nanoGPT's
     ``estimate_mfu``, from the PaLM paper's appendix B)."""
     N = config.param_count(non_embedding=True)
@@ -1074,7 +1234,7 @@ FLOPS_MISTAKES = [
 ]
 
 FLOPS = Exercise(
-    id="08.5",
+    id="08.6",
     title="training FLOPs per token",
     points=2,
     notebook=NOTEBOOK,
@@ -1088,4 +1248,4 @@ FLOPS = Exercise(
     "two products of T * D multiply-adds per layer per token, times the same 3 for training",
 )
 
-EXERCISES = [MODEL, GENERATE, LR, GROUPS, FLOPS]
+EXERCISES = [MODEL, GENERATE, LR, GROUPS, STEP, FLOPS]

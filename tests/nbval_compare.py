@@ -27,19 +27,18 @@ NOT_COMPARED_TAGS = ("nbval-ignore-output", "nbval-skip", "check")
 _IMAGES = ("image/png", "image/jpeg", "image/svg+xml")
 
 
-def _skip_compare() -> tuple[str, ...]:
-    # nbval's own list (IPyNbFile.__init__) with its default image exclusion
-    return (
-        "metadata",
-        "traceback",
-        "prompt_number",
-        "output_type",
-        "name",
-        "execution_count",
-        "application/vnd.jupyter.widget-view+json",
-        "image/png",
-        "image/jpeg",
-    )
+# nbval's own list (IPyNbFile.__init__), with its default exclusion of images
+SKIP_COMPARE = (
+    "metadata",
+    "traceback",
+    "prompt_number",
+    "output_type",
+    "name",
+    "execution_count",
+    "application/vnd.jupyter.widget-view+json",
+    "image/png",
+    "image/jpeg",
+)
 
 
 def _is_figure(output) -> bool:
@@ -53,24 +52,17 @@ def _comparable(outputs) -> list:
     return coalesce_streams(kept)
 
 
-def _comparer(patterns) -> SimpleNamespace:
-    """The few attributes ``IPyNbCell.compare_outputs`` reads from ``self``."""
-    import re
-
-    def sanitize(s):
-        if not isinstance(s, str):
-            return s
-        for regex, replace in patterns.items():
-            s = re.sub(regex, replace, s)
-        return s
-
-    return SimpleNamespace(
-        parent=SimpleNamespace(skip_compare=_skip_compare(), sanitize_patterns=patterns),
-        sanitize=sanitize,
+def _comparer(patterns, found: list[str]) -> SimpleNamespace:
+    """The few attributes ``IPyNbCell.compare_outputs`` reads from ``self`` (nbval's own
+    ``sanitize``); a mismatch is described into ``found``."""
+    me = SimpleNamespace(
+        parent=SimpleNamespace(skip_compare=SKIP_COMPARE, sanitize_patterns=patterns),
         colors=nocolors,
         comparison_traceback=[],
-        format_output_compare=None,
+        format_output_compare=lambda key, left, right: found.append(_format(key, left, right)),
     )
+    me.sanitize = lambda s: IPyNbCell.sanitize(me, s)
+    return me
 
 
 def _format(key, left, right) -> str:
@@ -97,11 +89,8 @@ def mismatches(stored: dict, executed: dict, sanitize: Path = SANITIZE) -> list[
         if i not in ran:
             problems.append(f"cell {i}: not executed by the grader")
             continue
-        me = _comparer(patterns)
         found: list[str] = []
-        me.format_output_compare = lambda key, left, right, found=found: found.append(
-            _format(key, left, right)
-        )
+        me = _comparer(patterns, found)
         same = IPyNbCell.compare_outputs(
             me, _comparable(ran[i].get("outputs", [])), _comparable(cell.get("outputs", []))
         )

@@ -17,6 +17,7 @@ from torch import nn
 
 from course_utils import layers
 from course_utils.attention import causal_mask
+from course_utils.checks.nb10_full_transformer import Seq2SeqTransformer
 
 SEEDS = (0, 1)  # each case builds modules: two draws keep this file fast
 
@@ -281,49 +282,10 @@ def test_greedy_registered_mistakes_are_named():
 # ----------------------------------------------------------------------------- 10.2
 
 
-class GivenModel(nn.Module):
-    """The __init__ the notebook gives the student for 10.2."""
-
-    def __init__(
-        self,
-        src_vocab,
-        tgt_vocab,
-        d_model,
-        n_heads,
-        n_layers,
-        d_ff,
-        max_len=256,
-        decoder_layer=None,
-    ):
-        super().__init__()
-        from course_utils.checks.nb10_full_transformer import CausalDecoderLayer
-        from course_utils.positional import sinusoidal_positional_encoding
-
-        decoder_layer = decoder_layer or CausalDecoderLayer
-        self.d_model = d_model
-        self.pad_id, self.bos_id, self.eos_id = 0, 1, 2
-        self.src_embed = nn.Embedding(src_vocab, d_model, padding_idx=0)
-        self.tgt_embed = nn.Embedding(tgt_vocab, d_model, padding_idx=0)
-        self.register_buffer(
-            "pe", sinusoidal_positional_encoding(max_len, d_model), persistent=False
-        )
-        self.encoder = nn.ModuleList(
-            [
-                layers.TransformerBlock(d_model, n_heads, d_ff, norm_first=True)
-                for _ in range(n_layers)
-            ]
-        )
-        self.decoder = nn.ModuleList(
-            [decoder_layer(d_model, n_heads, d_ff, norm_first=True) for _ in range(n_layers)]
-        )
-        self.encoder_norm = nn.LayerNorm(d_model)
-        self.decoder_norm = nn.LayerNorm(d_model)
-        self.generator = nn.Linear(d_model, tgt_vocab)
-
-
-class ModelWritten(GivenModel):
-    """Mask from the tokens (PAD is 0 beyond each length), positions through index_select,
-    a (logits, None) pair from forward like the course's models."""
+class ModelWritten(Seq2SeqTransformer):
+    """The notebook's given ``__init__`` (the reference's) with every method written again:
+    mask from the tokens (PAD is 0 beyond each length), positions through index_select, a
+    (logits, None) pair from forward like the course's models."""
 
     def src_mask(self, src, src_lengths):
         return src != self.pad_id
@@ -386,7 +348,6 @@ def test_model_check_accepts_a_correct_model_written_differently():
 
 
 def test_model_reference_equals_the_course_model_with_the_same_weights():
-    from course_utils.checks.nb10_full_transformer import Seq2SeqTransformer
     from course_utils.models import EncoderDecoderTransformer
 
     torch.manual_seed(0)

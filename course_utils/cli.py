@@ -14,10 +14,16 @@ import sys
 # subcommand -> (module, one-line help)
 SUBCOMMANDS = {
     "doctor": ("course_utils.doctor", "print versions, device, profile and optional data"),
-    "release": ("course_utils.release", "write notebooks/ (student versions) from solutions/"),
+    "release": (
+        "course_utils.authoring.release",
+        "write notebooks/ (student versions) from solutions/",
+    ),
     "grade": ("course_utils.grading.cli", "grade submitted notebooks (the official grader)"),
     "bench": ("course_utils.bench", "run the benchmarks and print ratios against references"),
-    "claims": ("course_utils.claims", "run solution notebooks and check every claim of the prose"),
+    "claims": (
+        "course_utils.authoring.claims",
+        "run solution notebooks and check every claim of the prose",
+    ),
 }
 
 

@@ -21,7 +21,7 @@ def report() -> list[str]:
     """The doctor's report as lines of text."""
     import torch
 
-    from course_utils import profiles
+    from course_utils.runtime import profiles
 
     lines = [f"python      {platform.python_version()} ({platform.platform()})"]
     lines += [f"{name:<11} {_version(name)}" for name in PACKAGES]

@@ -202,7 +202,7 @@ def plot_curves(
     smooth: int | None = None,
     split_metrics: bool = True,
 ) -> Figure:
-    """Line plot of several series: a :class:`~course_utils.training.History` or a dict.
+    """Line plot of several series: a :class:`~course_utils.runtime.training.History` or a dict.
 
     Dict values: a list/1-D tensor of y (x = 0, 1, ...), a ``(xs, ys)`` pair, or a dict
     ``x -> y``. ``smooth=k`` adds a moving average over ``k`` points. With a History (or

@@ -1,4 +1,4 @@
-"""course_utils.attention against PyTorch's references (float64, random shapes) and its properties."""
+"""course_utils.modeling.attention against PyTorch's references (float64, random shapes) and its properties."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tensors_testing import DEVICES, F64, gen, randn, random_mask
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from course_utils.attention import (
+from course_utils.modeling.attention import (
     AdditiveAttention,
     additive_scores,
     causal_mask,

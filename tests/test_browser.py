@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import release
+from course_utils.authoring import release
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = "03_scaled_dot_product.ipynb"

@@ -17,7 +17,7 @@ from checks_testing import (
 from course_utils import checks
 from course_utils.checks.nb01_rnn_bottleneck import build_case_model
 from course_utils.data.tasks import BOS, EOS, PAD
-from course_utils.models import Seq2SeqRNN
+from course_utils.modeling.models import Seq2SeqRNN
 
 # ----------------------------------------------------------------------------- 01.1
 

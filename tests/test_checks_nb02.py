@@ -15,9 +15,10 @@ from checks_testing import (
     mistake_names,
 )
 
-from course_utils import attention, checks
-from course_utils.attention import padding_mask
-from course_utils.models import Seq2SeqRNN
+from course_utils import checks
+from course_utils.modeling import attention
+from course_utils.modeling.attention import padding_mask
+from course_utils.modeling.models import Seq2SeqRNN
 
 # ----------------------------------------------------------------------------- 02.1
 

@@ -17,7 +17,7 @@ from checks_testing import (
 )
 from torch import nn
 
-from course_utils import checks, positional
+from course_utils import checks
 from course_utils.checks import FAILED, NOT_ATTEMPTED, PASSED, get, run
 from course_utils.checks.nb04_self_cross_position import (
     EQUIVARIANCE_MISTAKES,
@@ -26,6 +26,7 @@ from course_utils.checks.nb04_self_cross_position import (
     SelfAttention,
     is_permutation_equivariant,
 )
+from course_utils.modeling import positional
 
 # ----------------------------------------------------------------------------- 04.3
 

@@ -13,7 +13,8 @@ from checks_testing import (
     mistake_names,
 )
 
-from course_utils import attention, checks
+from course_utils import checks
+from course_utils.modeling import attention
 
 # ----------------------------------------------------------------------------- 05.1
 

@@ -24,7 +24,7 @@ from checks_testing import (
 )
 from torch import nn
 
-from course_utils import checks, layers
+from course_utils import checks
 from course_utils.checks import ERROR, FAILED, NOT_ATTEMPTED, PASSED, get, run
 from course_utils.checks._common import build_module
 from course_utils.checks.nb07_transformer_block import (
@@ -34,7 +34,8 @@ from course_utils.checks.nb07_transformer_block import (
     formula_block_param_count,
     make_cases,
 )
-from course_utils.layers import TransformerBlock
+from course_utils.modeling import layers
+from course_utils.modeling.layers import TransformerBlock
 
 ID = "07.3"
 

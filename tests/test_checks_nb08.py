@@ -33,9 +33,9 @@ from course_utils.checks.nb08_gpt import (
     get_lr,
     param_groups,
 )
-from course_utils.layers import TransformerBlock
-from course_utils.models.gpt import GPT, GPTConfig
-from course_utils.training import lr_schedule
+from course_utils.modeling.layers import TransformerBlock
+from course_utils.modeling.models.gpt import GPT, GPTConfig
+from course_utils.runtime.training import lr_schedule
 
 IDS = ["08.1", "08.2", "08.3", "08.4", "08.5", "08.6"]
 

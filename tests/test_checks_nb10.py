@@ -15,9 +15,9 @@ from checks_testing import (
 )
 from torch import nn
 
-from course_utils import layers
-from course_utils.attention import causal_mask
 from course_utils.checks.nb10_full_transformer import Seq2SeqTransformer
+from course_utils.modeling import layers
+from course_utils.modeling.attention import causal_mask
 
 SEEDS = (0, 1)  # each case builds modules: two draws keep this file fast
 
@@ -348,7 +348,7 @@ def test_model_check_accepts_a_correct_model_written_differently():
 
 
 def test_model_reference_equals_the_course_model_with_the_same_weights():
-    from course_utils.models import EncoderDecoderTransformer
+    from course_utils.modeling.models import EncoderDecoderTransformer
 
     torch.manual_seed(0)
     course = EncoderDecoderTransformer(9, 11, d_model=16, n_heads=2, n_layers=2, d_ff=32).eval()

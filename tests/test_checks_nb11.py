@@ -22,9 +22,10 @@ from checks_testing import (
     mistake_names,
 )
 
-from course_utils import attention, checks
+from course_utils import checks
 from course_utils.checks._common import AllocationTracker
 from course_utils.checks.nb11_attention_at_scale import WRONG_DIM, kv_cache_decode_step
+from course_utils.modeling import attention
 
 ID = "11.1"
 

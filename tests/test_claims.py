@@ -8,8 +8,8 @@ import json
 import nbformat
 import pytest
 
-from course_utils import claims
-from course_utils.claims import ClaimFailed, Held, claim
+from course_utils.authoring import claims
+from course_utils.authoring.claims import ClaimFailed, Held, claim
 
 
 @pytest.fixture
@@ -108,7 +108,7 @@ def test_course_claims_runs_a_notebook_and_reports_each_claim(tmp_path, capsys):
     path = _notebook(
         tmp_path,
         [
-            "from course_utils.claims import claim",
+            "from course_utils.authoring.claims import claim",
             "claim('held everywhere', True)",
             "claim('only on a laptop', False, profiles=('cpu',))",
             "claim('fails in ci', 1 > 2, profiles='ci', detail='1 vs 2')",
@@ -125,7 +125,9 @@ def test_course_claims_runs_a_notebook_and_reports_each_claim(tmp_path, capsys):
     assert "✗ fails in ci  [1 vs 2]" in out and "stopped: " in out and "ClaimFailed" in out
     assert path.read_bytes() == before  # the stored notebook is not touched
 
-    ok = _notebook(tmp_path, ["from course_utils.claims import claim", "claim('fine', True)"])
+    ok = _notebook(
+        tmp_path, ["from course_utils.authoring.claims import claim", "claim('fine', True)"]
+    )
     assert cli.main(["claims", "--profile", "cpu", str(ok)]) == 0
 
 
@@ -146,7 +148,7 @@ def test_a_held_claim_shows_nothing_as_the_last_expression_of_a_cell(capsys):
 def test_keep_going_prints_a_failed_claim_and_does_not_raise(
     profile, capsys, monkeypatch, tmp_path
 ):
-    from course_utils import claims as c
+    from course_utils.authoring import claims as c
 
     profile("cpu")
     log = tmp_path / "log.jsonl"

@@ -11,9 +11,10 @@ import torch
 import torch.nn as nn
 from device_harness import META, DeviceLeak, FakeAccelerator, all_on_meta, to_meta
 
-from course_utils import attention, devices
-from course_utils.models import GPT, EncoderDecoderTransformer, Seq2SeqRNN, ViT, ViTConfig
+from course_utils.modeling import attention
+from course_utils.modeling.models import GPT, EncoderDecoderTransformer, Seq2SeqRNN, ViT, ViTConfig
 from course_utils.recipes import nb09
+from course_utils.runtime import devices
 
 
 def _first(out):
@@ -185,7 +186,7 @@ TEXT = "to be, or not to be, that is the question:\n" * 20
 
 
 def test_profile_device_override(on_meta_profile, monkeypatch):
-    from course_utils import profiles
+    from course_utils.runtime import profiles
 
     assert profiles.current().device == META
     assert devices.resolve(None) == META and "COURSE_DEVICE" in profiles.describe()
@@ -312,8 +313,8 @@ def test_nb09_vit_training_on_the_device(on_meta_profile):
 
 
 def test_data_parallel_step_on_the_device():
-    from course_utils import distributed
     from course_utils.recipes import nb11
+    from course_utils.runtime import distributed
 
     info = distributed.DistInfo(0, 1, 0, META, None)
     with FakeAccelerator():
@@ -324,7 +325,7 @@ def test_data_parallel_step_on_the_device():
 
 
 def test_data_parallel_backend_says_why():
-    from course_utils import distributed
+    from course_utils.runtime import distributed
 
     backend, note = distributed.data_parallel_backend(2)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0

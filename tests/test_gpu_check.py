@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_utils import doctor, gpu_plan, profiles
+from course_utils import doctor, gpu_plan
 from course_utils.bench import gpu_check
 from course_utils.recipes import nb11
+from course_utils.runtime import profiles
 
 ROOT = Path(__file__).parents[1]
 
@@ -54,7 +55,7 @@ def test_describe_states_the_gpu_expectations_only_in_the_gpu_profile(monkeypatc
 
 
 def test_step_cap(monkeypatch):
-    from course_utils.training import train
+    from course_utils.runtime.training import train
 
     assert profiles.cap_steps(500) == 500
     monkeypatch.setenv("COURSE_MAX_STEPS", "3")
@@ -122,7 +123,7 @@ def test_gpu_check_runs_notebooks_in_the_profile_with_the_step_cap(tmp_path):
     nb.cells = [
         nbformat.v4.new_code_cell(
             "import os\n"
-            "from course_utils.profiles import cap_steps, profile_name\n"
+            "from course_utils.runtime.profiles import cap_steps, profile_name\n"
             "assert profile_name() == 'ci', profile_name()\n"
             "assert cap_steps(1000) == 3, cap_steps(1000)\n"
         )
@@ -159,9 +160,9 @@ def test_a_long_vit_run_states_its_expected_time_first():
 def test_data_parallel_stage_runs_notebook_11s_gpt_demo_over_nccl(monkeypatch):
     from types import SimpleNamespace
 
-    from course_utils import distributed
     from course_utils.bench import gpu_check
     from course_utils.recipes import nb11
+    from course_utils.runtime import distributed
 
     calls = []
     monkeypatch.setattr(distributed, "data_parallel_backend", lambda n: ("nccl", f"{n} GPUs"))

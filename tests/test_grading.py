@@ -351,7 +351,9 @@ def test_flag_policy_keeps_points_unless_told_otherwise():
         "points": 2,
         "max_points": 2,
         "message": "ok",
-        "flags": ["is_reference: softmax is the course's own course_utils.attention.softmax"],
+        "flags": [
+            "is_reference: softmax is the course's own course_utils.modeling.attention.softmax"
+        ],
     }
     kept = apply_flag_policy(dict(entry))
     assert kept["points"] == 2 and "Flagged for review" in kept["message"]

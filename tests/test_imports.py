@@ -77,7 +77,11 @@ def test_find_cycle_finds_a_cycle_and_accepts_a_tree():
 
 def test_course_utils_has_no_import_cycle():
     edges = graph()
-    assert {"course_utils.layers", "course_utils.training", "course_utils.doctor"} <= set(edges)
+    assert {
+        "course_utils.modeling.layers",
+        "course_utils.runtime.training",
+        "course_utils.doctor",
+    } <= set(edges)
     assert find_cycle(edges) is None, f"import cycle: {' -> '.join(find_cycle(edges))}"
 
 
@@ -107,3 +111,68 @@ def test_reading_a_notebook_does_not_build_jsonschemas_iri_parser():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+# Which package may import which: the math knows nothing of how it runs or is taught, the
+# runtime nothing of notebooks or grading, the authoring tools nothing of the grader.
+FORBIDDEN_IMPORTS = {
+    "course_utils.modeling": (
+        "course_utils.runtime",
+        "course_utils.authoring",
+        "course_utils.checks",
+        "course_utils.grading",
+        "course_utils.recipes",
+    ),
+    "course_utils.runtime": (
+        "course_utils.authoring",
+        "course_utils.checks",
+        "course_utils.grading",
+        "course_utils.recipes",
+    ),
+}
+
+
+def layer_violations(edges: dict[str, set[str]]) -> list[str]:
+    """'a imports b' for every import that goes against FORBIDDEN_IMPORTS."""
+    return [
+        f"{name} imports {target}"
+        for name, targets in sorted(edges.items())
+        for layer, banned in FORBIDDEN_IMPORTS.items()
+        if name == layer or name.startswith(layer + ".")
+        for target in sorted(targets)
+        if target.startswith(banned)
+    ]
+
+
+def test_layer_violations_are_found():
+    edges = {"course_utils.modeling.layers": {"course_utils.runtime.devices"}}
+    assert layer_violations(edges) == [
+        "course_utils.modeling.layers imports course_utils.runtime.devices"
+    ]
+
+
+def test_the_layers_import_only_downwards():
+    edges = graph()
+    assert {"course_utils.modeling.attention", "course_utils.runtime.training"} <= set(edges)
+    assert layer_violations(edges) == []
+
+
+def test_old_import_paths_give_the_same_module_not_a_copy():
+    """A student's notebook written before the move keeps working, with one set of classes."""
+    import importlib
+
+    from course_utils import _moved
+
+    for old in ["attention", "positional", "layers", "models", "models.gpt", *_moved.MOVED]:
+        old_name = f"course_utils.{old}"
+        module = importlib.import_module(old_name)
+        assert module is importlib.import_module(_moved.new_name(old_name)), old_name
+        assert module.__spec__.name == _moved.new_name(old_name)
+    from course_utils.attention import softmax
+    from course_utils.models.gpt import GPT
+
+    from course_utils.modeling.attention import softmax as new_softmax
+    from course_utils.modeling.models.gpt import GPT as NewGPT
+
+    assert softmax is new_softmax and GPT is NewGPT
+    assert _moved.new_name("course_utils.checks") is None

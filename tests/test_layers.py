@@ -1,4 +1,4 @@
-"""course_utils.layers against nn.MultiheadAttention / nn.TransformerEncoderLayer /
+"""course_utils.modeling.layers against nn.MultiheadAttention / nn.TransformerEncoderLayer /
 nn.TransformerDecoderLayer (float64), fast == manual path, KV cache, and properties."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from tensors_testing import DEVICES, F64, gen, randn
 from torch import nn
 
-from course_utils.attention import causal_mask, padding_mask, scaled_dot_product_attention
-from course_utils.layers import (
+from course_utils.modeling.attention import causal_mask, padding_mask, scaled_dot_product_attention
+from course_utils.modeling.layers import (
     MLP,
     KVCache,
     MultiHeadAttention,

@@ -1,4 +1,4 @@
-"""The no-answer rule (course_utils.leaks): a solution line found anywhere in the student
+"""The no-answer rule (course_utils.authoring.leaks): a solution line found anywhere in the student
 notebook is reported with its notebook, exercise and cell; trivial lines are not; `course
 release --check` fails on a leak."""
 
@@ -8,7 +8,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from test_release import NAME, REGISTRY, cell, run_cli, toy_notebook, write_nb
 
-from course_utils import leaks, release
+from course_utils.authoring import leaks, release
 
 LEAKED = "shifted = x - x.amax(dim=-1, keepdim=True)"
 

@@ -1,4 +1,4 @@
-"""Tests for course_utils.models: shapes, masking/causality properties, KV-cache equivalence,
+"""Tests for course_utils.modeling.models: shapes, masking/causality properties, KV-cache equivalence,
 dtypes, and (marked slow) that each model learns a small task in seconds on CPU."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils.layers import record_attention
-from course_utils.models import (
+from course_utils.modeling.layers import record_attention
+from course_utils.modeling.models import (
     GPT,
     EncoderDecoderTransformer,
     GPTConfig,
@@ -21,7 +21,7 @@ from course_utils.models import (
     sample_next_token,
     unpatchify,
 )
-from course_utils.training import make_optimizer
+from course_utils.runtime.training import make_optimizer
 
 DTYPES = [torch.float32, torch.float64]
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -567,7 +567,7 @@ def test_vit_learns_a_separable_image_task():
 
 @pytest.mark.parametrize("cls", [GPTConfig, ViTConfig])
 def test_resolve_config_keeps_the_4x_rule_only_where_it_held(cls):
-    from course_utils.models.config import resolve_config
+    from course_utils.modeling.models.config import resolve_config
 
     base = cls(d_model=32, n_heads=4)
     assert resolve_config(cls, None, {"d_model": 32, "n_heads": 4}) == base

@@ -1,4 +1,4 @@
-"""The course's pytest plugin (course_utils.nbval_strict): declared as a pytest11 entry point,
+"""The course's pytest plugin (course_utils.authoring.nbval_strict): declared as a pytest11 entry point,
 it marks the kernels of an nbval run as strict and leaves every other run alone."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from course_utils import checks, nbval_strict
+from course_utils import checks
+from course_utils.authoring import nbval_strict
 
 try:
     import tomllib
@@ -25,9 +26,9 @@ def _config(**options):
 
 def test_the_plugin_is_a_pytest11_entry_point_of_the_package():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    # the entry point's name is the module's, so `-p course_utils.nbval_strict` is the same plugin
+    # the entry point's name is the module's, so `-p course_utils.authoring.nbval_strict` is the same plugin
     assert project["entry-points"]["pytest11"] == {
-        "course_utils.nbval_strict": "course_utils.nbval_strict"
+        "course_utils.authoring.nbval_strict": "course_utils.authoring.nbval_strict"
     }
     assert checks.STRICT_ENV == nbval_strict.STRICT_ENV == "COURSE_STRICT_CHECKS"
 

@@ -18,7 +18,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from course_utils import nbval_strict, release
+from course_utils.authoring import nbval_strict, release
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.notebook]
@@ -90,7 +90,7 @@ def run_nbval(notebook: Path, *, strict: str | None = None) -> tuple[set[str], i
         "--nbval-lax",
         "--nbval-current-env",
         "-p",
-        "course_utils.nbval_strict",  # what the package's pytest11 entry point loads
+        "course_utils.authoring.nbval_strict",  # what the package's pytest11 entry point loads
         "-p",
         "no:cacheprovider",
         "-q",

@@ -34,7 +34,8 @@ import nbformat
 import pytest
 from nbval_compare import mismatches
 
-from course_utils import checks, release
+from course_utils import checks
+from course_utils.authoring import release
 from course_utils.checks import core
 from course_utils.grading.plan import course_meta, python_source
 

@@ -15,7 +15,7 @@ import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from course_utils import plots  # noqa: E402
-from course_utils.training import History  # noqa: E402
+from course_utils.runtime.training import History  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

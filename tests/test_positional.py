@@ -1,4 +1,4 @@
-"""course_utils.positional: sinusoidal by formula, learned offsets, RoPE's relative-position
+"""course_utils.modeling.positional: sinusoidal by formula, learned offsets, RoPE's relative-position
 property, relative position bias, and positions breaking permutation equivariance."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensors_testing import DEVICES, F64, gen, randn
 
-from course_utils.attention import scaled_dot_product_attention
-from course_utils.layers import TransformerBlock
-from course_utils.positional import (
+from course_utils.modeling.attention import scaled_dot_product_attention
+from course_utils.modeling.layers import TransformerBlock
+from course_utils.modeling.positional import (
     LearnedPositionalEmbedding,
     RelativePositionBias,
     apply_rope,

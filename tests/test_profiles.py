@@ -1,4 +1,4 @@
-"""course_utils.profiles: profile choice, the COURSE_PROFILE override, pick() and seeding."""
+"""course_utils.runtime.profiles: profile choice, the COURSE_PROFILE override, pick() and seeding."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from course_utils import profiles
+from course_utils.runtime import profiles
 
 
 @pytest.mark.parametrize("name", profiles.PROFILES)

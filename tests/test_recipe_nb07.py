@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import torch
 
-from course_utils import layers
+from course_utils.modeling import layers
 from course_utils.recipes import nb07
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils import attention
+from course_utils.modeling import attention
 from course_utils.recipes import nb11
 
 
@@ -87,7 +87,7 @@ def test_backend_errors_are_reported_as_whole_sentences():
 
 @pytest.mark.parametrize("world_size", [1, 2, 4])
 def test_tensor_parallel_block_equals_the_block_with_two_all_reduces(world_size):
-    from course_utils.layers import TransformerBlock
+    from course_utils.modeling.layers import TransformerBlock
 
     torch.manual_seed(0)
     block = TransformerBlock(16, 4, 32, norm_first=True).double().eval()
@@ -99,7 +99,7 @@ def test_tensor_parallel_block_equals_the_block_with_two_all_reduces(world_size)
 
 
 def test_tensor_parallel_block_rejects_a_post_norm_block():
-    from course_utils.layers import TransformerBlock
+    from course_utils.modeling.layers import TransformerBlock
 
     with pytest.raises(ValueError, match="pre-norm"):
         nb11.tensor_parallel_block(TransformerBlock(8, 2, 16), torch.randn(1, 3, 8), 2)
@@ -117,7 +117,7 @@ def test_mean_of_shard_gradients_is_the_full_batch_gradient_of_the_gpt():
 
 
 def test_gpt_demo_worker_trains_in_one_process_and_reports_its_time():
-    from course_utils.distributed import DistInfo
+    from course_utils.runtime.distributed import DistInfo
 
     out = nb11.demo_worker(DistInfo(0, 1, 0, torch.device("cpu"), None), 3, 8, model_name="gpt")
     assert len(out["loss"]) == 3 and out["train_seconds"] > 0

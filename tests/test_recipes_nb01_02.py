@@ -12,7 +12,7 @@ import torch
 matplotlib.use("Agg")
 
 from course_utils.data.tasks import EOS, PAD, make_translation_data  # noqa: E402
-from course_utils.models import Seq2SeqRNN  # noqa: E402
+from course_utils.modeling.models import Seq2SeqRNN  # noqa: E402
 from course_utils.recipes import nb01, nb02  # noqa: E402
 
 

@@ -13,7 +13,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from course_utils import cli, release
+from course_utils import cli
+from course_utils.authoring import release
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "42_toy.ipynb"

@@ -1,4 +1,4 @@
-"""course_utils.training (the loop, schedule, history) and course_utils.distributed (DDP)."""
+"""course_utils.runtime.training (the loop, schedule, history) and course_utils.runtime.distributed (DDP)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from course_utils import distributed
 from course_utils.data.tasks import batches, exact_match, make_reverse_data
 from course_utils.recipes import nb11
-from course_utils.training import (
+from course_utils.runtime import distributed
+from course_utils.runtime.training import (
     History,
     default_loss,
     evaluate_loss,
@@ -79,7 +79,9 @@ def test_lr_schedule_follows_the_time_used_when_it_is_ahead_of_the_steps():
 
 def test_a_time_budget_stops_training_and_records_why(monkeypatch):
     clock = iter(range(10**4))  # every reading of the clock is one second later
-    monkeypatch.setattr("course_utils.training.time.perf_counter", lambda: float(next(clock)))
+    monkeypatch.setattr(
+        "course_utils.runtime.training.time.perf_counter", lambda: float(next(clock))
+    )
     x, y = _regression()
     model = nn.Linear(3, 1)
     h = train(

@@ -20,7 +20,7 @@ from IPython.core.formatters import DisplayFormatter  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from course_utils import plots, widgets  # noqa: E402
-from course_utils.positional import sinusoidal_positional_encoding  # noqa: E402
+from course_utils.modeling.positional import sinusoidal_positional_encoding  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -15,9 +15,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from course_utils.attention import fast_attention, scaled_dot_product_attention, tiled_attention
 from course_utils.bench.common import median_time, sync, table
 from course_utils.memory import peak_extra_memory
+from course_utils.modeling.attention import (
+    fast_attention,
+    scaled_dot_product_attention,
+    tiled_attention,
+)
 from course_utils.scaling import fit_exponent
 
 IMPLS = {

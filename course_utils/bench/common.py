@@ -26,7 +26,7 @@ def cpu_model() -> str:
 
 def machine_info(device: str | None = None) -> dict[str, Any]:
     """What the numbers were measured on."""
-    from course_utils.profiles import current
+    from course_utils.runtime.profiles import current
 
     dev = device or str(current().device)
     info = {

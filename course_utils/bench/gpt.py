@@ -44,7 +44,7 @@ def flops_per_token(n_params: int, n_layers: int, d_model: int, block_size: int)
 def nanogpt_cpu_recipe():
     """nanoGPT's README command for a CPU (``train_shakespeare_char`` with the CPU overrides),
     as an ``nb08.Config``: batch 12, 2000 steps, lr 1e-3 -> 1e-4, 100 warmup steps."""
-    from course_utils.models.gpt import GPTConfig
+    from course_utils.modeling.models.gpt import GPTConfig
     from course_utils.recipes import nb08
 
     return nb08.Config(

@@ -95,8 +95,8 @@ def stage_paths(opts: argparse.Namespace) -> dict[str, Any]:
 
     import torch
 
-    from course_utils import devices
     from course_utils.recipes import nb08, nb11
+    from course_utils.runtime import devices
 
     device = devices.resolve(opts.device)
     out: dict[str, Any] = {"device": str(device)}
@@ -129,8 +129,8 @@ def stage_paths(opts: argparse.Namespace) -> dict[str, Any]:
 def data_parallel_stage(gpus: int) -> dict[str, Any]:
     """Notebook 11's data-parallel demo on the course GPT over NCCL when there are >= 2 GPUs
     (its parameters must equal one process's), else why it was skipped."""
-    from course_utils import distributed
     from course_utils.recipes import nb11
+    from course_utils.runtime import distributed
 
     backend, note = distributed.data_parallel_backend(max(2, gpus))
     if backend != "nccl":

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from course_utils.bench.common import paired_times, sync, table
-from course_utils.layers import MultiHeadAttention
+from course_utils.modeling.layers import MultiHeadAttention
 
 SHAPES = [(8, 64, 128, 4), (4, 256, 256, 8), (2, 1024, 256, 8), (1, 2048, 512, 8)]
 QUICK_SHAPES = [(2, 32, 64, 4), (1, 64, 64, 4)]

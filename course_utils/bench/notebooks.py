@@ -12,8 +12,8 @@ from pathlib import Path
 
 import nbformat
 
+from course_utils.authoring.execute import run_notebook
 from course_utils.bench.common import table
-from course_utils.execute import run_notebook
 
 PER_NOTEBOOK_S = 60.0
 TOTAL_S = 480.0

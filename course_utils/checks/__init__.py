@@ -11,6 +11,7 @@ import importlib
 import os
 import pkgutil
 
+from course_utils.authoring.nbval_strict import STRICT_ENV
 from course_utils.checks.core import (
     ERROR,
     FAILED,
@@ -28,7 +29,6 @@ from course_utils.checks.core import (
 from course_utils.checks.core import (
     check as _check_impl,
 )
-from course_utils.nbval_strict import STRICT_ENV
 
 
 class CheckFailed(AssertionError):
@@ -77,7 +77,7 @@ def check(exercise_id: str, candidate, seed: int = 0) -> CheckResult:
     full hint, and the notebook goes on (the ``fallback`` cell after it swaps in the verified
     implementation), so "Run All" always reaches the end. In a *strict* kernel (environment
     variable ``COURSE_STRICT_CHECKS=1``, set by the course's pytest plugin for the kernels
-    nbval starts, see :mod:`course_utils.nbval_strict`) every verdict but ``PASSED`` raises
+    nbval starts, see :mod:`course_utils.authoring.nbval_strict`) every verdict but ``PASSED`` raises
     ``AssertionError``, so ``pytest --nbval-lax`` fails exactly the check cells of unsolved or
     wrong exercises. The official grader decides outside the kernel and ignores both.
     """

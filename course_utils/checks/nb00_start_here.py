@@ -8,9 +8,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from course_utils import attention
 from course_utils.checks._common import as_tensor, close, size
 from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
+from course_utils.modeling import attention
 
 NOTEBOOK = "00_start_here.ipynb"
 

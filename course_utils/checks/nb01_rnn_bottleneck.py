@@ -1,7 +1,7 @@
 """Checks for notebook 01 (the RNN bottleneck): 01.1 the seq2seq forward pass with teacher
 forcing, 01.2 greedy decoding, 01.3 the training loop.
 
-Both exercises take a :class:`~course_utils.models.Seq2SeqRNN` *without* attention and use its
+Both exercises take a :class:`~course_utils.modeling.models.Seq2SeqRNN` *without* attention and use its
 submodules. The check builds a small seeded float64 model from plain weights (so a grader can
 hand the case to another process) and compares the student's answer with the model's own
 verified methods (``Seq2SeqRNN.forward`` and ``Seq2SeqRNN.greedy_decode``).
@@ -40,7 +40,7 @@ from torch import Tensor
 from course_utils.checks._common import as_tensor, build_module, close, random_weights, size
 from course_utils.checks.core import Case, Exercise, Mistake, generator
 from course_utils.data.tasks import BOS, EOS, PAD
-from course_utils.models import Seq2SeqRNN
+from course_utils.modeling.models import Seq2SeqRNN
 
 NOTEBOOK = "01_rnn_bottleneck.ipynb"
 

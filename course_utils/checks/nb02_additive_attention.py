@@ -6,7 +6,7 @@ so 02.2 never draws one and does not grade what an implementation does there (th
 :func:`additive_attention`, returns zero weights and a zero context for such a row).
 
 02.3: ``attention_decoder_step(model, prev_token, state, enc_states, src_mask)`` takes a
-:class:`~course_utils.models.Seq2SeqRNN` built *with* attention and does one decoder step
+:class:`~course_utils.modeling.models.Seq2SeqRNN` built *with* attention and does one decoder step
 (Bahdanau et al. 2015; slides 6-11), returning ``(logits (B, V), new state (B, H),
 weights (B, S))``:
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from course_utils import attention
 from course_utils.checks._common import (
     as_pair,
     as_tensor,
@@ -41,7 +40,8 @@ from course_utils.checks.nb01_rnn_bottleneck import (
     model_case_inputs,
     unguarded,
 )
-from course_utils.models import Seq2SeqRNN
+from course_utils.modeling import attention
+from course_utils.modeling.models import Seq2SeqRNN
 
 NOTEBOOK = "02_additive_attention.ipynb"
 

@@ -14,7 +14,6 @@ import math
 import torch
 from torch import Tensor
 
-from course_utils import attention
 from course_utils.checks._common import (
     as_pair,
     close,
@@ -26,6 +25,7 @@ from course_utils.checks._common import (
     size,
 )
 from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator, randn
+from course_utils.modeling import attention
 
 NOTEBOOK = "03_scaled_dot_product.ipynb"
 

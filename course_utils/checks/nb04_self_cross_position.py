@@ -10,7 +10,7 @@ values from ``context`` (``x`` itself for self attention, another sequence for c
 ``x`` shuffle ``fn``'s output the same way? It is checked on functions defined here, some
 equivariant and some not, and must classify every one of them correctly.
 
-04.3 / 04.4 conventions (``course_utils.positional``): the sinusoidal table is interleaved,
+04.3 / 04.4 conventions (``course_utils.modeling.positional``): the sinusoidal table is interleaved,
 pe[pos, 2i] = sin(pos / 10000^(2i/D)), pe[pos, 2i+1] = cos(pos / 10000^(2i/D)); RoPE rotates the
 interleaved pairs (x[..., 2i], x[..., 2i+1]) by the angle pos * 10000^(-2i/D).
 
@@ -28,11 +28,11 @@ from functools import cache
 import torch
 from torch import Tensor, nn
 
-from course_utils import positional
-from course_utils.attention import causal_mask, scaled_dot_product_attention
 from course_utils.checks._common import as_tensor, close, compare_or_raised, raised, size
 from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator, randn
-from course_utils.positional import apply_rope, sinusoidal_positional_encoding
+from course_utils.modeling import positional
+from course_utils.modeling.attention import causal_mask, scaled_dot_product_attention
+from course_utils.modeling.positional import apply_rope, sinusoidal_positional_encoding
 
 NOTEBOOK = "04_self_cross_position.ipynb"
 

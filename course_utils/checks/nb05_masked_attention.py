@@ -12,10 +12,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from course_utils import attention
 from course_utils.checks._common import as_tensor, close, lengths_mask, random_mask, size
 from course_utils.checks.core import Case, Exercise, Mistake, allclose_compare, generator, randn
 from course_utils.checks.nb03_scaled_dot_product import MASK_MISTAKES_HINTS
+from course_utils.modeling import attention
 
 NOTEBOOK = "05_masked_attention.ipynb"
 

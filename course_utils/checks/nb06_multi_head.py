@@ -10,7 +10,7 @@ math convention ``q = x @ W`` (no biases).
 ``nn.MultiheadAttention.in_proj_weight``) and ``self.out = nn.Linear(d_model, d_model)``; the
 student writes ``forward(self, x, attn_mask=None)`` (B, T, D) -> (B, T, D). The check builds the
 class, copies seeded weights into ``qkv`` and ``out`` and compares with
-``course_utils.layers.MultiHeadAttention``.
+``course_utils.modeling.layers.MultiHeadAttention``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import math
 import torch
 from torch import Tensor, nn
 
-from course_utils import attention, layers
 from course_utils.checks._common import (
     as_tensor,
     build_module,
@@ -33,6 +32,7 @@ from course_utils.checks._common import (
 )
 from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
 from course_utils.checks.nb03_scaled_dot_product import MASK_MISTAKES_HINTS
+from course_utils.modeling import attention, layers
 
 NOTEBOOK = "06_multi_head.ipynb"
 

@@ -5,12 +5,12 @@ biased variance, eps inside the square root, then scale and shift (``F.layer_nor
 
 07.2 ``MLP(d_model, d_ff)``: the position-wise feed-forward network the student writes whole
 (``__init__`` and ``forward``): ``fc1`` (Linear d_model -> d_ff), ReLU, ``fc2`` (Linear
-d_ff -> d_model), i.e. ``course_utils.layers.MLP`` with its defaults. The check reads the
+d_ff -> d_model), i.e. ``course_utils.modeling.layers.MLP`` with its defaults. The check reads the
 layers' sizes first (a wrong hidden width is named without running anything), then copies
 seeded weights in and compares outputs.
 
 07.3 ``TransformerBlock``. The notebook gives ``__init__(self, d_model, n_heads, d_ff,
-norm_first=False)`` with the submodules of ``course_utils.layers.TransformerBlock``: ``attn``
+norm_first=False)`` with the submodules of ``course_utils.modeling.layers.TransformerBlock``: ``attn``
 (the course's MultiHeadAttention), ``norm1``, ``norm2`` (LayerNorms built on the student's
 ``layer_norm``) and ``mlp`` (the student's ``MLP``); the student writes ``forward(self, x)``
 (B, T, D) -> (B, T, D):
@@ -26,7 +26,7 @@ both orders and compares with the course's block.
 The student writes ``block_param_count(d_model, n_heads, d_ff) -> int``, a *formula* for the
 number of trainable parameters of one encoder block (multi-head self attention with biases,
 two LayerNorms, an MLP ``d_model -> d_ff -> d_model`` with biases), i.e. of
-``course_utils.layers.TransformerBlock(d_model, n_heads, d_ff)`` and of
+``course_utils.modeling.layers.TransformerBlock(d_model, n_heads, d_ff)`` and of
 ``nn.TransformerEncoderLayer(d_model, n_heads, d_ff)``:
 
     attention  4 D^2 + 4 D         (W_Q, W_K, W_V, W_O and their biases; independent of H)
@@ -48,7 +48,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from course_utils import layers
 from course_utils.checks._common import (
     FormulaOnly,
     as_tensor,
@@ -60,6 +59,7 @@ from course_utils.checks._common import (
     size,
 )
 from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator, randn
+from course_utils.modeling import layers
 
 NOTEBOOK = "07_transformer_block.ipynb"
 
@@ -618,7 +618,7 @@ BLOCK = Exercise(
 def block_param_count(d_model: int, n_heads: int, d_ff: int) -> int:
     """Trainable parameters of ``TransformerBlock(d_model, n_heads, d_ff)`` (biases and
     LayerNorms included), counted on a ``meta``-device module: ``sum(p.numel())``."""
-    from course_utils.layers import TransformerBlock
+    from course_utils.modeling.layers import TransformerBlock
 
     with torch.device("meta"):
         block = TransformerBlock(d_model, n_heads, d_ff)

@@ -4,7 +4,7 @@ cosine decay), 08.4 AdamW's parameter groups, 08.5 one step of the training loop
 training FLOPs per token.
 
 - ``GPTModel(config)`` is an ``nn.Module`` with the submodules of
-  :class:`course_utils.models.GPT` (``tok_emb``, ``pos_emb``, ``blocks``, ``ln_f``, ``lm_head``)
+  :class:`course_utils.modeling.models.GPT` (``tok_emb``, ``pos_emb``, ``blocks``, ``ln_f``, ``lm_head``)
   and ``forward(idx, targets=None) -> (logits, loss)``. The check builds it in float64, copies
   seeded weights into it by name (as ``GPT``'s ``state_dict`` would load), compares logits and
   loss with the course's GPT holding the same weights, and counts its distinct parameters (an
@@ -38,7 +38,6 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from course_utils import devices
 from course_utils.checks._common import (
     WEIGHT_PREFIX,
     FormulaOnly,
@@ -49,10 +48,11 @@ from course_utils.checks._common import (
     size,
 )
 from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator
-from course_utils.layers import pre_norm_stack
-from course_utils.models.gpt import GPT, GPTConfig
-from course_utils.training import lr_schedule
-from course_utils.training import param_groups as course_param_groups
+from course_utils.modeling.layers import pre_norm_stack
+from course_utils.modeling.models.gpt import GPT, GPTConfig
+from course_utils.runtime import devices
+from course_utils.runtime.training import lr_schedule
+from course_utils.runtime.training import param_groups as course_param_groups
 
 NOTEBOOK = "08_gpt.ipynb"
 
@@ -627,7 +627,7 @@ GENERATE = Exercise(
 
 
 def get_lr(step: int, max_lr: float, min_lr: float, warmup: int, steps: int) -> float:
-    """The reference answer to 08.3: :func:`course_utils.training.lr_schedule` (linear warmup
+    """The reference answer to 08.3: :func:`course_utils.runtime.training.lr_schedule` (linear warmup
     to ``max_lr`` over ``warmup`` steps, then half a cosine down to ``min_lr`` at ``steps``,
     ``min_lr`` after that)."""
     return lr_schedule(step, lr=max_lr, steps=steps, warmup=warmup, min_lr=min_lr)
@@ -772,7 +772,7 @@ LR = Exercise(
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """The reference answer to 08.4: :func:`course_utils.training.param_groups` (decay on
+    """The reference answer to 08.4: :func:`course_utils.runtime.training.param_groups` (decay on
     every trainable tensor with two or more dimensions, none on the others)."""
     return course_param_groups(model, weight_decay)
 

@@ -1,13 +1,13 @@
 """Checks for notebook 09 (the Vision Transformer): 09.1 patchify, 09.2 the ViT forward pass.
 
-Convention (``course_utils.models.patchify``): images (B, C, H, W) -> patches (B, N, C*p*p),
+Convention (``course_utils.modeling.models.patchify``): images (B, C, H, W) -> patches (B, N, C*p*p),
 patches numbered row-major (left to right, then top to bottom), each flattened in (C, p, p)
 order -- exactly ``F.unfold(images, p, stride=p).transpose(1, 2)``.
 
 09.2: the ViT forward pass.
 
 The student writes ``vit_forward(model, images) -> logits`` from the submodules of the course's
-:class:`course_utils.models.ViT` (slide 51)::
+:class:`course_utils.modeling.models.ViT` (slide 51)::
 
     x = model.patch_embed(images)                  # (B, N, D)  patchify + linear projection
     prepend model.cls_token (when not None)        # (B, N+1, D)
@@ -31,7 +31,7 @@ from torch import Tensor
 
 from course_utils.checks._common import as_tensor, build_module, close, random_weights, size
 from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
-from course_utils.models.vit import ViT, ViTConfig, patchify
+from course_utils.modeling.models.vit import ViT, ViTConfig, patchify
 
 NOTEBOOK = "09_vit.ipynb"
 

@@ -2,7 +2,7 @@
 encoder-decoder, 10.3 greedy decoding, 10.4 the teacher-forced loss with the target shift.
 
 10.1 is a class. The notebook gives ``__init__(self, d_model, n_heads, d_ff, norm_first=True)``
-with the submodules of ``course_utils.layers.TransformerDecoderBlock``: ``self_attn`` and
+with the submodules of ``course_utils.modeling.layers.TransformerDecoderBlock``: ``self_attn`` and
 ``cross_attn`` (the course's MultiHeadAttention), ``norm1``, ``norm2``, ``norm3`` (LayerNorm)
 and ``mlp`` (``fc1``, ReLU, ``fc2``); the student writes
 ``forward(self, x, memory, memory_key_padding_mask=None)`` (B, T, D), (B, S, D), (B, S) ->
@@ -39,8 +39,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from course_utils import layers
-from course_utils.attention import padding_mask
 from course_utils.checks._common import (
     WEIGHT_PREFIX,
     as_tensor,
@@ -55,8 +53,10 @@ from course_utils.checks._common import (
     weights_of,
 )
 from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
-from course_utils.models.transformer import EncoderDecoderTransformer
-from course_utils.positional import sinusoidal_positional_encoding
+from course_utils.modeling import layers
+from course_utils.modeling.attention import padding_mask
+from course_utils.modeling.models.transformer import EncoderDecoderTransformer
+from course_utils.modeling.positional import sinusoidal_positional_encoding
 
 NOTEBOOK = "10_full_transformer.ipynb"
 

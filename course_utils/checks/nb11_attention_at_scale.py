@@ -31,8 +31,6 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from course_utils import attention
-from course_utils.attention import scaled_dot_product_attention
 from course_utils.checks._common import (
     AllocationTracker,
     as_tensor,
@@ -43,6 +41,8 @@ from course_utils.checks._common import (
     size,
 )
 from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator, randn
+from course_utils.modeling import attention
+from course_utils.modeling.attention import scaled_dot_product_attention
 
 NOTEBOOK = "11_attention_at_scale.ipynb"
 

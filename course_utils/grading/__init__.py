@@ -37,7 +37,7 @@ How a submission is graded
 
 Re-export policy
 ----------------
-An answer that *is* the course's reference implementation (``from course_utils.attention
+An answer that *is* the course's reference implementation (``from course_utils.modeling.attention
 import softmax``), wraps or subclasses it, lives in its module, or whose code calls it, is
 **flagged**: the status and points stay as computed (the answer is, after all, correct), the
 message says so, and the exercise and the report carry a ``flags`` list for the instructor to

@@ -30,7 +30,6 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from course_utils.attention import AdditiveAttention
 from course_utils.data.tasks import (
     Seq2SeqData,
     TaskData,
@@ -39,9 +38,10 @@ from course_utils.data.tasks import (
     make_translation_data,
     token_accuracy,
 )
-from course_utils.models.seq2seq_rnn import Seq2SeqRNN
-from course_utils.profiles import pick
-from course_utils.training import History, sequence_cross_entropy, train
+from course_utils.modeling.attention import AdditiveAttention
+from course_utils.modeling.models.seq2seq_rnn import Seq2SeqRNN
+from course_utils.runtime.profiles import pick
+from course_utils.runtime.training import History, sequence_cross_entropy, train
 
 __all__ = [
     "Recipe",
@@ -526,8 +526,8 @@ def optimizer_and_schedule(
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW at ``r.lr`` and a scheduler for ``steps`` (default ``r.steps``) steps: linear
     warmup over ``r.warmup`` steps, then cosine decay to ``r.lr / 10`` (the schedule of
-    :func:`course_utils.training.lr_schedule`, stepped once per optimizer step)."""
-    from course_utils.training import lr_schedule, make_optimizer
+    :func:`course_utils.runtime.training.lr_schedule`, stepped once per optimizer step)."""
+    from course_utils.runtime.training import lr_schedule, make_optimizer
 
     total = steps or r.steps
     opt = make_optimizer(model, r.lr)

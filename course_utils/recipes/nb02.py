@@ -24,7 +24,6 @@ import torch
 from matplotlib.axes import Axes
 from torch import Tensor, nn
 
-from course_utils.attention import AdditiveAttention, masked_softmax
 from course_utils.data.tasks import (
     BOS,
     CONJUNCTIONS,
@@ -40,7 +39,8 @@ from course_utils.data.tasks import (
     exact_match,
     make_translation_data,
 )
-from course_utils.models.seq2seq_rnn import Seq2SeqRNN
+from course_utils.modeling.attention import AdditiveAttention, masked_softmax
+from course_utils.modeling.models.seq2seq_rnn import Seq2SeqRNN
 from course_utils.plots import show_heatmap
 from course_utils.recipes import nb01
 from course_utils.recipes.nb01 import (
@@ -162,7 +162,7 @@ def early_stops(report: LengthReport, split: Seq2SeqData, bucket: tuple[int, int
 class DotProductAttention(nn.Module):
     """Multiplicative (Luong et al. 2015, "general") scores, scaled as in notebook 03:
     ``e_i = (W_query s) . (W_key h_i) / sqrt(A)``, then the same masked softmax and weighted sum
-    as :class:`~course_utils.attention.AdditiveAttention` (same interface, same shapes).
+    as :class:`~course_utils.modeling.attention.AdditiveAttention` (same interface, same shapes).
 
     ``s^T W_query^T W_key h_i`` is Luong's bilinear form ``s^T W_a h_i`` with a rank-``A``
     ``W_a``; it needs no tanh and no ``v``, and a whole batch of queries is one matmul -- the

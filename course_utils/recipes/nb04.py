@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from course_utils.profiles import pick
+from course_utils.runtime.profiles import pick
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from course_utils.attention import scaled_dot_product_attention
 from course_utils.data.tasks import TranslationTask
-from course_utils.profiles import pick
+from course_utils.modeling.attention import scaled_dot_product_attention
+from course_utils.runtime.profiles import pick
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ import torch.nn.functional as F
 from matplotlib.patches import Rectangle
 from torch import Tensor, nn
 
-from course_utils import devices
-from course_utils.layers import TransformerBlock, record_attention
-from course_utils.profiles import pick
+from course_utils.modeling.layers import TransformerBlock, record_attention
+from course_utils.runtime import devices
+from course_utils.runtime.profiles import pick
 
 __all__ = [
     "Config",
@@ -172,7 +172,7 @@ def train_heads_model(
 ):
     """Train a :class:`HeadsModel` on :class:`LookupTask` on ``device`` (default: the
     profile's); returns ``(model, task, history)``."""
-    from course_utils.training import train
+    from course_utils.runtime.training import train
 
     cfg = cfg or config()
     torch.manual_seed(seed)

@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from course_utils import devices
-from course_utils.layers import MLP, MultiHeadAttention
-from course_utils.profiles import pick
+from course_utils.modeling.layers import MLP, MultiHeadAttention
+from course_utils.runtime import devices
+from course_utils.runtime.profiles import pick
 from course_utils.scaling import fit_exponent
 
 __all__ = [

@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 
-from course_utils import devices
 from course_utils.data.text import CharDataset, TextCorpus, load_text_corpus
-from course_utils.models.gpt import GPT, GPTConfig
-from course_utils.profiles import cap_steps, current
-from course_utils.training import History, lr_schedule, train
+from course_utils.modeling.models.gpt import GPT, GPTConfig
+from course_utils.runtime import devices
+from course_utils.runtime.profiles import cap_steps, current
+from course_utils.runtime.training import History, lr_schedule, train
 
 __all__ = [
     "Config",
@@ -181,7 +181,7 @@ def _autocast(device: torch.device, dtype: torch.dtype | None):
 
 @dataclass
 class CharGPTHistory(History):
-    """A :class:`~course_utils.training.History` plus what a language-model run reports."""
+    """A :class:`~course_utils.runtime.training.History` plus what a language-model run reports."""
 
     tokens_per_step: int = 0
     final: dict[str, float] = field(default_factory=dict)  # final estimate_loss
@@ -212,7 +212,7 @@ class CharGPTHistory(History):
 
 
 def lr_at(step: int, cfg: Config, time_fraction: float = 0.0) -> float:
-    """The recipe's learning rate at ``step``: :func:`course_utils.training.lr_schedule` with
+    """The recipe's learning rate at ``step``: :func:`course_utils.runtime.training.lr_schedule` with
     ``cfg``'s peak, warmup and final rate (linear warmup, then half a cosine)."""
     return lr_schedule(
         step,
@@ -237,7 +237,7 @@ def train_char_gpt(
     desc: str = "training GPT",
 ) -> tuple[GPT, CharGPTHistory]:
     """Train a character-level GPT on ``data`` with the course's loop
-    (:func:`course_utils.training.train`); returns ``(model, history)``.
+    (:func:`course_utils.runtime.training.train`); returns ``(model, history)``.
 
     ``steps`` (default ``cfg.steps``) and ``time_budget_s`` (default ``cfg.time_budget_s``):
     training stops at whichever comes first, and the learning-rate decay follows the larger

@@ -36,7 +36,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from course_utils import devices
 from course_utils.data.images import (
     CIFAR10_MEAN,
     CIFAR10_STD,
@@ -48,10 +47,11 @@ from course_utils.data.images import (
     load_digits_split,
     load_mnist,
 )
-from course_utils.layers import record_attention
-from course_utils.models.vit import ViT, ViTConfig
-from course_utils.profiles import current
-from course_utils.training import History, train
+from course_utils.modeling.layers import record_attention
+from course_utils.modeling.models.vit import ViT, ViTConfig
+from course_utils.runtime import devices
+from course_utils.runtime.profiles import current
+from course_utils.runtime.training import History, train
 
 __all__ = [
     "Augment",

@@ -29,7 +29,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from course_utils import devices
 from course_utils.data.tasks import (
     TaskData,
     accuracy_by_length,
@@ -37,10 +36,11 @@ from course_utils.data.tasks import (
     exact_match,
     make_translation_data,
 )
-from course_utils.models.seq2seq_rnn import Seq2SeqRNN
-from course_utils.models.transformer import EncoderDecoderTransformer
-from course_utils.profiles import pick
-from course_utils.training import History, sequence_cross_entropy, train
+from course_utils.modeling.models.seq2seq_rnn import Seq2SeqRNN
+from course_utils.modeling.models.transformer import EncoderDecoderTransformer
+from course_utils.runtime import devices
+from course_utils.runtime.profiles import pick
+from course_utils.runtime.training import History, sequence_cross_entropy, train
 
 __all__ = [
     "TaskConfig",
@@ -396,7 +396,7 @@ def cross_attention_maps(
     ``decoder`` layers hold a ``cross_attn`` MultiHeadAttention, e.g. notebook 10's own
     Transformer) while it produces ``tokens`` (B, T'): one (B, n_heads, T', S) per layer.
     The decoder is causal, so one teacher-forced pass over [BOS, tokens[:-1]] gives them."""
-    from course_utils.layers import record_attention
+    from course_utils.modeling.layers import record_attention
 
     bos = torch.full_like(tokens[:, :1], model.bos_id)
     was = model.training

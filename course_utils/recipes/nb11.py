@@ -11,7 +11,7 @@
   ``F.scaled_dot_product_attention`` backends exist, which are enabled, which one runs here.
 * :func:`data_parallel_demo` — a small MLP or a small course GPT (``model="gpt"``) trained
   data-parallel in spawned processes equals one process on the full batch
-  (:mod:`course_utils.distributed` does the plumbing), with each run's training time;
+  (:mod:`course_utils.runtime.distributed` does the plumbing), with each run's training time;
   ``torchrun --nproc_per_node=2 -m course_utils.recipes.nb11`` runs it under torchrun.
 * :func:`gpt_demo_problem` / :func:`sharded_gradients` — the GPT of that demo, and the
   all-reduce simulated in one process: the mean of N shards' gradients against the full
@@ -38,19 +38,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from course_utils import devices
 from course_utils.data.tasks import batches
-from course_utils.distributed import (
+from course_utils.memory import PeakMemory, peak_extra_memory
+from course_utils.runtime import devices
+from course_utils.runtime.distributed import (
     DistInfo,
     cleanup,
     data_parallel_backend,
     init_distributed,
     spawn_data_parallel,
 )
-from course_utils.memory import PeakMemory, peak_extra_memory
-from course_utils.profiles import pick
+from course_utils.runtime.profiles import pick
+from course_utils.runtime.training import train
 from course_utils.scaling import fit_exponent
-from course_utils.training import train
 
 __all__ = [
     "Config",
@@ -490,7 +490,7 @@ def gpt_demo_problem(
     vocabulary, so the next token is predictable once the step has been seen; ``y`` is ``x``
     shifted by one.
     """
-    from course_utils.models import GPT, GPTConfig
+    from course_utils.modeling.models import GPT, GPTConfig
 
     cfg = GPTConfig(**GPT_DEMO)
     g = torch.Generator().manual_seed(seed)
@@ -535,7 +535,7 @@ def sharded_gradients(
 def tensor_parallel_block(
     block: nn.Module, x: torch.Tensor, world_size: int
 ) -> tuple[torch.Tensor, int]:
-    """A pre-norm :class:`~course_utils.layers.TransformerBlock` (no mask, no dropout) computed
+    """A pre-norm :class:`~course_utils.modeling.layers.TransformerBlock` (no mask, no dropout) computed
     Megatron-style on ``world_size`` simulated devices: ``(output, all-reduces)``.
 
     Device r holds heads ``r*H/W .. (r+1)*H/W - 1`` (its columns of W_q, W_k, W_v and its rows
@@ -590,7 +590,7 @@ def demo_worker(
     model_name: str = "mlp",
 ) -> dict[str, Any]:
     """Train :func:`demo_problem` (``model_name="mlp"``) or :func:`gpt_demo_problem`
-    (``"gpt"``) with :func:`course_utils.training.train` in this process.
+    (``"gpt"``) with :func:`course_utils.runtime.training.train` in this process.
 
     Under a process group each rank takes its shard of every batch (same batches on every
     rank: the generator is seeded alike). Returns ``{"rank", "world_size", "state", "loss",
@@ -670,7 +670,7 @@ def data_parallel_demo(
     and in this one alone (one torch thread per process).
 
     ``batch_size`` is the global batch (each process gets ``batch_size / world_size`` rows).
-    ``backend``: default :func:`~course_utils.distributed.data_parallel_backend` (NCCL with a
+    ``backend``: default :func:`~course_utils.runtime.distributed.data_parallel_backend` (NCCL with a
     GPU per process, else gloo); the single-process reference runs on the first rank's device.
     """
     if backend is None:

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from course_utils.regions import find_regions
+from course_utils.authoring.regions import find_regions
 
 MIN_CHARS = 12  # needles shorter than this (whitespace removed) are too common to mean anything
 

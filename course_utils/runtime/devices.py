@@ -38,7 +38,7 @@ __all__ = [
 def resolve(device: torch.device | str | None = None) -> torch.device:
     """``device`` as a :class:`torch.device`; ``None`` means the active profile's device."""
     if device is None:
-        from course_utils.profiles import current
+        from course_utils.runtime.profiles import current
 
         return current().device
     return torch.device(device)

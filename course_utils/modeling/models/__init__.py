@@ -6,10 +6,10 @@
 - :class:`ViT`, :class:`ViTConfig`, :func:`patchify` -- the Vision Transformer (09)
 """
 
-from course_utils.models.gpt import GPT, GPTConfig, sample_next_token
-from course_utils.models.seq2seq_rnn import Seq2SeqRNN
-from course_utils.models.transformer import EncoderDecoderTransformer
-from course_utils.models.vit import (
+from course_utils.modeling.models.gpt import GPT, GPTConfig, sample_next_token
+from course_utils.modeling.models.seq2seq_rnn import Seq2SeqRNN
+from course_utils.modeling.models.transformer import EncoderDecoderTransformer
+from course_utils.modeling.models.vit import (
     PatchEmbed,
     ViT,
     ViTConfig,

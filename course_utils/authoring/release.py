@@ -24,12 +24,12 @@ version ``notebooks/NN_name.ipynb`` is derived, and nothing else is in it:
 ``course release --check`` writes nothing: it runs every rule of :data:`CHECKS` (first the
 drift check: every notebook that differs from what release would write, changed, missing or
 extra; then the no-answer rule: every solution line that appears elsewhere in a student
-notebook, :mod:`course_utils.leaks`) and exits 1 naming each problem. CI runs it on the committed tree; the test suite does
+notebook, :mod:`course_utils.authoring.leaks`) and exits 1 naming each problem. CI runs it on the committed tree; the test suite does
 not, since in a student's checkout ``notebooks/`` holds their answers.
 
 A student's work is never overwritten: ``course release`` keeps every notebook whose exercise
 cells differ from the released stubs or that has cells its student added
-(:mod:`course_utils.student_work`), lists those cells and exits 1; ``--force`` replaces them.
+(:mod:`course_utils.authoring.student_work`), lists those cells and exits 1; ``--force`` replaces them.
 Notebooks without a solution are kept (``--force`` removes those named ``NN_*.ipynb``).
 
 The release itself is a chain of small steps, in the spirit of nbgrader's preprocessors:
@@ -64,9 +64,9 @@ from typing import Any
 
 import nbformat
 
-from course_utils import student_work
-from course_utils.leaks import Leak, find_leaks
-from course_utils.regions import BEGIN, END, Region, find_regions
+from course_utils.authoring import student_work
+from course_utils.authoring.leaks import Leak, find_leaks
+from course_utils.authoring.regions import BEGIN, END, Region, find_regions
 
 ANSWER_PLACEHOLDER = "YOUR ANSWER HERE"
 SOLUTION_GLOB = "[0-9][0-9]_*.ipynb"
@@ -608,7 +608,7 @@ def leaks_per_notebook(
 
 
 def no_answer_messages(expected: Mapping[str, str], solutions: Path, notebooks: Path) -> list[str]:
-    """The no-answer rule (:mod:`course_utils.leaks`): one message per solution line found
+    """The no-answer rule (:mod:`course_utils.authoring.leaks`): one message per solution line found
     elsewhere in a student notebook of ``solutions``' release, markdown included."""
     return [
         f"no-answer rule: {leak.message()}"
@@ -641,7 +641,7 @@ def write(
 ) -> WriteResult:
     """Write every student notebook into ``notebooks`` (created if needed).
 
-    A notebook on disk that holds a student's work (:mod:`course_utils.student_work`: an
+    A notebook on disk that holds a student's work (:mod:`course_utils.authoring.student_work`: an
     exercise cell that is not the released stub, a cell the student added) is never
     overwritten unless ``force``; it is kept and listed in ``WriteResult.kept`` with the
     cells that would be lost. Notebooks in ``notebooks`` without a solution are kept too;
@@ -684,7 +684,7 @@ def execute_solution(path: str | Path, *, profile: str | None = None, timeout: i
     is this interpreter's (as ``pytest --nbval-current-env``) and runs in the notebook's
     folder, as under nbval and in JupyterLab.
     """
-    from course_utils.execute import run_notebook
+    from course_utils.authoring.execute import run_notebook
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)

@@ -16,9 +16,9 @@ import math
 import torch
 import torch.nn as nn
 
-from course_utils.attention import padding_mask
-from course_utils.layers import TransformerBlock, TransformerDecoderBlock, record_attention
-from course_utils.positional import sinusoidal_positional_encoding
+from course_utils.modeling.attention import padding_mask
+from course_utils.modeling.layers import TransformerBlock, TransformerDecoderBlock, record_attention
+from course_utils.modeling.positional import sinusoidal_positional_encoding
 
 __all__ = ["EncoderDecoderTransformer"]
 

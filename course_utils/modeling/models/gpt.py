@@ -21,8 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from course_utils.layers import KVCache, pre_norm_stack, record_attention
-from course_utils.models.config import resolve_config
+from course_utils.modeling.layers import KVCache, pre_norm_stack, record_attention
+from course_utils.modeling.models.config import resolve_config
 
 __all__ = ["GPT", "GPTConfig", "sample_next_token"]
 

@@ -80,7 +80,7 @@ def padding_mask(lengths: Tensor | list[int], S: int) -> Tensor:
 def check_mask(mask: Tensor, scores_shape: torch.Size, name: str = "attn_mask") -> None:
     """Raise a ValueError unless ``mask`` broadcasts to ``scores_shape`` (..., T, S).
 
-    Used wherever a mask meets scores (here and in :mod:`course_utils.layers`)."""
+    Used wherever a mask meets scores (here and in :mod:`course_utils.modeling.layers`)."""
     try:
         shape = torch.broadcast_shapes(mask.shape, scores_shape)
     except RuntimeError:

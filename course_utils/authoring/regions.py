@@ -1,6 +1,6 @@
 """Solution regions: the lines of a solution cell between ``### BEGIN SOLUTION`` and
-``### END SOLUTION`` (nbgrader's markers). :mod:`course_utils.release` replaces them with stubs;
-:mod:`course_utils.leaks` looks for their lines elsewhere in the student notebook."""
+``### END SOLUTION`` (nbgrader's markers). :mod:`course_utils.authoring.release` replaces them with stubs;
+:mod:`course_utils.authoring.leaks` looks for their lines elsewhere in the student notebook."""
 
 from __future__ import annotations
 

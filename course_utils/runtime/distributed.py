@@ -7,7 +7,7 @@ the same step — the same step as one process training on the whole batch.
 Two ways to start the processes:
 
 - ``torchrun --nproc_per_node=2 my_script.py`` sets ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...;
-  the script calls :func:`init_distributed` and then :func:`course_utils.training.train`,
+  the script calls :func:`init_distributed` and then :func:`course_utils.runtime.training.train`,
   which wraps the model in ``DistributedDataParallel`` and shards the batches by rank.
   ``torchrun --nproc_per_node=2 -m course_utils.recipes.nb11`` runs notebook 11's small demo.
 - :func:`spawn_data_parallel` starts them from Python (e.g. a notebook) with
@@ -214,7 +214,7 @@ def spawn_data_parallel(
 ) -> list[Any]:
     """Run ``fn(info, *args)`` in ``world_size`` new processes joined in one process group.
 
-    ``info`` is the process's :class:`DistInfo`; inside ``fn``, :func:`course_utils.training.train`
+    ``info`` is the process's :class:`DistInfo`; inside ``fn``, :func:`course_utils.runtime.training.train`
     trains data-parallel automatically. Returns the values of ``fn`` ordered by rank (they are
     pickled, so return tensors, numbers, dicts, dataclasses). ``fn`` must be importable by
     name (defined in a module): functions defined in a notebook cannot be sent to a spawned

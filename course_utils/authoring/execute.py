@@ -21,7 +21,7 @@ def run_notebook(
     from nbclient import NotebookClient
     from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
 
-    from course_utils.profiles import using_profile
+    from course_utils.runtime.profiles import using_profile
 
     with using_profile(profile):
         km = KernelManager(

@@ -12,7 +12,7 @@ shows a progress bar (``tqdm.auto``: a widget in Jupyter, text elsewhere), evalu
 ``eval_every`` steps and returns a :class:`History` for plotting.
 
 Data parallelism: when ``torch.distributed`` is initialised with more than one process (under
-``torchrun``, or :func:`course_utils.distributed.spawn_data_parallel`), ``train`` wraps the
+``torchrun``, or :func:`course_utils.runtime.distributed.spawn_data_parallel`), ``train`` wraps the
 model in ``DistributedDataParallel`` and each process trains on its own slice of every batch;
 the gradients are averaged across processes, so the result equals single-process training on
 the full batch.
@@ -386,7 +386,7 @@ def train(  # noqa: C901 -- the taught loop: one branch per documented option
         time_budget_s: stop before a step that would start after this many seconds (the
             evaluations count, as in nanoGPT); the learning-rate decay then follows the time
             used (``lr_schedule(time_fraction=...)``) so it still ends on time.
-        seed: if given, :func:`course_utils.profiles.seed_everything` first (dropout, sampling).
+        seed: if given, :func:`course_utils.runtime.profiles.seed_everything` first (dropout, sampling).
         autocast_dtype: e.g. ``torch.bfloat16`` to run forward passes under autocast.
         data_parallel: wrap in DDP and shard batches by rank; default: when
             ``torch.distributed`` is initialised with more than one process.
@@ -396,7 +396,7 @@ def train(  # noqa: C901 -- the taught loop: one branch per documented option
     """
     if steps < 1:
         raise ValueError(f"expected steps >= 1, got {steps}")
-    from course_utils.profiles import cap_steps
+    from course_utils.runtime.profiles import cap_steps
 
     steps = cap_steps(steps)  # COURSE_MAX_STEPS (the GPU check's smoke runs)
     if log_every < 1 or (eval_every is not None and eval_every < 1):
@@ -404,7 +404,7 @@ def train(  # noqa: C901 -- the taught loop: one branch per documented option
             f"expected log_every >= 1 and eval_every >= 1, got {log_every}, {eval_every}"
         )
     if seed is not None:
-        from course_utils.profiles import seed_everything
+        from course_utils.runtime.profiles import seed_everything
 
         seed_everything(seed)
     if device is not None:
@@ -412,7 +412,7 @@ def train(  # noqa: C901 -- the taught loop: one branch per documented option
     dev = _model_device(model)
     loss_fn = loss_fn or default_loss
 
-    from course_utils import distributed
+    from course_utils.runtime import distributed
 
     if data_parallel is None:
         data_parallel = distributed.world_size() > 1

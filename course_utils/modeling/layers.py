@@ -3,7 +3,7 @@
 Shapes: ``B`` batch, ``T`` query length, ``S`` key length, ``D`` model width (``d_model``),
 ``H`` heads, ``Dh = D / H`` per-head width.
 
-Masks follow :mod:`course_utils.attention`: bool, ``True`` = may attend, broadcastable to
+Masks follow :mod:`course_utils.modeling.attention`: bool, ``True`` = may attend, broadcastable to
 (B, H, T, S); ``key_padding_mask`` is (B, S) with ``True`` = real token. (PyTorch's
 ``nn.MultiheadAttention`` uses the *opposite* convention for ``key_padding_mask``: there
 ``True`` = padding. Convert with ``~mask``.)

@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from course_utils.profiles import PROFILES, profile_name, using_environment
+from course_utils.runtime.profiles import PROFILES, profile_name, using_environment
 
 LOG_ENV_VAR = "COURSE_CLAIMS_LOG"
 KEEP_GOING_ENV_VAR = "COURSE_CLAIMS_KEEP_GOING"  # "1": a failed claim prints ✗ instead of raising
@@ -153,7 +153,7 @@ def check_notebook(
     import nbformat
     from nbclient.exceptions import CellExecutionError
 
-    from course_utils.execute import run_notebook
+    from course_utils.authoring.execute import run_notebook
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)

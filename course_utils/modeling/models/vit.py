@@ -11,7 +11,7 @@ Pipeline (slide 51)::
       -> pre-norm TransformerBlocks     (B, N+1, D)
       -> LayerNorm -> pool -> head      (B, num_classes)
 
-The blocks are the same ``course_utils.layers.TransformerBlock`` the text models use:
+The blocks are the same ``course_utils.modeling.layers.TransformerBlock`` the text models use:
 one architecture, many modalities.
 """
 
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from course_utils.layers import pre_norm_stack
-from course_utils.models.config import resolve_config
+from course_utils.modeling.layers import pre_norm_stack
+from course_utils.modeling.models.config import resolve_config
 
 __all__ = ["PatchEmbed", "ViT", "ViTConfig", "patchify", "unpatchify"]
 
@@ -181,7 +181,7 @@ class ViT(nn.Module):
     """Vision Transformer classifier.
 
     forward(images (B, C, H, W)) -> logits (B, num_classes). Attention maps come from
-    :func:`course_utils.layers.record_attention`: one (B, n_heads, L, L) per layer,
+    :func:`course_utils.modeling.layers.record_attention`: one (B, n_heads, L, L) per layer,
     L = N + 1 with a class token (token 0) or N with mean pooling.
     """
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from course_utils.attention import AdditiveAttention, padding_mask
+from course_utils.modeling.attention import AdditiveAttention, padding_mask
 
 __all__ = ["Seq2SeqRNN"]
 

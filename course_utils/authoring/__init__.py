@@ -1,0 +1,3 @@
+"""The tools that make and check the notebooks: ``course release``, solution regions, the
+no-answer rule, students' work, prose claims, notebook execution and the nbval plugin.
+"""

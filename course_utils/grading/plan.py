@@ -7,8 +7,9 @@ else by the exercise ids in its cell metadata, else by which exercise functions 
 Without any reference folder the exercise registry alone (``Exercise.notebook``) is used.
 
 **The execution plan.** The grader executes the submission's own cells, in the submission's
-order, except check cells, which are all dropped (recognised by tag ``check``, metadata role
-``check``, a ``check-`` cell id, or by matching a reference check cell by id or source). For
+order, except check cells, which are all dropped (recognised by the schema's one rule,
+:func:`course_utils.authoring.cells.cell_role`: metadata role ``check``, else tag ``check``, else
+a ``check-`` cell id; or by matching a reference check cell by id or source). For
 every exercise of the assignment one *check position* is inserted, where the trusted harvest
 runs (see :mod:`course_utils.grading.harvest`); edited, moved or deleted check cells therefore
 change nothing. The check position of exercise X is:
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from course_utils.authoring.cells import cell_role, cell_source, exercise_id
 from course_utils.checks.core import Exercise
 
 MAX_NOTEBOOK_BYTES = 256 << 20
@@ -126,15 +128,12 @@ def read_notebook(path: str | os.PathLike) -> dict[str, Any]:
     for cell in nb.get("cells", []):
         if not isinstance(cell, dict):
             continue
-        source = cell.get("source", "")
-        if isinstance(source, list):
-            source = "".join(str(s) for s in source)
         meta = cell.get("metadata", {}) if isinstance(cell.get("metadata"), dict) else {}
         cells.append(
             {
                 "cell_type": str(cell.get("cell_type", "")),
                 "id": str(cell.get("id") or ""),
-                "source": str(source),
+                "source": cell_source(cell),
                 "metadata": meta,
             }
         )
@@ -142,23 +141,10 @@ def read_notebook(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def course_meta(cell: dict[str, Any]) -> tuple[str | None, str | None]:
-    """``(exercise id, role)`` from a cell's ``course`` metadata / tags / cell id, if any."""
-    meta = cell.get("metadata", {})
-    course = meta.get("course") if isinstance(meta.get("course"), dict) else {}
-    ex_id = course.get("id") if isinstance(course.get("id"), str) else None
-    role = course.get("role") if isinstance(course.get("role"), str) else None
-    tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
-    cid = cell.get("id", "")
-    m = re.fullmatch(r"(ex|check)-(\d+)-(\d+)", cid)
-    if m:
-        ex_id = ex_id or f"{m.group(2)}.{m.group(3)}"
-        role = role or ("exercise" if m.group(1) == "ex" else "check")
-    if role is None:
-        if "check" in tags:
-            role = "check"
-        elif "exercise" in tags:
-            role = "exercise"
-    return ex_id, role
+    """``(exercise id, role)`` of a cell: :func:`~course_utils.authoring.cells.exercise_id` and
+    :func:`~course_utils.authoring.cells.cell_role` (``course`` metadata, then tag, then a
+    ``ex-NN-k``/``check-NN-k`` cell id; the rule release and the student-work guard use)."""
+    return exercise_id(cell), cell_role(cell)
 
 
 def notebook_exercise_ids(nb: dict[str, Any]) -> list[str]:

@@ -202,6 +202,11 @@ def validate(nb: Mapping[str, Any], ctx: Context) -> list[str]:
 
     See the module docstring for the rules; nothing is modified.
     """
+    return _scan(nb, ctx).probs.items
+
+
+def _scan(nb: Mapping[str, Any], ctx: Context) -> _Scan:
+    """Walk every cell of ``nb``: the problems found and where its exercise and check cells are."""
     scan = _Scan(ctx.name, ctx.registry, _Problems(ctx.name))
     if nb.get("nbformat") != 4 or int(nb.get("nbformat_minor", 0)) < 5:
         scan.probs.add(
@@ -211,7 +216,7 @@ def validate(nb: Mapping[str, Any], ctx: Context) -> list[str]:
     for index, cell in enumerate(nb.get("cells", [])):
         _validate_cell(scan, cell, index)
     _validate_coverage(scan)
-    return scan.probs.items
+    return scan
 
 
 def _validate_cell(scan: _Scan, cell: Mapping[str, Any], index: int) -> None:

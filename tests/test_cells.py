@@ -223,5 +223,9 @@ def test_a_notebook_marked_one_way_only_reads_the_same(keep):
     ]
     assert roles_seen_by_grader(graded)[0] == expected
     problems = release.validate(nb, release.Context(path.name, {}))
-    wanted = "not tagged 'exercise'" if keep == "cell id" else 'needs metadata "course"'
+    wanted = (
+        "cell id 'ex-03-1' says role 'exercise' but the cell is not tagged 'exercise'"
+        if keep == "cell id"
+        else "cell tagged 'exercise' needs metadata \"course\": {\"role\": 'exercise'"
+    )
     assert any(wanted in p for p in problems), problems

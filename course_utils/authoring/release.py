@@ -40,12 +40,13 @@ Before anything is written, every solution is validated; problems are listed wit
 cell they are in and the command exits 2. A notebook is invalid when: a cell has no id or two
 cells share one; an exercise or check cell (by the one rule of
 :mod:`course_utils.authoring.cells`: ``course.role`` metadata, else tag, else an ``ex-NN-k`` /
-``check-NN-k`` cell id) does not state its role both as a tag and as ``course`` metadata; markers are unbalanced, nested, malformed or outside an ``exercise`` cell; an
-exercise cell has no solution region; a code region is not inside a function body (its stub
-would raise when the student runs the cell, and an untouched notebook must run to the end); a
-check cell's id is not registered, its source is not exactly ``check("ID", function)``, or it
-has no exercise cell before it; an exercise's points differ from the registry's; a registered
-exercise of this notebook has no exercise or check cell.
+``check-NN-k`` cell id) does not state its role both as a tag and as ``course`` metadata;
+markers are unbalanced, nested, malformed or outside an ``exercise`` cell; an exercise cell has
+no solution region; a code region is not inside a function body (its stub would raise when the
+student runs the cell, and an untouched notebook must run to the end); a check cell's id is not
+registered, its source is not exactly ``check("ID", function)``, or it has no exercise cell
+before it; an exercise's points differ from the registry's; a registered exercise of this
+notebook has no exercise or check cell.
 
 Exit codes: 0 ok, 1 drift (``--check``) or notebooks kept because they hold a student's work,
 2 invalid solutions or usage error.

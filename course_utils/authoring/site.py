@@ -15,8 +15,9 @@ and, when ``[tool.course] repository`` names a GitHub repository
 (:mod:`course_utils.authoring.project`), "Open in Colab"; without one the build says so.
 
 **Offline.** Nothing is fetched at build or view time: pages embed their CSS and images,
-MathJax 2 is copied from the ``jupyter-server-mathjax`` package into ``_static/mathjax`` and
-configured locally, and the search index is a script (``search_index.js``), so the site works
+MathJax 3 (its official ``es5`` build, as the ``django-static-mathjax`` package ships it: no
+dependencies, nothing of Django is used) is copied into ``_static/mathjax`` and renders TeX
+to SVG, which needs no web font, and the search index is a script (``search_index.js``), so the site works
 from ``file://`` too. :func:`remote_sources` lists any ``<script src>``/``<link href>`` that
 points off the site (the tests assert it is empty).
 
@@ -50,7 +51,7 @@ from course_utils.authoring.project import CourseSettings, read_settings
 ASSETS = Path(__file__).with_name("site_assets")
 TEMPLATE = "course_site"
 STATIC = "_static"
-MATHJAX_URL = f"{STATIC}/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe"
+MATHJAX_URL = f"{STATIC}/mathjax/tex-svg-full.js"
 COLAB = "https://colab.research.google.com/github/{owner}/{repo}/blob/{branch}/notebooks/{name}"
 
 EXIT_OK, EXIT_ERROR = 0, 2
@@ -269,16 +270,15 @@ Transformers".</p>
 
 
 def mathjax_folder() -> Path:
-    """MathJax 2's files, as the ``jupyter-server-mathjax`` package ships them."""
-    spec = importlib.util.find_spec("jupyter_server_mathjax")
+    """MathJax 3's ``es5`` build, as the ``django-static-mathjax`` package ships it (its
+    import name is ``mathjax``; only its files are used)."""
+    spec = importlib.util.find_spec("mathjax")
+    hint = "the site needs MathJax, bundled: pip install -e '.[site]' (django-static-mathjax)"
     if spec is None or not spec.origin:
-        raise RuntimeError(
-            "the site needs the package jupyter-server-mathjax (MathJax, bundled): "
-            "pip install -e '.[site]'"
-        )
-    folder = Path(spec.origin).parent / "static"
-    if not (folder / "MathJax.js").is_file():
-        raise RuntimeError(f"no MathJax.js in {folder}")
+        raise RuntimeError(hint)
+    folder = Path(spec.origin).parent / "static" / "mathjax" / "es5"
+    if not (folder / "tex-svg-full.js").is_file():
+        raise RuntimeError(f"no tex-svg-full.js in {folder}: {hint}")
     return folder
 
 
@@ -308,8 +308,9 @@ def _static(out: Path) -> None:
     for f in (ASSETS / "static").iterdir():
         shutil.copy2(f, static / f.name)
     target = static / "mathjax"
-    if not (target / "MathJax.js").is_file():
-        shutil.copytree(mathjax_folder(), target, dirs_exist_ok=True)
+    if not (target / "tex-svg-full.js").is_file():  # the SVG build: CommonHTML's fonts left out
+        ignore = shutil.ignore_patterns("*chtml*")
+        shutil.copytree(mathjax_folder(), target, ignore=ignore, dirs_exist_ok=True)
 
 
 def build(root: str | Path, out: str | Path, only: list[str] | None = None) -> BuildReport:

@@ -10,8 +10,8 @@ Stages (each timed; a failing stage is a row in the report, not a crash):
    process per GPU, or a clear skip (with one GPU a multi-process NCCL run is impossible).
 3. ``notebooks``: every solution notebook top to bottom in the profile, with training cut to
    ``--max-steps`` steps (``COURSE_MAX_STEPS``): a smoke of every cell on the device.
-4. ``gpt-bar``: notebook 08's gpu recipe (6x6x384, 5000 steps) on tiny-shakespeare; the bar is
-   val <= 1.47.
+4. ``gpt-bar``: notebook 08's gpu recipe (``nb08.RECIPES.gpu``, nanoGPT's shakespeare-char
+   size) on tiny-shakespeare; the bar is ``nb08.GPU_VAL_BAR``.
 5. ``bench``: ``course bench attention mha`` on the device.
 
 Writes ``OUT/gpu.json`` (everything), ``OUT/gpu.md`` (the summary table) and ``OUT/gpu.txt``
@@ -33,8 +33,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from course_utils.recipes.nb08 import GPU_VAL_BAR
+
 STAGES = ("doctor", "paths", "notebooks", "gpt-bar", "bench")
-GPT_BAR = 1.47  # nanoGPT's val loss for config/train_shakespeare_char.py
+GPT_BAR = GPU_VAL_BAR  # nanoGPT's val loss for config/train_shakespeare_char.py
 BUDGET_S = {"doctor": 10, "paths": 60, "notebooks": 180, "gpt-bar": 200, "bench": 60}
 
 

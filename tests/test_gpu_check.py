@@ -11,7 +11,7 @@ import torch
 
 from course_utils import doctor, gpu_plan
 from course_utils.bench import gpu_check
-from course_utils.recipes import nb11
+from course_utils.recipes import nb01, nb08, nb11
 from course_utils.runtime import profiles
 
 ROOT = Path(__file__).parents[1]
@@ -42,6 +42,36 @@ def test_every_notebook_has_a_gpu_estimate_and_doctor_prints_them():
     for key in notebooks:
         assert f"gpu profile {key}: about" in report
     assert "not yet measured" in report and f"{gpu_plan.MIN_MEMORY_GB} GB" in report
+
+
+def test_the_gpu_plan_describes_each_notebook_from_its_recipe_table():
+    gpt = nb08.RECIPES.gpu
+    m = gpt.model
+    assert f"GPT {m.n_layers}x{m.n_heads}x{m.d_model}, {gpt.steps} steps, bf16" in gpu_plan.row(
+        "08"
+    )
+    assert f"val <= {nb08.GPU_VAL_BAR}" in gpu_plan.row("08")
+    r = nb01.RECIPES.gpu
+    assert f"{len(r.hidden_sizes)} widths" in gpu_plan.row("01") and r.budget in gpu_plan.row("01")
+    assert f"n = {max(nb11.SIZES.gpu.lengths)}" in gpu_plan.row("11")
+
+
+def test_changing_a_recipe_table_changes_the_gpu_plan_and_the_doctor(monkeypatch):
+    from dataclasses import replace
+
+    gpu = nb08.RECIPES.gpu
+    bigger = replace(gpu, model=replace(gpu.model, n_layers=8, d_model=480), steps=1234)
+    monkeypatch.setattr(nb08, "RECIPES", replace(nb08.RECIPES, gpu=bigger))
+    monkeypatch.setattr(nb08, "GPU_VAL_BAR", 1.39)
+    assert "GPT 8x6x480, 1234 steps" in gpu_plan.row("08")
+    report = "\n".join(doctor.report())
+    assert (
+        "gpu profile 08: about 4 min, up to 6 GB of GPU memory; GPT 8x6x480, 1234 steps" in report
+    )
+    assert "val <= 1.39" in gpu_plan.row("08")
+    wider = replace(nb01.RECIPES.gpu, hidden_sizes=(8, 16), steps=7)
+    monkeypatch.setattr(nb01, "RECIPES", replace(nb01.RECIPES, gpu=wider))
+    assert "2 widths (8 to 16), 7 steps" in gpu_plan.row("01")
 
 
 def test_describe_states_the_gpu_expectations_only_in_the_gpu_profile(monkeypatch):
@@ -83,7 +113,7 @@ def test_gpu_check_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
     text = capsys.readouterr().out
     for stage in gpu_check.STAGES:
         assert f"  {stage}" in text
-    assert "val <= 1.47" in text and "NCCL" in text and "total budget ~510 s" in text
+    assert f"val <= {nb08.GPU_VAL_BAR}" in text and "NCCL" in text and "total budget ~510 s" in text
     assert not list(tmp_path.iterdir())
 
 
@@ -102,7 +132,7 @@ def test_gpu_check_runs_its_stages_on_the_cpu(tmp_path, monkeypatch):
     if not torch.cuda.is_available():
         assert paths["data_parallel"]["backend"] == "skipped"
         assert "no GPU" in paths["data_parallel"]["note"]
-    assert stages["gpt-bar"]["met"] is None  # a 2-step ci run is not judged against 1.47
+    assert stages["gpt-bar"]["met"] is None  # a 2-step ci run is not judged against the bar
     md = (tmp_path / "gpu.md").read_text()
     assert "| paths | ok |" in md and "GPT bar: val" in md and "not judged" in md
     assert "== paths" in (tmp_path / "gpu.txt").read_text()

@@ -11,7 +11,7 @@ import torch
 
 from course_utils import doctor, gpu_plan
 from course_utils.bench import gpu_check
-from course_utils.recipes import nb01, nb08, nb11
+from course_utils.recipes import gpu_runs, nb01, nb08, nb11
 from course_utils.runtime import profiles
 
 ROOT = Path(__file__).parents[1]
@@ -37,23 +37,24 @@ def test_naive_sweep_stops_where_it_would_not_fit_and_says_so():
 
 def test_every_notebook_has_a_gpu_estimate_and_doctor_prints_them():
     notebooks = sorted(p.name[:2] for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
-    assert notebooks == sorted(gpu_plan.EXPECTATIONS)
+    assert notebooks == sorted(gpu_plan.EXPECTATIONS) == sorted(gpu_runs.WHAT)
     report = "\n".join(doctor.report())
     for key in notebooks:
         assert f"gpu profile {key}: about" in report
     assert "not yet measured" in report and f"{gpu_plan.MIN_MEMORY_GB} GB" in report
 
 
-def test_the_gpu_plan_describes_each_notebook_from_its_recipe_table():
-    gpt = nb08.RECIPES.gpu
+def test_the_doctor_describes_each_notebook_from_its_recipe_table():
+    gpt, r = nb08.RECIPES.gpu, nb01.RECIPES.gpu
     m = gpt.model
-    assert f"GPT {m.n_layers}x{m.n_heads}x{m.d_model}, {gpt.steps} steps, bf16" in gpu_plan.row(
-        "08"
-    )
-    assert f"val <= {nb08.GPU_VAL_BAR}" in gpu_plan.row("08")
-    r = nb01.RECIPES.gpu
-    assert f"{len(r.hidden_sizes)} widths" in gpu_plan.row("01") and r.budget in gpu_plan.row("01")
-    assert f"n = {max(nb11.SIZES.gpu.lengths)}" in gpu_plan.row("11")
+    nb08_what, nb01_what = gpu_runs.what("08"), gpu_runs.what("01_rnn_bottleneck")
+    assert f"GPT {m.n_layers}x{m.n_heads}x{m.d_model}, {gpt.steps} steps, bf16" in nb08_what
+    assert f"val <= {nb08.GPU_VAL_BAR}" in nb08_what
+    assert f"{len(r.hidden_sizes)} widths" in nb01_what and r.budget in nb01_what
+    assert f"n = {max(nb11.SIZES.gpu.lengths)}" in gpu_runs.what("11")
+    assert f"gpu profile {gpu_plan.row('08')}; {nb08_what}" in doctor.report()
+    with pytest.raises(KeyError, match="'12'"):
+        gpu_runs.what("12")
 
 
 def test_changing_a_recipe_table_changes_the_gpu_plan_and_the_doctor(monkeypatch):
@@ -63,15 +64,15 @@ def test_changing_a_recipe_table_changes_the_gpu_plan_and_the_doctor(monkeypatch
     bigger = replace(gpu, model=replace(gpu.model, n_layers=8, d_model=480), steps=1234)
     monkeypatch.setattr(nb08, "RECIPES", replace(nb08.RECIPES, gpu=bigger))
     monkeypatch.setattr(nb08, "GPU_VAL_BAR", 1.39)
-    assert "GPT 8x6x480, 1234 steps" in gpu_plan.row("08")
+    assert "GPT 8x6x480, 1234 steps" in gpu_runs.what("08")
     report = "\n".join(doctor.report())
     assert (
         "gpu profile 08: about 4 min, up to 6 GB of GPU memory; GPT 8x6x480, 1234 steps" in report
     )
-    assert "val <= 1.39" in gpu_plan.row("08")
+    assert "val <= 1.39" in gpu_runs.what("08")
     wider = replace(nb01.RECIPES.gpu, hidden_sizes=(8, 16), steps=7)
     monkeypatch.setattr(nb01, "RECIPES", replace(nb01.RECIPES, gpu=wider))
-    assert "2 widths (8 to 16), 7 steps" in gpu_plan.row("01")
+    assert "2 widths (8 to 16), 7 steps" in gpu_runs.what("01")
 
 
 def test_describe_states_the_gpu_expectations_only_in_the_gpu_profile(monkeypatch):

@@ -32,7 +32,8 @@ class Expectation:
     memory_gb: float
 
 
-# estimates for the sizes in each recipe's gpu row (course_utils.recipes.gpu_runs says what runs)
+# Estimates for the sizes in each recipe's gpu row (course_utils.recipes.gpu_runs says what runs;
+# tests/test_gpu_check.py holds 08's time and 11's memory to the tables)
 EXPECTATIONS: dict[str, Expectation] = {
     "00": Expectation(0.2, 0.1),
     "01": Expectation(2.0, 0.5),

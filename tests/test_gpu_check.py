@@ -11,6 +11,7 @@ import torch
 
 from course_utils import doctor, gpu_plan
 from course_utils.bench import gpu_check
+from course_utils.modeling.models.gpt import GPTConfig
 from course_utils.recipes import gpu_runs, nb01, nb08, nb11
 from course_utils.runtime import profiles
 
@@ -73,6 +74,45 @@ def test_changing_a_recipe_table_changes_the_gpu_plan_and_the_doctor(monkeypatch
     wider = replace(nb01.RECIPES.gpu, hidden_sizes=(8, 16), steps=7)
     monkeypatch.setattr(nb01, "RECIPES", replace(nb01.RECIPES, gpu=wider))
     assert "2 widths (8 to 16), 7 steps" in gpu_runs.what("01")
+
+
+NANOGPT_A100_MINUTES = 3.0  # nanoGPT's train_shakespeare_char: 5000 steps x 64 x 256 tokens
+
+
+def _gpt_train_flops(cfg) -> float:
+    """Training FLOPs of an nb08 recipe on tiny-shakespeare's 65 characters."""
+    from dataclasses import replace
+
+    from course_utils.bench.gpt import flops_per_token
+
+    m = replace(cfg.model, vocab_size=65)
+    per_token = flops_per_token(m.param_count(), m.n_layers, m.d_model, m.block_size)
+    return cfg.steps * cfg.tokens_per_step * per_token
+
+
+def _gpt_estimate_covers(cfg, minutes: float) -> bool:
+    """Whether ``minutes`` is at least nanoGPT's A100 time scaled by the recipe's FLOPs."""
+    reference = nb08.Config(
+        model=GPTConfig.preset("nanogpt-gpu", bias=False),
+        batch_size=64,
+        steps=5000,
+        lr=1e-3,
+        min_lr=1e-4,
+        warmup=100,
+    )
+    return minutes >= NANOGPT_A100_MINUTES * _gpt_train_flops(cfg) / _gpt_train_flops(reference)
+
+
+def test_the_estimates_do_not_contradict_the_tables():
+    from dataclasses import replace
+
+    assert _gpt_estimate_covers(nb08.RECIPES.gpu, gpu_plan.EXPECTATIONS["08"].minutes)
+    longer = replace(nb08.RECIPES.gpu, steps=10_000)
+    assert not _gpt_estimate_covers(longer, gpu_plan.EXPECTATIONS["08"].minutes)
+    # notebook 11's naive attention at its longest length fits the memory estimate (GiB)
+    cfg = nb11.SIZES.gpu
+    peak = nb11.naive_bytes(cfg.naive_max, cfg, torch.bfloat16) / 2**30
+    assert peak <= gpu_plan.EXPECTATIONS["11"].memory_gb <= gpu_plan.MIN_MEMORY_GB
 
 
 def test_describe_states_the_gpu_expectations_only_in_the_gpu_profile(monkeypatch):

@@ -177,3 +177,13 @@ def test_a_recipe_config_is_a_copy_the_table_keeps_its_sizes():
     cfg = nb08.config("gpu")
     cfg.model.n_layers = 1  # GPTConfig is mutable: the table must not change with it
     assert nb08.RECIPES.gpu.model.n_layers == nb08.config("gpu").model.n_layers != 1
+
+
+@pytest.mark.parametrize("profile", profiles.PROFILES)
+def test_notebook_01_and_02s_recipe_is_the_tables_row(monkeypatch, profile):
+    from course_utils.recipes import nb01, nb02
+
+    monkeypatch.setenv(profiles.ENV_VAR, profile)
+    assert nb01.recipe() == nb01.recipe(profile) == nb01.RECIPES.for_profile(profile)
+    assert nb01.recipe().profile == profile  # each row names its own profile
+    assert nb02.train_max_len(nb01.recipe()) == nb02.TRAIN_MAX_LEN.for_profile(profile)

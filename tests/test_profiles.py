@@ -187,3 +187,15 @@ def test_notebook_01_and_02s_recipe_is_the_tables_row(monkeypatch, profile):
     assert nb01.recipe() == nb01.recipe(profile) == nb01.RECIPES.for_profile(profile)
     assert nb01.recipe().profile == profile  # each row names its own profile
     assert nb02.train_max_len(nb01.recipe()) == nb02.TRAIN_MAX_LEN.for_profile(profile)
+
+
+def test_notebook_09s_data_set_preference_ends_with_the_bundled_digits(monkeypatch):
+    from course_utils.recipes import nb09
+
+    assert all(row[-1] == "digits" for _, row in nb09.DATASET_PREFERENCE.items())
+    monkeypatch.setattr(nb09, "find_cifar10", lambda: "cifar.tar.gz")
+    monkeypatch.setattr(nb09, "find_mnist", lambda: None)
+    assert [nb09.default_dataset(p) for p in profiles.PROFILES] == ["digits", "digits", "cifar10"]
+    monkeypatch.setattr(nb09, "find_cifar10", lambda: None)
+    monkeypatch.setattr(nb09, "find_mnist", lambda: "mnist/")
+    assert [nb09.default_dataset(p) for p in profiles.PROFILES] == ["digits", "mnist", "mnist"]

@@ -93,13 +93,14 @@ def _nb08() -> str:
 
 
 def _nb09() -> str:
-    from course_utils.recipes.nb09 import config
+    from course_utils.recipes.nb09 import DATASET_PREFERENCE, config
 
-    cifar, mnist, digits = (config("gpu", dataset=d) for d in ("cifar10", "mnist", "digits"))
-    return (
-        f"ViT on CIFAR-10 ({cifar.train.epochs} epochs) when cached, else MNIST "
-        f"({mnist.train.epochs} epochs) when cached, else digits ({digits.train.epochs} epochs)"
-    )
+    names = {"cifar10": "CIFAR-10", "mnist": "MNIST", "digits": "digits"}
+    runs = [
+        f"{names[d]} ({config('gpu', dataset=d).train.epochs} epochs)"
+        for d in DATASET_PREFERENCE.gpu
+    ]
+    return "ViT on " + " when cached, else ".join(runs)
 
 
 def _nb10() -> str:

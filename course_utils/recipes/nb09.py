@@ -674,9 +674,10 @@ def _fit(
             for a, b in zip(average.buffers(), model.buffers(), strict=True):
                 a.copy_(b)
 
+    def after_step(step: int, net: nn.Module) -> None:  # after the step's evaluation
+        update_average()
+
     def batch(step: int) -> tuple[Tensor, Tensor]:
-        if average is not None and step > 0:  # the optimizer has just taken step - 1
-            update_average()
         epoch, i = divmod(step, per_epoch)
         if i == 0 or "perm" not in order:  # a new shuffle every epoch
             order["perm"] = torch.randperm(n, generator=gen).to(device)
@@ -713,11 +714,11 @@ def _fit(
         log_every=per_epoch,
         seed=seed,
         autocast_dtype=tc.autocast_dtype,
+        on_step=after_step if average is not None else None,
         progress=progress,
         desc=f"training {name}",
     )
     if average is not None:  # the average (with the last step) is the model we keep
-        update_average()
         history.eval["test accuracy"][-1] = evaluate(average)["test accuracy"]
         model = average.eval()
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0

@@ -219,6 +219,12 @@ class ViT(nn.Module):
                     nn.init.zeros_(module.bias)
         nn.init.zeros_(self.head.weight)
 
+    def no_weight_decay(self) -> set[str]:
+        """Parameters that weight decay must not pull to zero (timm's convention, honoured by
+        :func:`course_utils.runtime.training.param_groups`): the position embedding and the
+        class token are learned vectors, not weights of a map."""
+        return {"pos_embed", "cls_token"} if self.cls_token is not None else {"pos_embed"}
+
     def num_params(self) -> int:
         """Number of trainable parameters."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)

@@ -14,7 +14,7 @@ tested to give the same outputs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -30,6 +30,7 @@ __all__ = [
     "MultiHeadAttention",
     "record_attention",
     "MLP",
+    "residual",
     "TransformerBlock",
     "TransformerDecoderBlock",
     "pre_norm_stack",
@@ -320,6 +321,20 @@ def _copy_norm(dst: nn.LayerNorm, src: nn.LayerNorm) -> None:
         dst.bias.copy_(src.bias)
 
 
+def residual(
+    x: Tensor,
+    branch: Callable[[Tensor], Tensor],
+    norm: nn.Module,
+    dropout: nn.Module,
+    norm_first: bool,
+) -> Tensor:
+    """One sublayer with its residual connection, (B, T, D) -> (B, T, D):
+    pre-norm ``x + dropout(branch(norm(x)))``, post-norm ``norm(x + dropout(branch(x)))``."""
+    if norm_first:
+        return x + dropout(branch(norm(x)))
+    return norm(x + dropout(branch(x)))
+
+
 class TransformerBlock(nn.Module):
     """Encoder block: self attention + MLP, each with a residual connection and LayerNorm.
 
@@ -365,11 +380,8 @@ class TransformerBlock(nn.Module):
         kw = dict(
             attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal, cache=cache
         )
-        if self.norm_first:
-            x = x + self.dropout1(self.attn(self.norm1(x), **kw))
-            return x + self.dropout2(self.mlp(self.norm2(x)))
-        x = self.norm1(x + self.dropout1(self.attn(x, **kw)))
-        return self.norm2(x + self.dropout2(self.mlp(x)))
+        x = residual(x, lambda h: self.attn(h, **kw), self.norm1, self.dropout1, self.norm_first)
+        return residual(x, self.mlp, self.norm2, self.dropout2, self.norm_first)
 
     @classmethod
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> TransformerBlock:
@@ -479,13 +491,9 @@ class TransformerDecoderBlock(nn.Module):
                 h, memory, attn_mask=memory_mask, key_padding_mask=memory_key_padding_mask
             )
 
-        if self.norm_first:
-            x = x + self.dropout1(sa(self.norm1(x)))
-            x = x + self.dropout2(ca(self.norm2(x)))
-            return x + self.dropout3(self.mlp(self.norm3(x)))
-        x = self.norm1(x + self.dropout1(sa(x)))
-        x = self.norm2(x + self.dropout2(ca(x)))
-        return self.norm3(x + self.dropout3(self.mlp(x)))
+        x = residual(x, sa, self.norm1, self.dropout1, self.norm_first)
+        x = residual(x, ca, self.norm2, self.dropout2, self.norm_first)
+        return residual(x, self.mlp, self.norm3, self.dropout3, self.norm_first)
 
     @classmethod
     def from_torch(cls, layer: nn.TransformerDecoderLayer) -> TransformerDecoderBlock:

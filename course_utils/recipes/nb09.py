@@ -49,6 +49,7 @@ from course_utils.data.images import (
 )
 from course_utils.modeling.layers import record_attention
 from course_utils.modeling.models.vit import ViT, ViTConfig
+from course_utils.modeling.module_state import eval_mode
 from course_utils.runtime import devices
 from course_utils.runtime.profiles import current
 from course_utils.runtime.training import History, train
@@ -595,18 +596,14 @@ def run_model(
     in batches on the model's device (under autocast to ``autocast_dtype`` when given);
     returns the logits (N, K) on the CPU in float32.
     """
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    device = devices.model_device(model)
     logits = []
-    try:
+    with eval_mode(model):
         for i in range(0, len(images), batch_size):
             xb = images[i : i + batch_size].to(device)
             with devices.autocast(device, autocast_dtype):
                 out = forward(model, xb) if forward is not None else model(xb)
             logits.append(out.float().cpu())
-    finally:
-        model.train(was_training)
     if not logits:
         raise ValueError("run_model got no images")
     return torch.cat(logits)

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from course_utils.modeling.layers import KVCache, pre_norm_stack, record_attention
 from course_utils.modeling.models.config import resolve_config
+from course_utils.modeling.module_state import eval_mode, model_device
 
 __all__ = ["GPT", "GPTConfig", "sample_next_token"]
 
@@ -202,14 +203,9 @@ class GPT(nn.Module):
         Runs in eval mode (no dropout) through the manual attention path, then restores the
         previous mode. Row i of a map is query position i; its entries after i are zero.
         """
-        idx = idx.to(self.tok_emb.weight.device)  # a prompt from the CPU joins the model
-        was_training = self.training
-        self.eval()
-        try:
-            with record_attention(self) as maps:
-                self(idx)
-        finally:
-            self.train(was_training)
+        idx = idx.to(model_device(self))  # a prompt from the CPU joins the model
+        with eval_mode(self), record_attention(self) as maps:
+            self(idx)
         return maps
 
     # ----------------------------------------------------------------------------------
@@ -243,12 +239,10 @@ class GPT(nn.Module):
             raise ValueError(f"expected idx of shape (B, T), got {tuple(idx.shape)}")
         if idx.shape[1] == 0:
             raise ValueError("expected a prompt with at least one token, got T = 0")
-        idx = idx.to(self.tok_emb.weight.device)  # a prompt from the CPU joins the model
-        was_training = self.training
-        self.eval()
+        idx = idx.to(model_device(self))  # a prompt from the CPU joins the model
         block_size = self.config.block_size
         cache = None
-        try:
+        with eval_mode(self):
             for _ in range(max_new_tokens):
                 if not use_cache:
                     logits, _ = self(idx[:, -block_size:])
@@ -261,8 +255,6 @@ class GPT(nn.Module):
                     logits[:, -1, :], temperature=temperature, top_k=top_k, generator=generator
                 )
                 idx = torch.cat([idx, next_token], dim=1)
-        finally:
-            self.train(was_training)
         return idx
 
 

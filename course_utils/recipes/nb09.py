@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -62,7 +62,6 @@ __all__ = [
     "Config",
     "config",
     "load_images",
-    "init_vit_",
     "augment_affine",
     "augment_batch",
     "ImageRun",
@@ -474,27 +473,6 @@ def dataset_description(cfg: Config, data: ImageSplit) -> str:
 # --------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------
-def init_vit_(model: ViT, pos_std: float = 0.2) -> ViT:
-    """Xavier-uniform weights and zero biases for every linear layer (the original ViT's
-    initialisation), a zero classification head, position embeddings and class token drawn
-    from N(0, pos_std^2); in place, returns ``model``.
-
-    The course ViT's default (timm's ``std=0.02`` everywhere) suits large models and data; on
-    digits it leaves the patch tokens, and the positions beside them, so small that the first
-    epochs are nearly wasted.
-    """
-    for module in model.modules():
-        if isinstance(module, nn.Linear):
-            nn.init.xavier_uniform_(module.weight)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-    nn.init.zeros_(model.head.weight)
-    nn.init.normal_(model.pos_embed, std=pos_std)
-    if model.cls_token is not None:
-        nn.init.normal_(model.cls_token, std=pos_std)
-    return model
-
-
 def augment_affine(
     x: Tensor,
     generator: torch.Generator | None = None,
@@ -743,11 +721,11 @@ def train_vit(
     name: str = "ViT",
     xavier_init: bool = True,
 ) -> ImageRun:
-    """Train a course :class:`ViT` (Xavier init, see :func:`init_vit_`) on ``data``.
+    """Train a course :class:`ViT` (its own Xavier init, :meth:`ViT.reset_parameters`) on ``data``.
 
     ``cfg`` defaults to :func:`config`, ``data`` to :func:`load_images`; ``vit`` and
-    ``train_cfg`` override the config's parts; ``xavier_init=False`` keeps the ViT's default
-    initialisation (every weight from N(0, 0.02^2)). Deterministic for a given ``seed`` on the
+    ``train_cfg`` override the config's parts; ``xavier_init=False`` uses timm's initialisation
+    instead (``ViTConfig(init="timm")``: every weight from N(0, 0.02^2)). Deterministic for a given ``seed`` on the
     CPU; the model starts as :func:`initial_vit` with the same arguments. Returns an
     :class:`ImageRun` (accuracy on ``data.x_test``).
     """
@@ -763,8 +741,7 @@ def initial_vit(vit: ViTConfig, *, seed: int = 0, xavier_init: bool = True) -> V
     """The untrained ViT that :func:`train_vit` starts from for this ``seed``."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = ViT(vit)
-        return init_vit_(model) if xavier_init else model
+        return ViT(vit if xavier_init else replace(vit, init="timm"))
 
 
 def train_vit_digits(
@@ -954,7 +931,7 @@ def train_vit_spectrograms(
     data = data if data is not None else spectrogram_split(cfg, seed=seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = init_vit_(ViT(cfg.vit))
+        model = ViT(cfg.vit)
     return _fit(
         "ViT on spectrograms", model, data, cfg.train, seed=seed, device=device, progress=progress
     )

@@ -104,10 +104,14 @@ class ViTConfig:
     activation: str = "gelu"
     bias: bool = True
     layer_norm_eps: float = 1e-6
+    init: str = "xavier"  # "xavier" (the original ViT's; notebook 09's) or "timm" (N(0, 0.02^2))
+    pos_std: float = 0.2  # init="xavier": std of the position embedding and class token
 
     def __post_init__(self) -> None:
         if self.pool not in ("cls", "mean"):
             raise ValueError(f"expected pool to be 'cls' or 'mean', got {self.pool!r}")
+        if self.init not in ("xavier", "timm"):
+            raise ValueError(f"expected init to be 'xavier' or 'timm', got {self.init!r}")
         H, W = _pair(self.image_size)
         ph, pw = _pair(self.patch_size)
         if H % ph or W % pw:
@@ -208,16 +212,35 @@ class ViT(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """timm-style init: small normal position embeddings and class token, zero head."""
-        nn.init.normal_(self.pos_embed, std=0.02)
-        if self.cls_token is not None:
-            nn.init.normal_(self.cls_token, std=0.02)
+        """Initialise every parameter as ``config.init`` says; LayerNorms keep (1, 0).
+
+        ``"xavier"`` (the default, the original ViT's, what notebook 09 trains with):
+        Xavier-uniform weights and zero biases for every linear layer, a zero classification
+        head, position embeddings and class token from N(0, ``pos_std``^2). ``"timm"``:
+        truncated N(0, 0.02^2) linear weights, zero biases and head, N(0, 0.02^2) positions and
+        class token -- suited to large models and data; on digits it leaves the patch tokens,
+        and the positions beside them, so small that the first epochs are nearly wasted.
+        """
+        xavier = self.config.init == "xavier"
+        std = self.config.pos_std if xavier else 0.02
+        if not xavier:  # timm's order of draws
+            self._init_positions(std)
         for module in self.modules():
             if isinstance(module, nn.Linear):
-                nn.init.trunc_normal_(module.weight, std=0.02)
+                if xavier:
+                    nn.init.xavier_uniform_(module.weight)
+                else:
+                    nn.init.trunc_normal_(module.weight, std=0.02)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
         nn.init.zeros_(self.head.weight)
+        if xavier:
+            self._init_positions(std)
+
+    def _init_positions(self, std: float) -> None:
+        nn.init.normal_(self.pos_embed, std=std)
+        if self.cls_token is not None:
+            nn.init.normal_(self.cls_token, std=std)
 
     def no_weight_decay(self) -> set[str]:
         """Parameters that weight decay must not pull to zero (timm's convention, honoured by

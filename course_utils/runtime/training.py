@@ -4,12 +4,17 @@
                     warmup=100, eval_fn=evaluate, eval_every=200)
     history.plot()
 
-What it does, in order, every step: draw a batch (from an iterable of batches, or from a
+What it does, in order, every step (as nanoGPT's ``train.py``): set the learning rate (linear
+warmup then cosine decay to ``min_lr``), draw a batch (from an iterable of batches, or from a
 function ``step -> batch``), move it to the model's device, (under data parallelism) keep this
-process's shard, compute ``loss_fn(model, batch)``, backpropagate, clip the gradient norm, set
-the learning rate (linear warmup then cosine decay to ``min_lr``) and take an AdamW step. It
-shows a progress bar (``tqdm.auto``: a widget in Jupyter, text elsewhere), evaluates every
-``eval_every`` steps and returns a :class:`History` for plotting.
+process's shard, compute ``loss_fn(model, batch)`` (under autocast if asked), backpropagate,
+clip the gradient norm and take an AdamW step -- through a ``torch.amp.GradScaler`` when the
+autocast dtype is float16, which scales the loss up so that small float16 gradients do not
+underflow and skips a step whose gradients overflowed. Then the hooks: record the loss every
+``log_every`` steps (``on_log``), evaluate every ``eval_every`` steps (``eval_fn``), and
+``on_step(step, model)``. It shows a progress bar (``tqdm.auto``: a widget in Jupyter, text
+elsewhere) and returns a :class:`History` for plotting. The options live in a
+:class:`TrainConfig`; ``train(model, data, steps=..., lr=...)`` builds one from keywords.
 
 Data parallelism: when ``torch.distributed`` is initialised with more than one process (under
 ``torchrun``, or :func:`course_utils.runtime.distributed.spawn_data_parallel`), ``train`` wraps the
@@ -555,8 +560,9 @@ def train(
                 break
             if optimizer is None:  # the schedule sets the learning rate
                 used = elapsed / cfg.time_budget_s if cfg.time_budget_s else 0.0
+                lr = cfg.lr_at(step, steps, time_fraction=used)
                 for group in opt.param_groups:
-                    group["lr"] = cfg.lr_at(step, steps, time_fraction=used)
+                    group["lr"] = lr
             batch = parallel.shard(to_device(source.get(step), dev))
             with devices.autocast(dev, cfg.autocast_dtype):
                 loss = loss_fn(parallel.net, batch)

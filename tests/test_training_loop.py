@@ -229,3 +229,15 @@ def test_no_weight_decay_names_of_a_submodule_carry_its_prefix():
     decay, keep = param_groups(model, 0.1)
     assert [p.shape for p in decay["params"]] == [(3, 3), (3, 3)]
     assert any(p is model[1].codes for p in keep["params"])
+
+
+def test_a_run_stopped_by_its_time_budget_still_logs_and_evaluates_its_last_step(monkeypatch):
+    clock = iter(range(10**4))  # every reading of the clock is one second later
+    monkeypatch.setattr(training.time, "perf_counter", lambda: float(next(clock)))
+    x, y = _data()
+    logged = []
+    h = train(_model(), _batch(x, y), loss_fn=_mse, steps=100, log_every=50, time_budget_s=8.5,
+              eval_fn=lambda m: 1.0, on_log=lambda step, hist: logged.append(step),
+              progress=False)  # fmt: skip
+    assert h.stopped_by == "time budget" and 0 < h.steps_done < 50
+    assert logged == h.step == [h.steps_done - 1] and h.eval_step == [h.steps_done - 1]

@@ -26,13 +26,11 @@ LONG_ALLOWED = {
     "grading/grader.py::_check",  # grader owner
     "grading/kernel.py::GradingKernel.execute",  # kernel owner
     "recipes/nb09.py::_fit",  # recipes owner
-    "runtime/training.py::train",  # training-loop split (issue 20.2)
 }
 NOQA_ALLOWED = {
     "grading/grader.py::_run",
     "grading/grader.py::_check",
     "grading/kernel.py::GradingKernel.execute",
-    "runtime/training.py::train",
 }
 
 

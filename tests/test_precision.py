@@ -94,3 +94,49 @@ def test_course_doctor_on_the_cpu_names_both_gpu_precisions(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     (line,) = doctor.precision_lines()
     assert "fp32 here" in line and "bf16" in line and "fp16 with a gradient scaler" in line
+
+
+def test_autocast_for_turns_bfloat16_into_float16_on_a_t4_only(card):
+    card(T4)
+    cuda = torch.device("cuda")
+    assert precision.autocast_for(torch.bfloat16, cuda) == torch.float16
+    assert precision.autocast_for(torch.float16, cuda) == torch.float16
+    assert precision.autocast_for(None, cuda) is None
+    assert precision.autocast_for(torch.bfloat16, "cpu") == torch.bfloat16  # CPU autocast as asked
+    card(A100)
+    assert precision.autocast_for(torch.bfloat16, cuda) == torch.bfloat16
+
+
+def test_the_training_loop_runs_what_the_card_supports_with_the_scaler_it_needs(monkeypatch):
+    """train() asks precision.autocast_for once and uses its answer for both the autocast and
+    the gradient scaler: a T4's float16 gets an enabled scaler (faked here on the CPU)."""
+    from course_utils.runtime import devices, training
+
+    asked, scalers, autocasts = [], [], []
+
+    def t4_autocast_for(requested, device):
+        asked.append((requested, torch.device(device).type))
+        return torch.float16 if requested == torch.bfloat16 else requested
+
+    real_autocast, real_scaler = devices.autocast, training.gradient_scaler
+    monkeypatch.setattr(precision, "autocast_for", t4_autocast_for)
+    monkeypatch.setattr(
+        training, "gradient_scaler", lambda d, t: scalers.append(real_scaler(d, t)) or scalers[-1]
+    )
+    monkeypatch.setattr(
+        devices, "autocast", lambda d, t: autocasts.append(t) or real_autocast(d, t)
+    )
+    model = torch.nn.Sequential(torch.nn.Linear(4, 1))
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    training.train(
+        model,
+        [(x, y)],
+        loss_fn=lambda m, b: torch.nn.functional.mse_loss(m(b[0]).float(), b[1]),
+        steps=2,
+        autocast_dtype=torch.bfloat16,
+        progress=False,
+    )
+    assert asked[0] == (torch.bfloat16, "cpu")
+    (scaler,) = scalers
+    assert scaler.is_enabled()  # float16: the loss is scaled
+    assert autocasts and set(autocasts) == {torch.float16}

@@ -95,11 +95,14 @@ def autocast(
     device: torch.device | str, dtype: torch.dtype | None
 ) -> contextlib.AbstractContextManager:
     """``torch.autocast`` to ``dtype`` on ``device``'s type; a no-op context when ``dtype`` is
-    ``None`` or the device has no autocast (``meta``)."""
+    ``None`` or the device has no autocast (``meta``). bfloat16 on a CUDA card without it
+    (a T4) runs in float16 (:func:`course_utils.runtime.precision.autocast_for`)."""
+    from course_utils.runtime.precision import autocast_for
+
     device = torch.device(device)
     if dtype is None or device.type == "meta":
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
+    return torch.autocast(device_type=device.type, dtype=autocast_for(dtype, device))
 
 
 def synchronize(device: torch.device | str) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Precision", "choose", "resolve", "bf16_native", "CARD_16GB"]
+__all__ = ["Precision", "choose", "resolve", "autocast_for", "bf16_native", "CARD_16GB"]
 
 # a "16 GB" card reports a little less (a T4: 15.8e9 bytes); at or above this it is one
 CARD_16GB = 15.0e9
@@ -84,3 +84,14 @@ def resolve(requested: torch.dtype | None, device: torch.device | str) -> Precis
     if requested == torch.float16:
         return Precision(torch.float16, True, f"{chosen.reason}; the recipe asks for float16")
     return chosen
+
+
+def autocast_for(requested: torch.dtype | None, device: torch.device | str) -> torch.dtype | None:
+    """The autocast dtype to use when a recipe asks for ``requested`` on ``device``: bfloat16
+    on a CUDA card without native bfloat16 (a T4) becomes float16, which the training loop
+    then runs with a gradient scaler (``training.gradient_scaler``); everything else is kept.
+    ``devices.autocast`` and ``training.train`` both ask here."""
+    device = torch.device(device)
+    if requested == torch.bfloat16 and device.type == "cuda" and not bf16_native():
+        return torch.float16
+    return requested

@@ -39,7 +39,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from course_utils.modeling.module_state import eval_mode
-from course_utils.runtime import devices, distributed
+from course_utils.runtime import devices, distributed, precision
 from course_utils.runtime.devices import to_device
 from course_utils.runtime.profiles import cap_steps, seed_everything
 
@@ -572,7 +572,8 @@ def train(
     parallel = _Parallel(model, dev, cfg.data_parallel)
     opt = optimizer or make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas, cfg.fused)
     params = [p for g in opt.param_groups for p in g["params"]]
-    scaler = gradient_scaler(dev, cfg.autocast_dtype)
+    amp_dtype = precision.autocast_for(cfg.autocast_dtype, dev)  # bf16 -> fp16 on a T4
+    scaler = gradient_scaler(dev, amp_dtype)
     source = _BatchSource(data)
     rec = _Recorder(cfg, steps, parallel)
     norm: torch.Tensor | float = float("nan")  # the gradient norm before clipping
@@ -587,7 +588,7 @@ def train(
                 used = elapsed / cfg.time_budget_s if cfg.time_budget_s else 0.0
                 set_learning_rate(opt, cfg.lr_at(step, steps, time_fraction=used))
             batch = parallel.shard(to_device(source.get(step), dev))
-            with devices.autocast(dev, cfg.autocast_dtype):
+            with devices.autocast(dev, amp_dtype):
                 loss = loss_fn(parallel.net, batch)
             _check_scalar(loss)
             norm = optimizer_step(loss, opt, scaler, params, cfg.grad_clip, norm)

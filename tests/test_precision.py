@@ -140,3 +140,16 @@ def test_the_training_loop_runs_what_the_card_supports_with_the_scaler_it_needs(
     (scaler,) = scalers
     assert scaler.is_enabled()  # float16: the loss is scaled
     assert autocasts and set(autocasts) == {torch.float16}
+
+
+def test_the_gpu_check_has_a_t4_plan_labelled_as_an_estimate():
+    from course_utils.bench import gpu_check
+
+    datacentre = gpu_check.plan(gpu_check.parser().parse_args(["--dry-run"]))
+    t4 = gpu_check.plan(gpu_check.parser().parse_args(["--dry-run", "--card", "t4"]))
+    assert "ESTIMATE" in t4[1] and "T4" in t4[1] and "ESTIMATE" not in datacentre[1]
+    assert any("fp16 autocast + GradScaler" in line for line in t4)
+    total = {
+        name: int(p[-1].split("~")[1].split()[0]) for name, p in (("dc", datacentre), ("t4", t4))
+    }
+    assert total["t4"] == 5 * total["dc"] == 5 * sum(gpu_check.BUDGET_S.values())

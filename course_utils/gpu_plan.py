@@ -80,7 +80,10 @@ def doctor_lines(what: Callable[[str], str] | None = None) -> list[str]:
     if mem is None:
         lines.append("this machine: no CUDA GPU (the gpu profile would run on the CPU)")
     else:
-        verdict = "enough" if mem >= MIN_MEMORY_GB else f"below {MIN_MEMORY_GB} GB: sizes adapt"
+        from course_utils.runtime.precision import CARD_16GB  # a 16 GB T4 reports 15.8e9 B
+
+        enough = mem * 1e9 >= CARD_16GB
+        verdict = "enough" if enough else f"below {MIN_MEMORY_GB} GB: sizes adapt"
         lines.append(f"this machine: {torch.cuda.get_device_name(0)}, {mem:.0f} GB ({verdict})")
     lines += [row(key, what) for key in EXPECTATIONS]
     return lines

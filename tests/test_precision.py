@@ -153,3 +153,15 @@ def test_the_gpu_check_has_a_t4_plan_labelled_as_an_estimate():
         name: int(p[-1].split("~")[1].split()[0]) for name, p in (("dc", datacentre), ("t4", t4))
     }
     assert total["t4"] == 5 * total["dc"] == 5 * sum(gpu_check.BUDGET_S.values())
+
+
+def test_the_gpu_plan_counts_a_t4s_memory_as_enough(card, monkeypatch):
+    from course_utils import gpu_plan
+
+    card(T4)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: T4.name)
+    assert "this machine: Tesla T4, 16 GB (enough)" in gpu_plan.doctor_lines()
+    small = SimpleNamespace(name="small", major=7, minor=5, total_memory=8_000_000_000)
+    card(small)
+    assert any("below 16 GB: sizes adapt" in line for line in gpu_plan.doctor_lines())

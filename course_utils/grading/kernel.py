@@ -27,17 +27,17 @@ from __future__ import annotations
 
 import os
 import queue
-import shutil
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from course_utils.grading.confine import remove_tree
 from course_utils.grading.sandbox import Limits, Sandbox
 
 MAX_FILE_BYTES = 4 << 30  # RLIMIT_FSIZE: no single file written by the kernel above 4 GiB
-MAX_MESSAGE_BYTES = 256 << 20  # the largest Jupyter message the grader accepts (larger: dropped)
+MAX_MESSAGE_BYTES = 32 << 20  # the largest Jupyter message the grader accepts (larger: dropped)
 
 # Environment variables passed from the grader to the kernel; everything else (tokens, cloud
 # credentials, CI secrets) stays out of the student's reach.
@@ -217,7 +217,8 @@ class GradingKernel:
                 return sandbox.command(cmd, self.connection_file, rlimits)
 
         ipc_dir = self.ipc_dir
-        os.makedirs(ipc_dir, exist_ok=True)
+        if not os.path.isdir(ipc_dir):
+            os.makedirs(ipc_dir)
         if len(ipc_dir) > 80:  # unix socket paths are limited to about 104 bytes
             raise KernelStartError(f"the grading folder's path is too long: {ipc_dir}")
         try:
@@ -228,9 +229,13 @@ class GradingKernel:
             if sandbox.isolated:  # no signals across the sandbox: interrupt by message
                 km.kernel_spec.interrupt_mode = "message"
             self.km = km
-            km.start_kernel(
-                cwd=self.cwd, env=self.env, stdin=None, stdout=_devnull(), stderr=_kernel_log()
-            )
+            log = self._log()
+            try:
+                km.start_kernel(
+                    cwd=self.cwd, env=self.env, stdin=None, stdout=_devnull(), stderr=log
+                )
+            finally:
+                os.close(log)
             proc = getattr(km.provisioner, "process", None)
             if proc is not None:
                 sandbox.watch(proc.pid, self._stop_for_limit)
@@ -243,6 +248,9 @@ class GradingKernel:
             kc.wait_for_ready(timeout=self.startup_timeout)
         except Exception as exc:  # any failure here is the grading machine's problem
             detail = f"{type(exc).__name__}: {exc}".strip()
+            said = _last_line(self.log_path)
+            if said:
+                detail += f"; the kernel said: {said}"
             if self.memory_mb and self._poll_exit() is not None:
                 detail += (
                     f" (the kernel exited with code {self.exit_code}; is --memory-mb "
@@ -252,6 +260,16 @@ class GradingKernel:
             raise KernelStartError(
                 f"could not start a '{self.kernel_name}' kernel: {detail}"
             ) from exc
+
+    @property
+    def log_path(self) -> str:
+        """The kernel's stderr: ``$COURSE_GRADE_KERNEL_LOG`` (appended; for debugging the
+        grading machine), else ``kernel.log`` in the grader's private folder."""
+        return os.environ.get("COURSE_GRADE_KERNEL_LOG") or os.path.join(self.workdir, "kernel.log")
+
+    def _log(self) -> int:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.open(self.log_path, flags, 0o600)
 
     def _stop_for_limit(self, reason: str) -> None:
         """Called by the sandbox's watchdog: kill the submission's processes now."""
@@ -290,7 +308,8 @@ class GradingKernel:
             self.context = None
         if self.own_sandbox:
             self.sandbox.close()
-        shutil.rmtree(self.ipc_dir, ignore_errors=True)
+        if self.own_sandbox:
+            remove_tree(self.ipc_dir)
 
     def _kill_group(self) -> None:
         prov = getattr(self.km, "provisioner", None) if self.km is not None else None
@@ -508,8 +527,19 @@ def _devnull():
     return subprocess.DEVNULL
 
 
-def _kernel_log():
-    """The kernel's stderr: ``$COURSE_GRADE_KERNEL_LOG`` (a file, appended) for debugging the
-    grading machine, else nowhere."""
-    path = os.environ.get("COURSE_GRADE_KERNEL_LOG")
-    return open(path, "ab") if path else _devnull()  # noqa: SIM115 - owned by the kernel
+def _last_line(path: str, cap: int = 4096) -> str:
+    """The last non-empty line of the file ``path`` (its last ``cap`` bytes), one line."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        size = os.fstat(fd).st_size
+        os.lseek(fd, max(0, size - cap), os.SEEK_SET)
+        text = os.read(fd, cap).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""

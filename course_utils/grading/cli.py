@@ -60,13 +60,21 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``course grade``."""
+    """The options of ``course grade``, one argument group each."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument(
         "submissions", nargs="+", metavar="SUBMISSION.ipynb", help="notebooks to grade"
     )
-    out = parser.add_argument_group("reports")
+    _report_arguments(parser.add_argument_group("reports"))
+    _reference_arguments(parser.add_argument_group("what to grade against"))
+    _limit_arguments(parser.add_argument_group("limits"))
+    _sandbox_arguments(parser.add_argument_group("sandbox"))
+    _policy_arguments(parser.add_argument_group("policy"))
+
+
+def _report_arguments(out) -> None:
+    """Where the reports go (and the similarity report)."""
     out.add_argument("--json", metavar="F", help="JSON report (an array for several submissions)")
     out.add_argument("--junit", metavar="F", help="JUnit XML, exercise ids as test names")
     out.add_argument("--feedback", metavar="DIR", help="Markdown feedback, one file per student")
@@ -83,7 +91,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also save each notebook as the grader executed it (capped outputs)",
     )
     out.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
-    what = parser.add_argument_group("what to grade against")
+    out.add_argument(
+        "--similarity",
+        action="store_true",
+        help="compare each exercise's code with the course's own source and solutions and "
+        "across the batch (copydetect); adds columns to --csv/--json and a section to "
+        "--report",
+    )
+    out.add_argument(
+        "--report",
+        metavar="F",
+        help="the instructor's Markdown summary (scores, sandbox, similarity)",
+    )
+
+
+def _reference_arguments(what) -> None:
+    """The references and checks a submission is graded against."""
     what.add_argument(
         "--reference-dir",
         metavar="DIR",
@@ -104,7 +127,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="extra exercise module (importable name or path to a .py file) "
         "exposing EXERCISES; repeatable",
     )
-    lim = parser.add_argument_group("limits")
+
+
+def _limit_arguments(lim) -> None:
+    """Parallelism, time, memory and output limits."""
     lim.add_argument(
         "-j",
         "--jobs",
@@ -149,7 +175,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="leave CUDA devices visible to the kernel (lifts the memory limit: "
         "CUDA maps far more virtual memory than any sane limit)",
     )
-    box = parser.add_argument_group("sandbox")
+
+
+def _sandbox_arguments(box) -> None:
+    """How each submission is isolated, and its other limits."""
     box.add_argument(
         "--sandbox",
         choices=("auto", "bwrap", "docker", "podman", "none"),
@@ -186,7 +215,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="container image for --sandbox docker/podman (default course-grade:latest, "
         "built from .github/classroom/Dockerfile)",
     )
-    pol = parser.add_argument_group("policy")
+
+
+def _policy_arguments(pol) -> None:
+    """Pass marks, seeds and what flagged answers earn."""
     pol.add_argument(
         "--fail-under",
         type=float,
@@ -198,18 +230,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="seed of the check inputs (default: drawn at random at grade time)",
-    )
-    out.add_argument(
-        "--similarity",
-        action="store_true",
-        help="compare each exercise's code with the course's own source and solutions and "
-        "across the batch (copydetect); adds columns to --csv/--json and a section to "
-        "--report",
-    )
-    out.add_argument(
-        "--report",
-        metavar="F",
-        help="the instructor's Markdown summary (scores, sandbox, similarity)",
     )
     pol.add_argument(
         "--zero-flagged",

@@ -182,20 +182,7 @@ def grade_submission(
             path, nb, dirs=reference_dirs(opts.reference_dir), table=table, forced=opts.assignment
         )
     except NoAssignment as exc:
-        report.update(error=bad or str(exc), error_kind="bad_input")
-        if opts.assignment:  # zero for every exercise of the required assignment
-            try:
-                forced = resolve_assignment(
-                    path,
-                    None,
-                    dirs=reference_dirs(opts.reference_dir),
-                    table=table,
-                    forced=opts.assignment,
-                )
-                report["assignment"] = forced.name
-                report["exercises"] = [_entry(g, ERROR, report["error"]) for g in forced.exercises]
-            except NoAssignment:
-                report["error_kind"] = "usage"
+        _no_assignment(report, path, opts, table, bad or str(exc))
         return _finish(report, t0)
     except BadSubmission as exc:  # the reference notebook itself is unreadable
         report.update(error=f"reference notebook: {exc}", error_kind="grader")
@@ -235,6 +222,22 @@ def grade_submission(
         )
     report["exercises"].sort(key=lambda e: id_key(e["id"]))
     return _finish(report, t0)
+
+
+def _no_assignment(report, path: str, opts: GradeOptions, table, error: str) -> None:
+    """A submission of no known assignment: bad input; with ``--assignment``, zero for every
+    exercise of the required one."""
+    report.update(error=error, error_kind="bad_input")
+    if not opts.assignment:
+        return
+    try:
+        forced = resolve_assignment(
+            path, None, dirs=reference_dirs(opts.reference_dir), table=table, forced=opts.assignment
+        )
+        report["assignment"] = forced.name
+        report["exercises"] = [_entry(g, ERROR, report["error"]) for g in forced.exercises]
+    except NoAssignment:
+        report["error_kind"] = "usage"
 
 
 def _reference_points(assignment: Assignment, ex_id: str) -> float:

@@ -345,7 +345,7 @@ class GradingKernel:
         self.shutdown()
 
     # -- execution -------------------------------------------------------------------------
-    def execute(  # noqa: C901 -- one loop over the kernel's message kinds
+    def execute(
         self, code: str, timeout: float, *, silent: bool = False, keep_outputs: bool = True
     ) -> ExecResult:
         """Run ``code`` with a deadline of ``timeout`` seconds; never raises for kernel trouble.
@@ -358,32 +358,16 @@ class GradingKernel:
             return ExecResult(
                 "died", evalue="the kernel is no longer running", exit_code=self.exit_code
             )
-        kc = self.kc
-        msg_id = kc.execute(
+        msg_id = self.kc.execute(
             code, silent=silent, store_history=not silent, allow_stdin=False, stop_on_error=False
         )
-        deadline = start + max(0.0, timeout)
+        wait = _Waiting(msg_id, start + max(0.0, timeout))
         result = ExecResult("ok")
-        reply: dict[str, Any] | None = None
-        idle = False
-        interrupted_at: float | None = None
-        reply_at: float | None = None
-        last_poll = 0.0
         while True:
             now = time.monotonic()
-            if reply is not None and (idle or now - (reply_at or now) > 2.0):
+            if wait.reply is not None and (wait.idle or now - (wait.reply_at or now) > 2.0):
                 break
-            if interrupted_at is None and reply is None and now >= deadline:
-                interrupted_at = now
-                try:
-                    self.km.interrupt_kernel()
-                except Exception:
-                    pass
-            if (
-                interrupted_at is not None
-                and reply is None
-                and now - interrupted_at > self.interrupt_grace
-            ):
+            if self._past_deadline(wait, now):
                 self.kill()
                 result.status = "hung"
                 result.evalue = (
@@ -392,36 +376,10 @@ class GradingKernel:
                 )
                 result.duration = time.monotonic() - start
                 return result
-            got = False
-            try:
-                msg = kc.get_iopub_msg(timeout=0.05)
-                got = True
-                if msg.get("parent_header", {}).get("msg_id") == msg_id:
-                    if (
-                        msg["msg_type"] == "status"
-                        and msg["content"].get("execution_state") == "idle"
-                    ):
-                        idle = True
-                    else:
-                        self._collect(msg, result, keep_outputs)
-            except queue.Empty:
-                pass
-            except Exception:  # a malformed message: ignore it
-                got = True
-            if reply is None:
-                try:
-                    while kc.shell_channel.msg_ready():
-                        shell = kc.get_shell_msg(timeout=0)
-                        if shell.get("parent_header", {}).get("msg_id") == msg_id:
-                            reply = shell
-                            reply_at = time.monotonic()
-                            break
-                except queue.Empty:
-                    pass
-                except Exception:
-                    pass
-            if reply is None and (not got or now - last_poll > 0.25):
-                last_poll = now
+            got = self._read_iopub(wait, result, keep_outputs)
+            self._read_shell(wait)
+            if wait.reply is None and (not got or now - wait.last_poll > 0.25):
+                wait.last_poll = now
                 if self._poll_exit() is not None:
                     self.lost = True
                     result.status = "died"
@@ -430,22 +388,53 @@ class GradingKernel:
                     result.duration = time.monotonic() - start
                     self.shutdown()
                     return result
-        content = reply["content"] if reply else {}
-        result.duration = time.monotonic() - start
-        if interrupted_at is not None:
-            result.status = "timeout"
-            result.ename = "TimeoutError"
-            result.evalue = f"ran past the time limit of {timeout:g} s and was interrupted"
-            return result
-        if content.get("status") == "ok":
-            result.status = "ok"
-        else:
-            result.status = "error"
-            result.ename = str(content.get("ename", "Error"))[:200]
-            result.evalue = str(content.get("evalue", ""))[:2000]
-            tb = [str(line) for line in content.get("traceback", [])][-40:]
-            result.traceback = _strip_ansi(tb)
-        return result
+        return _finish_result(result, wait, start, timeout)
+
+    def _past_deadline(self, wait: _Waiting, now: float) -> bool:
+        """Interrupt at the deadline; True once the interrupt has gone unanswered too long."""
+        if wait.interrupted_at is None and wait.reply is None and now >= wait.deadline:
+            wait.interrupted_at = now
+            try:
+                self.km.interrupt_kernel()
+            except Exception:
+                pass
+        return (
+            wait.interrupted_at is not None
+            and wait.reply is None
+            and now - wait.interrupted_at > self.interrupt_grace
+        )
+
+    def _read_iopub(self, wait: _Waiting, result: ExecResult, keep: bool) -> bool:
+        """One IOPub message of this request (outputs, idle); whether one arrived."""
+        try:
+            msg = self.kc.get_iopub_msg(timeout=0.05)
+        except queue.Empty:
+            return False
+        except Exception:  # a malformed message: ignore it
+            return True
+        try:
+            if msg.get("parent_header", {}).get("msg_id") == wait.msg_id:
+                if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
+                    wait.idle = True
+                else:
+                    self._collect(msg, result, keep)
+        except Exception:  # a malformed message: ignore it
+            pass
+        return True
+
+    def _read_shell(self, wait: _Waiting) -> None:
+        """The shell channel's reply to this request, once it is there."""
+        if wait.reply is not None:
+            return
+        try:
+            while self.kc.shell_channel.msg_ready():
+                shell = self.kc.get_shell_msg(timeout=0)
+                if shell.get("parent_header", {}).get("msg_id") == wait.msg_id:
+                    wait.reply = shell
+                    wait.reply_at = time.monotonic()
+                    return
+        except Exception:
+            pass
 
     def _collect(self, msg: dict[str, Any], result: ExecResult, keep: bool) -> None:
         kind = msg["msg_type"]
@@ -500,6 +489,39 @@ class GradingKernel:
                 f"than the memory limit of {self.sandbox.limits.memory_mb} MB"
             )
         return describe_exit(self.exit_code)
+
+
+@dataclass
+class _Waiting:
+    """Where one request stands while :meth:`GradingKernel.execute` waits for it."""
+
+    msg_id: str
+    deadline: float
+    reply: dict[str, Any] | None = None
+    reply_at: float | None = None
+    idle: bool = False
+    interrupted_at: float | None = None
+    last_poll: float = 0.0
+
+
+def _finish_result(result: ExecResult, wait: _Waiting, start: float, timeout: float) -> ExecResult:
+    """The result of a request that got its reply (or was interrupted at its deadline)."""
+    content = wait.reply["content"] if wait.reply else {}
+    result.duration = time.monotonic() - start
+    if wait.interrupted_at is not None:
+        result.status = "timeout"
+        result.ename = "TimeoutError"
+        result.evalue = f"ran past the time limit of {timeout:g} s and was interrupted"
+        return result
+    if content.get("status") == "ok":
+        result.status = "ok"
+    else:
+        result.status = "error"
+        result.ename = str(content.get("ename", "Error"))[:200]
+        result.evalue = str(content.get("evalue", ""))[:2000]
+        tb = [str(line) for line in content.get("traceback", [])][-40:]
+        result.traceback = _strip_ansi(tb)
+    return result
 
 
 def describe_exit(code: int | None) -> str:

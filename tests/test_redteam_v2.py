@@ -375,6 +375,14 @@ def test_a_kernel_that_does_not_start_is_retried_then_not_blamed_on_the_student_
 # ----------------------------------------------------------------------------- files that are not files
 
 
+def _big_files() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 30, 1 << 30))
+
+
+def _small_files() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 20, 16 << 20))
+
+
 def test_only_regular_files_of_the_submissions_own_folder_are_copied_E2(tmp_path):
     src = tmp_path / "alice"
     src.mkdir()
@@ -385,12 +393,22 @@ def test_only_regular_files_of_the_submissions_own_folder_are_copied_E2(tmp_path
     os.symlink(str(tmp_path), src / "sub" / "up")
     if os.geteuid() == 0:
         os.mknod(src / "zero", stat.S_IFCHR | 0o666, os.makedev(1, 5))  # /dev/zero
+    dst = tmp_path / "box" / "work"
+    copy = (
+        "import sys; sys.path.insert(0, sys.argv[3])\n"
+        "from course_utils.grading.grader import _copy_submission_dir\n"
+        "_copy_submission_dir(sys.argv[1], __import__('pathlib').Path(sys.argv[2]))\n"
+    )
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(src / "sock"))
-        dst = tmp_path / "box" / "work"
-        t0 = time.monotonic()
-        gr._copy_submission_dir(src, dst)
-    assert time.monotonic() - t0 < 5
+        # bounded: a grader that copied /dev/zero would stop at 16 MB or 20 s, not fill the disk
+        r = subprocess.run(
+            [sys.executable, "-c", copy, str(src), str(dst), str(ROOT)],
+            preexec_fn=_small_files,
+            timeout=20,
+            capture_output=True,
+        )
+    assert r.returncode == 0, r
     copied = sorted(str(p.relative_to(dst)) for p in dst.rglob("*"))
     assert copied == ["data.txt"], copied
 
@@ -538,7 +556,9 @@ def attack_batch(tmp_path_factory):
         TMPDIR=str(root),  # the batch folder lands here, so the test can see it is gone
     )
     t0 = time.monotonic()
-    run = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root, timeout=600)
+    run = subprocess.run(  # no file over 1 GB: a grader copying /dev/zero stops there
+        cmd, capture_output=True, text=True, env=env, cwd=root, timeout=600, preexec_fn=_big_files
+    )
     reports = json.loads((out / "g.json").read_text(encoding="utf-8"))
     return SimpleNamespace(
         run=run,

@@ -679,3 +679,29 @@ def test_a_venv_under_tmp_is_visible_inside_the_sandbox(tmp_path):
         assert r.stdout.split()[:2] == ["0", str(venv)], r.stdout
     finally:
         shutil.rmtree(venv, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_busy_neighbour_cannot_starve_an_honest_submission_B2(tmp_path):
+    """B2 end to end: a submission running 150 busy processes (each its own session) and an
+    honest one graded side by side (``-j 2``): the honest one keeps its full marks, because
+    each sandbox has its own CPU share and quota."""
+    require_bwrap(root=True)
+    honest = tmp_path / "honest" / "solution.ipynb"
+    honest.parent.mkdir()
+    shutil.copyfile(SOLUTION, honest)
+    starver = attack_notebook(tmp_path / "starver" / "solution.ipynb", "cpu_starver")
+    out = tmp_path / "g.json"
+    cmd = [sys.executable, "-m", "course_utils.cli", "grade", str(starver), str(honest)]
+    cmd += ["--checks", str(CHECKS), "--reference-dir", str(FIXTURES / "solutions")]
+    cmd += ["--assignment", "99_fixture", "--sandbox", "bwrap", "-j", "2", "--json", str(out)]
+    cmd += ["--memory-mb", "2048", "--cell-timeout", "60", "--timeout", "120"]
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=400)
+    by = {Path(r["notebook"]).parent.name: r for r in json.loads(out.read_text())}
+    rep = by["honest"]
+    assert (rep["total"], rep["max"], rep["error"]) == (3, 3, None), run.stdout + run.stderr
+    assert "cgroup cpu" in by["starver"]["sandbox"]["enforced_by"]["cpu_share"]
+    assert by["starver"]["sandbox"]["peak_procs"] > 100  # the attack really ran

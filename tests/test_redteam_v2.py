@@ -704,4 +704,5 @@ def test_busy_neighbour_cannot_starve_an_honest_submission_B2(tmp_path):
     rep = by["honest"]
     assert (rep["total"], rep["max"], rep["error"]) == (3, 3, None), run.stdout + run.stderr
     assert "cgroup cpu" in by["starver"]["sandbox"]["enforced_by"]["cpu_share"]
-    assert by["starver"]["sandbox"]["peak_procs"] > 100  # the attack really ran
+    # the attack really ran (throttled to its quota, it forks slower than it would alone)
+    assert by["starver"]["sandbox"]["peak_procs"] > 50

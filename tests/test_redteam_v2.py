@@ -706,3 +706,34 @@ def test_busy_neighbour_cannot_starve_an_honest_submission_B2(tmp_path):
     assert "cgroup cpu" in by["starver"]["sandbox"]["enforced_by"]["cpu_share"]
     # the attack really ran (throttled to its quota, it forks slower than it would alone)
     assert by["starver"]["sandbox"]["peak_procs"] > 50
+
+
+def test_a_kernel_that_cannot_start_says_why_in_one_line(tmp_path, monkeypatch):
+    """A newcomer's broken kernel (here: a kernelspec whose Python lacks a module) is one line
+    that quotes what the kernel printed, not only "Kernel died"."""
+    from course_utils.grading.kernel import GradingKernel, KernelStartError
+
+    spec = tmp_path / "kernels" / "broken"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-c", "raise SystemExit('No module named ipykernel_x')"],
+                "display_name": "broken",
+                "language": "python",
+            }
+        )
+    )
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    kernel = GradingKernel(
+        cwd=str(tmp_path),
+        workdir=str(tmp_path / "w"),
+        kernel_name="broken",
+        startup_timeout=20,
+        env=dict(os.environ),
+    )
+    (tmp_path / "w").mkdir()
+    with pytest.raises(KernelStartError) as err:
+        kernel.start()
+    message = str(err.value)
+    assert "the kernel said: No module named ipykernel_x" in message and "\n" not in message

@@ -478,7 +478,7 @@ def test_a_huge_valid_notebook_is_refused_before_parsing_E4(tmp_path, monkeypatc
 def test_kernel_messages_are_capped_far_below_the_graders_memory_E5():
     from course_utils.grading import kernel
 
-    assert kernel.MAX_MESSAGE_BYTES <= 32 << 20
+    assert kernel.MAX_MESSAGE_BYTES <= 128 << 20
 
 
 # ----------------------------------------------------------------------------- names (G1, G3)

@@ -37,7 +37,8 @@ from course_utils.grading.confine import remove_tree
 from course_utils.grading.sandbox import Limits, Sandbox
 
 MAX_FILE_BYTES = 4 << 30  # RLIMIT_FSIZE: no single file written by the kernel above 4 GiB
-MAX_MESSAGE_BYTES = 32 << 20  # the largest Jupyter message the grader accepts (larger: dropped)
+MAX_MESSAGE_BYTES = 128 << 20  # the largest Jupyter message the grader accepts (larger: dropped;
+# an honest loop printing 100 MB can reach the grader as one aggregated stream message)
 
 # Environment variables passed from the grader to the kernel; everything else (tokens, cloud
 # credentials, CI secrets) stays out of the student's reach.

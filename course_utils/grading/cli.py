@@ -15,7 +15,8 @@ process (see :mod:`course_utils.grading`). Exit codes (the highest that applies)
   with zero points);
 - ``3`` the grading machine failed: no kernel could start, the installed course lacks a
   check an assignment needs, or a grading process died (in a batch each submission has its
-  own process, so a submission that kills it loses only its own report).
+  own process, so a submission that kills it loses only its own report); or a kernel did not
+  start in time twice because the machine was busy (``error_kind`` ``busy``: grade it again).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ exit codes (the highest that applies):
   2  usage error or bad input: missing file, malformed JSON, not a notebook, a notebook of
      another assignment (the other submissions are still graded and reported)
   3  the grading machine failed: no kernel could start, a check is missing from the course,
-     or a grading process died (possibly killed by its submission; the others are reported)
+     or a grading process died (possibly killed by its submission; the others are reported),
+     or a kernel did not start in time twice on a busy machine (error_kind busy: regrade)
 
 what the grader does:
   Each submission runs top to bottom in a fresh python3 kernel in its own sandbox (--sandbox:

@@ -22,9 +22,17 @@ Limits on the whole submission (:class:`Limits`), enforced by the first that app
 memory by a cgroup (v1 ``memory`` controller, or v2 ``memory.max`` where delegated), else by
 the watchdog summing the resident memory of the sandbox's process tree; processes by a
 ``pids`` cgroup, else ``RLIMIT_NPROC`` on the per-submission uid (root), else the watchdog;
-bytes written by ``RLIMIT_FSIZE`` per file, a ``/dev/shm`` tmpfs of that size and the
-watchdog summing the sandbox's writable folders; CPU time by the watchdog (user + system time of the tree); wall time by the grader's
-per-cell and total limits. :meth:`Sandbox.describe` says which mechanism enforced what.
+disk: as root, one tmpfs of ``--disk-mb`` holding every writable folder (the box), else
+``RLIMIT_FSIZE`` per file and the watchdog summing the writable folders; a ``/dev/shm``
+tmpfs of that size; CPU share and quota by a ``cpu`` cgroup; CPU time by the watchdog (user +
+system time of the tree); wall time by the grader's per-cell and total limits. A seccomp
+filter (bubblewrap ``--seccomp``) refuses new user namespaces and the kernel keyrings.
+:meth:`Sandbox.describe` says which mechanism enforced what.
+
+The grader never works by name inside the folders the sandbox can write: ``run/`` and
+``run/results/`` stay the grader's, result folders are made through directory handles
+(:meth:`Sandbox.result_dir`), and the box is removed by unmounting it or through handles
+(:func:`~course_utils.grading.confine.remove_tree`).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from course_utils import gpu_plan
 from course_utils.runtime import precision
 
 T4 = SimpleNamespace(name="Tesla T4", major=7, minor=5, total_memory=15_843_721_216)
@@ -72,8 +73,8 @@ def test_resolve_maps_a_recipes_bfloat16_to_what_the_card_has(card):
 
 
 def test_a_16_gb_card_counts_as_one():
-    assert T4.total_memory >= precision.CARD_16GB
-    assert 12e9 < precision.CARD_16GB
+    assert T4.total_memory >= gpu_plan.CARD_16GB
+    assert 12e9 < gpu_plan.CARD_16GB
 
 
 def test_course_doctor_prints_the_precision_and_memory_it_chose_on_a_t4(card, monkeypatch):

@@ -17,10 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Precision", "choose", "resolve", "autocast_for", "bf16_native", "CARD_16GB"]
-
-# a "16 GB" card reports a little less (a T4: 15.8e9 bytes); at or above this it is one
-CARD_16GB = 15.0e9
+__all__ = ["Precision", "choose", "resolve", "autocast_for", "bf16_native"]
 
 
 @dataclass(frozen=True)

@@ -558,7 +558,6 @@ def train(
             ``eval_every`` steps and after the last (``eval_at_end``).
         on_step: ``on_step(step, model)`` at the end of every step (e.g. a weight average).
         on_log: ``on_log(step, history)`` after each log entry.
-
     The model is left in eval mode, ready to be evaluated.
     """
     cfg = replace(config, **options) if config is not None else TrainConfig(**options)

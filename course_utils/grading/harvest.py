@@ -22,6 +22,14 @@ IPython inside the kernel takes part in the verdict. Fingerprints of
 compared with the grader's own: a replaced grading function makes the exercise an ``error``
 flagged ``tampered``.
 
+Shortcuts (see :mod:`course_utils.checks.guard`): while ``collect_outputs`` runs the candidate,
+a watch built from :data:`GUARD_SOURCE` (sent as text, run in a private namespace) records the
+code that runs and the torch calls made; the rules (the exercise's ``forbids``, the reference's
+code objects and shapes, the solution's shapes) are computed here by :func:`guard_params` from
+the grader's own modules and sent as plain data. A candidate that calls a forbidden op, runs the
+course's implementation (or a copy of it from another cell) or switches the watch off gets
+status ``error`` with a "not accepted: ..." message and a ``shortcut:`` flag: no points.
+
 Re-export detection (flags, see :func:`reexport_flags` in :data:`KERNEL_SOURCE`): the
 candidate *is* the reference implementation, wraps or subclasses it, is defined in the
 reference's module or in ``course_utils``, or its code (its functions, nested functions and,

@@ -349,3 +349,39 @@ def test_the_rules_sent_to_the_kernel_come_from_the_graders_registry():
     assert rules["forbids"] == list(checks.get("00.1").forbids)
     assert rules["reference"] and all(k[0].startswith("course_utils/") for k in rules["reference"])
     assert rules["shapes"]
+
+
+def _solution_cell(exercise_id: str) -> str:
+    from course_utils.grading import plan as pl
+
+    ex = checks.get(exercise_id)
+    nb = __import__("json").loads(
+        (hv.Path(hv.__file__).resolve().parents[2] / "solutions" / ex.notebook).read_text(
+            encoding="utf-8"
+        )
+    )
+    cell = next(c for c in nb["cells"] if pl.course_meta(c) == (exercise_id, "exercise"))
+    return "".join(cell["source"])
+
+
+def test_the_harvest_accepts_the_solution_itself_under_a_library_decorator(tmp_path):
+    # 08.2 and 10.3's solutions are decorated with @torch.no_grad(): the function that runs is
+    # the student's own, under torch's wrapper, not a copy called from elsewhere
+    src = _solution_cell("03.1").replace(
+        "def scaled_dot_product_attention", "@torch.no_grad()\ndef scaled_dot_product_attention"
+    )
+    ns = {"torch": torch, "math": math}
+    exec(compile(src, "/tmp/ipykernel_1/2718.py", "exec"), ns)
+    user_ns = {"scaled_dot_product_attention": ns["scaled_dot_product_attention"]}
+    h = _run_harvest(_harvest(tmp_path, {}), user_ns, tmp_path)
+    assert h.status == "passed", h.message
+
+
+def test_a_decorated_reference_is_still_recognised():
+    ex = checks.get("03.1")
+    wrapped = torch.no_grad()(ex.reference)  # torch's wrapper code is not the reference's
+    assert guard.reference_keys(wrapped) == guard.reference_keys(ex.reference)
+    assert guard.reference_shapes(wrapped) == guard.reference_shapes(ex.reference)
+    decorated = dataclasses.replace(ex, reference=wrapped)
+    result = core.check(decorated, _direct, own_work=True)
+    assert result.status == "failed" and "the course's own" in result.message

@@ -102,6 +102,12 @@ def codes_of(obj, depth=0):
             c = stack.pop()
             found.append(c)
             stack.extend(k for k in c.co_consts if isinstance(k, _types.CodeType))
+        # A library's decorator (``@torch.no_grad()``, ``functools.wraps``): the function it
+        # wraps is what runs. Followed only from a wrapper that is not notebook code, so a
+        # notebook function cannot claim another one by setting ``__wrapped__``.
+        inner = getattr(target, "__wrapped__", None)
+        if inner is not None and inner is not target and not _is_notebook_code(code):
+            found.extend(codes_of(inner, depth + 1))
     return found
 
 
@@ -148,17 +154,29 @@ def code_shape(code):
     return _hashlib.sha256("\x1f".join(parts).encode("utf-8", "replace")).hexdigest()
 
 
+def _unwrap(fn):
+    """The function under library decorators (``__wrapped__``), as :func:`codes_of` follows."""
+    for _ in range(4):
+        code = getattr(fn, "__code__", None)
+        inner = getattr(fn, "__wrapped__", None)
+        if inner is None or code is None or _is_notebook_code(code):
+            break
+        fn = inner
+    return fn
+
+
 def reference_shapes(reference):
     """:func:`code_shape` of the reference's top-level codes that are long enough to mean
     something (a function's body, a class's methods)."""
     tops = []
     if isinstance(reference, type):
         for value in vars(reference).values():
-            value = getattr(value, "__func__", value)
+            value = _unwrap(getattr(value, "__func__", value))
             if isinstance(value, _types.FunctionType):
                 tops.append(value.__code__)
     else:
-        tops.extend(codes_of(reference)[:1])
+        target = _unwrap(reference)
+        tops.extend(codes_of(target)[:1] if isinstance(target, _types.FunctionType) else [])
     out = set()
     for code in tops:
         if sum(1 for _ in _dis.get_instructions(code)) >= MIN_SHAPE_INSTRUCTIONS:

@@ -374,6 +374,10 @@ class FormulaOnly(TorchDispatchMode):
         super().__init__()
         self.message, self.limit = message, limit
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:  # no torch._dynamo import (seconds) on first use
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if _FACTORY.search(str(func)):

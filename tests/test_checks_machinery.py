@@ -175,8 +175,16 @@ def test_checks_leave_the_global_random_stream_alone(exercise_id):
 # ----------------------------------------------------------------------------- check / fallback
 
 
+def _sdpa_by_hand(q, k, v, attn_mask=None):
+    s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, float("-inf"))
+    w = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    return w @ v, w
+
+
 def test_check_prints_one_verdict_line_when_passed(capsys):
-    result = checks.check("03.1", checks.get("03.1").reference)
+    result = checks.check("03.1", _sdpa_by_hand)
     assert result.passed
     assert capsys.readouterr().out == "[03.1] Scaled dot-product attention: PASSED (3/3 points)\n"
 
@@ -232,8 +240,16 @@ def test_strict_check_raises_for_an_error_and_for_not_attempted(monkeypatch):
 
 def test_strict_check_passes_a_right_answer(capsys, monkeypatch):
     monkeypatch.setenv(checks.STRICT_ENV, "1")
-    assert checks.check("03.1", checks.get("03.1").reference).passed
+    assert checks.check("03.1", _sdpa_by_hand).passed
     assert capsys.readouterr().out.count("\n") == 1
+
+
+def test_a_check_cell_does_not_accept_the_course_implementation(capsys):
+    # check cells (and the grader) hold the reference rule; checks.run, for tests, does not
+    assert checks.run("03.1", checks.get("03.1").reference).passed
+    result = checks.check("03.1", checks.get("03.1").reference)
+    assert result.status == "failed" and result.points == 0
+    assert "the course's own implementation ran" in capsys.readouterr().out
 
 
 def test_strict_mode_is_off_unless_the_variable_says_on(monkeypatch):
@@ -254,7 +270,8 @@ def test_fallback_returns_the_reference_for_a_stub_or_a_wrong_answer(capsys):
 
 def test_fallback_returns_a_passing_answer(capsys):
     def mine(x):
-        return torch.softmax(x, dim=-1)
+        e = (x - x.amax(dim=-1, keepdim=True)).exp()
+        return e / e.sum(dim=-1, keepdim=True)
 
     assert checks.fallback("00.1", mine) is mine
     assert capsys.readouterr().out == "[00.1] using your softmax\n"
@@ -292,13 +309,22 @@ def _toy_exercise() -> Exercise:
     )
 
 
-def test_in_place_edits_of_the_inputs_do_not_reach_the_reference():
+def test_in_place_edits_of_the_inputs_are_rejected_and_do_not_reach_the_reference():
     def doubles_in_place(x):
-        return x.mul_(2)  # right answer, but overwrites the case's input
+        return x.mul_(2)  # right values, but overwrites the caller's tensor
 
     from course_utils.checks.core import check as core_check
+    from course_utils.checks.core import collect_outputs
 
-    assert core_check(_toy_exercise(), doubles_in_place).passed
+    exercise = _toy_exercise()
+    result = core_check(exercise, doubles_in_place)
+    assert result.status == "failed" and result.points == 0
+    assert "changed its input 'x' in place" in result.message
+    cases = exercise.make_cases(0)
+    before = [c.inputs["x"].clone() for c in cases]
+    status, outputs, _ = collect_outputs(exercise, doubles_in_place, cases)
+    assert status == "failed" and len(outputs) == len(cases)  # values kept for the judge
+    assert all(torch.equal(b, c.inputs["x"]) for b, c in zip(before, cases, strict=True))
 
 
 def test_a_wrong_value_in_an_earlier_case_is_reported_before_a_later_exception():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 from checks_testing import (
     assert_passes,
     assert_registered_mistakes_named,
@@ -39,11 +38,11 @@ def softmax_in_place(x):
     [
         softmax_logsumexp,
         softmax_in_float64,
-        softmax_in_place,
-        lambda x: F.softmax(x, dim=x.dim() - 1),
         checks.get(ID).reference,
     ],
-    ids=["logsumexp", "float64", "in-place", "F.softmax", "reference"],
+    # torch's softmax and an answer that edits its input in place are rejected: see
+    # tests/test_checks_shortcuts.py
+    ids=["logsumexp", "float64", "reference"],
 )
 def test_softmax_check_accepts_correct_answers(candidate):
     assert_passes(ID, candidate)
@@ -130,11 +129,10 @@ def lse_in_float64(x):
     [
         lse_by_hand,
         lse_from_softmax_denominator,
-        lse_in_float64,
-        lambda x: x.logsumexp(dim=x.ndim - 1),
         checks.get(LSE).reference,
     ],
-    ids=["by-hand", "keepdim-then-index", "float64", "Tensor.logsumexp", "reference"],
+    # torch.logsumexp / Tensor.logsumexp are rejected: see tests/test_checks_shortcuts.py
+    ids=["by-hand", "keepdim-then-index", "reference"],
 )
 def test_logsumexp_check_accepts_correct_answers(candidate):
     assert_passes(LSE, candidate)

@@ -65,10 +65,12 @@ def test_sdpa_check_accepts_correct_answers(candidate):
     assert_passes(ID, candidate)
 
 
-def test_sdpa_check_is_not_fooled_by_in_place_edits_of_the_inputs():
-    # sdpa_in_place scales q in place then undoes it: correct on its own inputs; the reference
-    # must still see the original q
-    assert_passes(ID, sdpa_in_place)
+def test_sdpa_check_rejects_in_place_edits_of_the_inputs():
+    # sdpa_in_place scales the caller's q in place (its output is right): the caller's tensor
+    # is changed, which breaks later cells, so the check says so (issue 22)
+    result = checks.run(ID, sdpa_in_place)
+    assert result.status == "failed" and result.points == 0
+    assert "changed its input 'q' in place" in result.message
 
 
 def manual(

@@ -372,8 +372,9 @@ def ln_torch(x, weight, bias, eps=1e-5):
     return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
 
+# F.layer_norm (ln_torch) is not accepted: 07.1 forbids it (tests/test_checks_shortcuts.py)
 @pytest.mark.parametrize(
-    "candidate", [ln_var_unbiased_false, ln_mean_of_squares, ln_var_mean_correction0, ln_torch]
+    "candidate", [ln_var_unbiased_false, ln_mean_of_squares, ln_var_mean_correction0]
 )
 def test_layer_norm_check_accepts_correct_answers(candidate):
     assert_passes(LN, candidate)

@@ -57,3 +57,28 @@ def test_other_runs_and_an_explicit_choice_are_left_alone(monkeypatch):
     nbval_strict.pytest_configure(config)
     nbval_strict.pytest_unconfigure(config)
     assert os.environ[nbval_strict.STRICT_ENV] == "0"
+
+
+def _stream(text):
+    return {"output_type": "stream", "name": "stdout", "text": text}
+
+
+def test_a_check_cell_passes_only_with_its_passed_verdict_in_its_output():
+    src = 'check("03.1", scaled_dot_product_attention)'
+    assert nbval_strict.check_ids(src) == ["03.1"]
+    passed = [_stream("[03.1] Scaled dot-product attention: PASSED (3/3 points)\n")]
+    assert nbval_strict.missing_verdicts(src, passed) == []
+    for outputs in (
+        [],  # nothing printed (check redefined, output swallowed)
+        [_stream("[03.1] Scaled dot-product attention: not attempted (0/3 points)\n")],
+        [_stream("[00.1] Numerically stable softmax: PASSED (2/2 points)\n")],  # another id
+    ):
+        assert nbval_strict.missing_verdicts(src, outputs) == ["03.1"]
+    assert nbval_strict.missing_verdicts("x = 1", []) == []  # not a check cell
+
+
+def test_only_pytests_own_environment_turns_the_verdicts_off(monkeypatch):
+    monkeypatch.setenv(nbval_strict.STRICT_ENV, "1")
+    assert nbval_strict.strict_here()
+    monkeypatch.setenv(nbval_strict.STRICT_ENV, "0")
+    assert not nbval_strict.strict_here()

@@ -165,3 +165,27 @@ def test_student_notebook_00_fails_only_its_check_and_the_solution_passes(tmp_pa
     failed, passed, report = run_nbval(solution)
     code_cells = sum(c.cell_type == "code" for c in nbformat.read(solution, as_version=4).cells)
     assert failed == set() and passed == code_cells, report
+
+
+# Red team H1: strictness flipped from inside the notebook. The plugin reads each check cell's
+# verdict from its output in pytest's process, so an unsolved notebook still fails.
+STRICTNESS_OFF = {
+    "env_off": "import os\nos.environ['COURSE_STRICT_CHECKS'] = '0'",
+    "patched_checks": (
+        "import course_utils.checks as _c\n"
+        "_c.is_strict = lambda: False\n"
+        "_c.check = lambda *a, **k: None  # and the name the check cells call\n"
+        "check = _c.check"
+    ),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(STRICTNESS_OFF))
+def test_strictness_switched_off_inside_the_notebook_does_not_pass_it(tmp_path, attack):
+    nb = two_exercise_notebook("stub", "stub")
+    imports = nb.cells[0]
+    imports.source += "\n" + STRICTNESS_OFF[attack]  # the first cell, before any check
+    path = _write(tmp_path, nb)
+    failed, passed, report = run_nbval(path)
+    assert failed == {"check-00-1", "check-03-1"}, report
+    assert "did not print PASSED" in report

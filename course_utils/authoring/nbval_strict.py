@@ -9,12 +9,23 @@ package, so a plain ``pytest --nbval`` / ``--nbval-lax`` loads it) sets
 inherit it, and :func:`course_utils.checks.check` raises there. A value the user set
 explicitly (``COURSE_STRICT_CHECKS=0 pytest --nbval-lax ...``) is kept.
 
+The kernel's raising gives the hint in pytest's report, but it is not what decides: code in the
+notebook can change the kernel's environment (``os.environ[...] = "0"``) or patch
+``course_utils.checks``. So the verdict is also read *here*, outside the kernel, from what each
+check cell printed in this run: a check cell (``check("NN.M", ...)``) passes only when its
+output has that exercise's ``PASSED`` verdict line; otherwise this plugin fails it, whatever the
+kernel did. Only ``COURSE_STRICT_CHECKS`` in pytest's own environment turns that off.
+
+This is for checking one's own work: nbval runs the notebook unsandboxed, as the user, and a
+notebook can still print a forged verdict line. Grade others' work with ``course grade``.
+
 This module imports nothing heavy: pytest loads it in every run.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 STRICT_ENV = "COURSE_STRICT_CHECKS"
 
@@ -32,12 +43,77 @@ def pytest_configure(config) -> None:
     if nbval_active(config) and STRICT_ENV not in os.environ:
         os.environ[STRICT_ENV] = "1"
         setattr(config, _SET_BY_US, True)
+    if nbval_active(config) and hasattr(config, "pluginmanager"):
+        config.pluginmanager.register(_verdict_plugin(), "course-verdicts-from-outputs")
 
 
 def pytest_unconfigure(config) -> None:
     """Leave the environment as it was (pytest may run in-process, e.g. ``pytest.main``)."""
     if getattr(config, _SET_BY_US, False):
         os.environ.pop(STRICT_ENV, None)
+
+
+_CHECK_CALL = re.compile(r"""^\s*check\(\s*["'](\d+\.\d+)["']""", re.M)
+
+
+def strict_here() -> bool:
+    """Whether this pytest process (not the kernel) asks for strict check cells."""
+    return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def check_ids(source: str) -> list[str]:
+    """Exercise ids whose check a cell's source calls (``check("03.1", fn)``)."""
+    return _CHECK_CALL.findall(source or "")
+
+
+def printed_text(outputs) -> str:
+    """The text a cell printed (stream outputs and text/plain results) in this run."""
+    parts = []
+    for out in outputs or []:
+        if not hasattr(out, "get"):
+            continue
+        if out.get("output_type") == "stream":
+            parts.append(str(out.get("text", "")))
+        elif out.get("output_type") in ("execute_result", "display_data"):
+            parts.append(str((out.get("data") or {}).get("text/plain", "")))
+    return "".join(parts)
+
+
+def missing_verdicts(source: str, outputs) -> list[str]:
+    """The exercises a check cell calls whose ``PASSED`` verdict line it did not print."""
+    text = printed_text(outputs)
+    return [
+        ex_id
+        for ex_id in check_ids(source)
+        if not re.search(rf"^\[{re.escape(ex_id)}\] .*: PASSED \(", text, re.M)
+    ]
+
+
+def _verdict_plugin():
+    """The hook that fails check cells from their outputs (built here: importing pytest at
+    module level would load it in every kernel that imports ``course_utils.checks``)."""
+    import pytest
+
+    class VerdictsFromOutputs:
+        @pytest.hookimpl(hookwrapper=True)
+        def pytest_runtest_makereport(self, item, call):
+            outcome = yield
+            report = outcome.get_result()
+            if call.when != "call" or not report.passed or not strict_here():
+                return
+            cell = getattr(item, "cell", None)
+            if cell is None or not hasattr(item, "test_outputs"):
+                return
+            missing = missing_verdicts(cell.get("source", ""), item.test_outputs)
+            if missing:
+                report.outcome = "failed"
+                report.longrepr = (
+                    f"[course] the check of exercise {', '.join(missing)} did not print PASSED "
+                    "in this run (decided by the course's pytest plugin from the cell's output, "
+                    "not by the kernel's COURSE_STRICT_CHECKS)"
+                )
+
+    return VerdictsFromOutputs()
 
 
 def pytest_report_header(config) -> str | None:

@@ -717,6 +717,29 @@ def write(
     return result
 
 
+CLASSROOM_WORKFLOW = Path(__file__).resolve().parents[2] / ".github" / "classroom" / "autograde.yml"
+
+
+def write_template(solutions: str | Path, template: str | Path) -> list[Path]:
+    """Write a student template repository into ``template``: the student notebooks (what
+    :func:`plan` releases) at its root and the course's GitHub Classroom workflow as
+    ``.github/workflows/classroom.yml``. Never ``solutions/``. Returns the files written."""
+    out = Path(template)
+    if (out / "solutions").exists():
+        raise ReleaseError([f"{out / 'solutions'} exists: a student template has no solutions"])
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in plan(solutions).items():
+        (out / name).write_text(text, encoding="utf-8")
+        written.append(out / name)
+    if CLASSROOM_WORKFLOW.is_file():
+        target = out / ".github" / "workflows" / "classroom.yml"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(CLASSROOM_WORKFLOW.read_text(encoding="utf-8"), encoding="utf-8")
+        written.append(target)
+    return written
+
+
 def execute_solution(path: str | Path, *, profile: str | None = None, timeout: int = 600) -> None:
     """Run a solution notebook top to bottom in a fresh kernel and store its outputs in place.
 
@@ -802,6 +825,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "stored, no timings), then release",
     )
     parser.add_argument(
+        "--template",
+        default=None,
+        metavar="DIR",
+        help="instead, write a student template repository into DIR: the student notebooks "
+        "and the GitHub Classroom workflow (.github/workflows/classroom.yml), no solutions/",
+    )
+    parser.add_argument(
         "--profile",
         choices=("ci", "cpu", "gpu"),
         default=None,
@@ -845,6 +875,10 @@ def main(args: argparse.Namespace) -> int:
             except Exception as exc:  # CellExecutionError, a dead kernel, a missing file
                 print(f"course release: {nb_path} failed to run: {exc}", file=sys.stderr)
                 return EXIT_INVALID
+        if getattr(args, "template", None):
+            for path in write_template(args.solutions, args.template):
+                print(f"wrote     {path}")
+            return EXIT_OK
         if args.check:
             if args.force:
                 print("course release: --force and --check cannot be combined", file=sys.stderr)

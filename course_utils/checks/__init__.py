@@ -65,9 +65,14 @@ def get(exercise_id: str) -> Exercise:
         raise KeyError(f"no exercise {exercise_id!r}; known: {', '.join(REGISTRY)}") from None
 
 
-def run(exercise_id: str, candidate, seed: int = 0) -> CheckResult:
-    """Check ``candidate`` (the student's function or class) against exercise ``exercise_id``."""
-    return _check_impl(get(exercise_id), candidate, seed=seed)
+def run(exercise_id: str, candidate, seed: int = 0, *, own_work: bool = False) -> CheckResult:
+    """Check ``candidate`` (the student's function or class) against exercise ``exercise_id``.
+
+    The exercise's forbidden calls and in-place edits of the inputs always fail it; with
+    ``own_work`` (what check cells and the grader use) so does running the course's own
+    implementation. Off by default: tests and authoring tools pass the reference itself.
+    """
+    return _check_impl(get(exercise_id), candidate, seed=seed, own_work=own_work)
 
 
 def check(exercise_id: str, candidate, seed: int = 0) -> CheckResult:
@@ -81,7 +86,7 @@ def check(exercise_id: str, candidate, seed: int = 0) -> CheckResult:
     ``AssertionError``, so ``pytest --nbval-lax`` fails exactly the check cells of unsolved or
     wrong exercises. The official grader decides outside the kernel and ignores both.
     """
-    result = run(exercise_id, candidate, seed=seed)
+    result = run(exercise_id, candidate, seed=seed, own_work=True)
     print(result.verdict_line())
     if result.passed:
         return result
@@ -103,7 +108,7 @@ def fallback(exercise_id: str, candidate):
     the end; it prints which one it chose.
     """
     ex = get(exercise_id)
-    result = _check_impl(ex, candidate)
+    result = _check_impl(ex, candidate, own_work=True)
     if result.passed:
         print(f"[{ex.id}] using your {ex.function}")
         return candidate

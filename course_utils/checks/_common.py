@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -83,6 +84,78 @@ def as_pair(value: Any, fn: str, names: tuple[str, str]) -> tuple[Tensor, Tensor
         )
         raise TypeError(f"{fn} should return a pair ({names[0]}, {names[1]}), got a {got}")
     return as_tensor(value[0], names[0]), as_tensor(value[1], names[1])
+
+
+@dataclass(frozen=True)
+class Out:
+    """One returned tensor of a return contract, as the exercise's prompt states it:
+    ``Out("logits", ("B", "T", "V"))``. ``shape`` holds sizes or names of sizes (resolved with
+    the ``sizes`` given to :func:`check_return`); None skips the shape. ``floating``: it must
+    be a floating-point tensor."""
+
+    name: str
+    shape: tuple[int | str, ...] | None = None
+    floating: bool = True
+
+    def describe(self) -> str:
+        dims = "" if self.shape is None else " (" + ", ".join(map(str, self.shape)) + ")"
+        return f"{self.name}{dims}"
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join("None" if v is None else type(v).__name__ for v in value[:4])
+        return f"a {type(value).__name__} of {len(value)} ({inner})"
+    return "None" if value is None else f"a {type(value).__name__}"
+
+
+def check_return(
+    value: Any,
+    contract: Out | tuple[Out, ...],
+    fn: str,
+    sizes: dict[str, int] | None = None,
+) -> Any:
+    """``value`` if it holds the return contract (one tensor, or a tuple of them), else a
+    TypeError/ValueError that says what the prompt promised and what came back, e.g.
+    "Transformer.forward should return the logits (B, T, V), got a tuple of 2 (Tensor, None):
+    return only the logits". One contract per notebook, held by every check that calls the
+    student's code (``return check_return(model(x), LOGITS, "Transformer.forward", sizes)``).
+
+    Shapes: ``(2, 5, 11)`` against ``Out("logits", ("B", "T", "V"))`` with
+    ``sizes={"B": 2, "T": 5, "V": 11}``.
+    """
+    sizes = sizes or {}
+    if isinstance(contract, Out):
+        if isinstance(value, (tuple, list)):
+            raise TypeError(
+                f"{fn} should return {contract.describe()}, one tensor, got {_kind(value)}: "
+                f"return only {contract.name}"
+            )
+        _check_out(value, contract, fn, sizes)
+        return value
+    names = ", ".join(o.describe() for o in contract)
+    if not isinstance(value, (tuple, list)) or len(value) != len(contract):
+        raise TypeError(f"{fn} should return a tuple ({names}), got {_kind(value)}")
+    for v, out in zip(value, contract, strict=True):
+        _check_out(v, out, fn, sizes)
+    return value
+
+
+def _check_out(value: Any, out: Out, fn: str, sizes: dict[str, int]) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(
+            f"{fn} should return {out.describe()} as a torch.Tensor, got {_kind(value)}"
+        )
+    if out.floating and not value.is_floating_point():
+        raise TypeError(f"{fn} returned {out.name} of dtype {value.dtype}: expected floating point")
+    if out.shape is None:
+        return
+    expected = tuple(sizes.get(d, d) if isinstance(d, str) else d for d in out.shape)
+    if all(isinstance(d, int) for d in expected) and tuple(value.shape) != expected:
+        named = " = (" + ", ".join(map(str, out.shape)) + ")" if expected != out.shape else ""
+        raise ValueError(
+            f"{fn} returned {out.name} of shape {tuple(value.shape)}, expected {expected}{named}"
+        )
 
 
 def _same_nan_rows(got: Outputs, expected: Outputs) -> tuple[Outputs, Outputs]:
@@ -300,6 +373,10 @@ class FormulaOnly(TorchDispatchMode):
     def __init__(self, message: Callable[[tuple[int, ...]], str], limit: int = 4096) -> None:
         super().__init__()
         self.message, self.limit = message, limit
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:  # no torch._dynamo import (seconds) on first use
+        return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

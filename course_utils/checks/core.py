@@ -106,6 +106,9 @@ class Exercise:
     mistakes: Sequence[Mistake] = field(default_factory=tuple)
     compare: Callable[[Case, Outputs, Outputs], str | None] = allclose_compare
     hint: str = ""  # generic hint when no known mistake matches
+    # Torch functions and aten operators the exercise asks the student to write instead of
+    # calling (see :mod:`course_utils.checks.guard`): "torch.softmax", "aten::_softmax", ...
+    forbids: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"Exercise({self.id!r}, {self.title!r}, points={self.points}, function={self.function!r})"
@@ -154,20 +157,30 @@ class CheckResult:
 
 
 def collect_outputs(
-    exercise: Exercise, candidate: Any, cases: Sequence[Case]
+    exercise: Exercise, candidate: Any, cases: Sequence[Case], watch: Any = None
 ) -> tuple[str, list[Outputs], str]:
     """Run ``candidate`` on every case (step 2). Returns ``(status, outputs, message)``.
 
     ``status`` is ``passed`` when every case ran (correctness is judged later),
-    ``not_attempted`` when the stub still raises ``NotImplementedError``, and ``error`` with
-    the exception (last frames of the traceback) otherwise.
+    ``not_attempted`` when the stub still raises ``NotImplementedError``, ``error`` with
+    the exception (last frames of the traceback), and ``failed`` (with the outputs of every
+    case, so the values can still be judged) when the candidate took a shortcut: it modified
+    its inputs in place, called a torch function the exercise forbids, or ran the course's own
+    implementation. ``watch`` makes the :class:`~course_utils.checks.guard.Watch` of one case
+    (default: :func:`make_watch` without the reference rule, i.e. the exercise's ``forbids``).
     """
+    if watch is None:
+        watch = make_watch(exercise, candidate, reference=False)
     outputs: list[Outputs] = []
+    violation = ""
     for case in cases:
+        # A copy: an in-place edit of its inputs by the candidate must not reach the
+        # reference, which runs on the same case afterwards (judge) in this process.
+        given = _clone(case.inputs)
         try:
-            # A copy: an in-place edit of its inputs by the candidate must not reach the
-            # reference, which runs on the same case afterwards (judge) in this process.
-            out = exercise.call(candidate, Case(case.name, _clone(case.inputs)))
+            with watch() as seen:
+                out = exercise.call(candidate, Case(case.name, given))
+                seen.made_tensors(out)
         except NotImplementedError:
             return (
                 NOT_ATTEMPTED,
@@ -183,10 +196,68 @@ def collect_outputs(
                     f"{type(exc).__name__}: {exc}\n" + _student_frames(exc)
                 ).rstrip(),
             )
+        violation = violation or seen.problem(exercise.function, exercise.id) or ""
+        changed = changed_inputs(case.inputs, given)
+        if changed and not violation:
+            violation = (
+                f"case '{case.name}': your {exercise.function} changed its input "
+                f"{', '.join(repr(c) for c in changed)} in place (e.g. `x += ...` or `x[...] = ...` "
+                "on an argument): the caller's tensor is modified, which breaks every later use "
+                "of it. Compute into a new tensor instead (`y = x + ...`)."
+            )
         outputs.append(
             {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
         )
+    if violation:
+        return FAILED, outputs, violation
     return PASSED, outputs, ""
+
+
+def make_watch(exercise: Exercise, candidate: Any, *, reference: bool = True) -> Callable:
+    """A factory of :class:`~course_utils.checks.guard.Watch` for ``exercise``: its
+    ``forbids``, and with ``reference`` also the course's own implementation (the exercise's
+    reference, called or copied into another cell). Check cells and the grader use it with
+    ``reference=True``; :func:`course_utils.checks.run` (tests, authoring) without."""
+    from course_utils.checks import guard
+
+    keys = guard.reference_keys(exercise.reference) if reference else []
+    shapes = guard.reference_shapes(exercise.reference) if reference else []
+    own = guard.own_codes_of(candidate) if reference else []
+    ref = exercise.reference
+    where = f"{getattr(ref, '__module__', '')}.{getattr(ref, '__qualname__', '')}"
+    # The course's reference is trusted code (it may use what the student may not): without
+    # the reference rule, running it is not held against it.
+    forbids = () if candidate is ref and not reference else exercise.forbids
+
+    def factory() -> guard.Watch:
+        return guard.Watch(forbids, keys, shapes, own, where=where.strip("."), profile=reference)
+
+    return factory
+
+
+def changed_inputs(original: dict[str, Any], given: dict[str, Any]) -> list[str]:
+    """Names of the case inputs that differ between ``original`` and the copy ``given`` to a
+    candidate (values, shape or dtype): what the candidate modified in place."""
+    return [k for k, v in original.items() if k in given and not _same(v, given[k])]
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor):
+        if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        a, b = a.detach(), b.detach()
+        if a.is_floating_point() or a.is_complex():
+            return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+        return torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return (
+            isinstance(b, (list, tuple))
+            and len(a) == len(b)
+            and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        )
+    return True  # numbers and other values are passed by value or are not compared
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -258,10 +329,19 @@ def diagnose(exercise: Exercise, case: Case, got: Outputs) -> Mistake | None:
     return None
 
 
-def check(exercise: Exercise, candidate: Any, seed: int = 0) -> CheckResult:
-    """Steps 1-3 in this process: the self-check students run from a check cell."""
+def check(
+    exercise: Exercise, candidate: Any, seed: int = 0, *, own_work: bool = False
+) -> CheckResult:
+    """Steps 1-3 in this process: the self-check students run from a check cell.
+
+    A wrong value is reported first (with its likely mistake); an answer whose values are right
+    but which took a shortcut (see :func:`collect_outputs`) fails with what it did. With
+    ``own_work`` the course's own implementation counts as a shortcut too (check cells and the
+    grader; off for :func:`course_utils.checks.run`, which tests call with the reference).
+    """
     cases = exercise.make_cases(seed)
-    status, outputs, message = collect_outputs(exercise, candidate, cases)
+    watch = make_watch(exercise, candidate, reference=own_work)
+    status, outputs, message = collect_outputs(exercise, candidate, cases, watch)
     if status == PASSED:
         return judge(exercise, cases, outputs)
     if outputs:  # cases are judged in order: a wrong value before the raising case comes first

@@ -136,6 +136,15 @@ SOFTMAX = Exercise(
     call=_softmax_call,
     mistakes=SOFTMAX_MISTAKES,
     compare=close(),
+    forbids=(
+        "torch.softmax",
+        "torch.nn.functional.softmax",
+        "torch.Tensor.softmax",
+        "torch.log_softmax",
+        "aten::_softmax",
+        "aten::_log_softmax",
+        "aten::_safe_softmax",
+    ),
     hint="softmax(x) = exp(x - m) / sum(exp(x - m)) with m = x.max(dim=-1, keepdim=True).values, "
     "all along the last dimension; each row of the result sums to 1",
 )
@@ -268,6 +277,13 @@ LOGSUMEXP = Exercise(
     call=_logsumexp_call,
     mistakes=LOGSUMEXP_MISTAKES,
     compare=close(),
+    forbids=(
+        "torch.logsumexp",
+        "torch.Tensor.logsumexp",
+        "torch.log_softmax",
+        "aten::logsumexp",
+        "aten::_log_softmax",
+    ),
     hint="log sum_j exp(x_j) = m + log sum_j exp(x_j - m) with m each row's maximum (shift by 0 "
     "where m = -inf); the result has one number per row, shape (...,)",
 )

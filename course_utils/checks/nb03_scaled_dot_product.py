@@ -242,6 +242,16 @@ SDPA = Exercise(
     call=_sdpa_call,
     mistakes=SDPA_MISTAKES,
     compare=close(),
+    forbids=(
+        "torch.nn.functional.scaled_dot_product_attention",
+        "torch.nn.functional.multi_head_attention_forward",
+        "aten::_safe_softmax",
+        "aten::_scaled_dot_product_attention_math",
+        "aten::_scaled_dot_product_flash_attention",
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_efficient_attention",
+        "aten::_scaled_dot_product_cudnn_attention",
+    ),
     hint="scores = q @ k.transpose(-2, -1) / sqrt(d_k) (..., T, S); masked_fill(~mask, -inf); "
     "softmax over dim=-1 with fully masked rows set to 0; output = weights @ v (..., T, Dv)",
 )

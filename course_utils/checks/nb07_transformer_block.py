@@ -224,6 +224,12 @@ LAYER_NORM = Exercise(
     call=_ln_call,
     mistakes=LN_MISTAKES,
     compare=close(),
+    forbids=(
+        "torch.nn.functional.layer_norm",
+        "torch.layer_norm",
+        "aten::native_layer_norm",
+        "aten::layer_norm",
+    ),
     hint="over the last dimension: mean mu, variance var = mean((x - mu)^2) (divide by D), "
     "then (x - mu) / sqrt(var + eps) * weight + bias",
 )

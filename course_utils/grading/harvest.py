@@ -22,6 +22,14 @@ IPython inside the kernel takes part in the verdict. Fingerprints of
 compared with the grader's own: a replaced grading function makes the exercise an ``error``
 flagged ``tampered``.
 
+Shortcuts (see :mod:`course_utils.checks.guard`): while ``collect_outputs`` runs the candidate,
+a watch built from :data:`GUARD_SOURCE` (sent as text, run in a private namespace) records the
+code that runs and the torch calls made; the rules (the exercise's ``forbids``, the reference's
+code objects and shapes, the solution's shapes) are computed here by :func:`guard_params` from
+the grader's own modules and sent as plain data. A candidate that calls a forbidden op, runs the
+course's implementation (or a copy of it from another cell) or switches the watch off gets
+status ``error`` with a "not accepted: ..." message and a ``shortcut:`` flag: no points.
+
 Re-export detection (flags, see :func:`reexport_flags` in :data:`KERNEL_SOURCE`): the
 candidate *is* the reference implementation, wraps or subclasses it, is defined in the
 reference's module or in ``course_utils``, or its code (its functions, nested functions and,
@@ -30,6 +38,7 @@ for classes, their methods) reaches the reference through its globals or closure
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -38,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from course_utils.checks import guard
 from course_utils.grading import inkernel
 
 MAX_RESULT_JSON_BYTES = 4 << 20  # result.json as written
@@ -50,6 +60,9 @@ MAX_ENTRIES = 4096  # output entries in result.json
 # The code that runs inside the student's kernel lives in a real module (linted, tested);
 # the kernel gets its text, the grader imports it for ``fingerprint``.
 KERNEL_SOURCE = Path(inkernel.__file__).read_text(encoding="utf-8")
+# The watcher of a candidate's run (forbidden torch calls, the course's own implementation),
+# sent as text too and run in its own private namespace by ``harvest``.
+GUARD_SOURCE = Path(guard.__file__).read_text(encoding="utf-8")
 
 # What the kernel executes: run KERNEL_SOURCE in a private namespace, hand it the user
 # namespace, delete nothing from the user's (nothing was added).
@@ -64,15 +77,82 @@ _CALL = "\nharvest(_user_ns, _params)\n"
 def harvest_code(
     *, exercise_id: str, function: str, seed: int, out_dir: str, module: str | None = None
 ) -> str:
-    """The code the grader sends to the kernel at a check position."""
+    """The code the grader sends to the kernel at a check position.
+
+    What the candidate may not run (the exercise's ``forbids``, the reference's code objects
+    and their shapes, see :mod:`course_utils.checks.guard`) is computed here, in the grader,
+    from its own modules: a registry patched inside the kernel changes none of it.
+    """
     params = {
         "exercise": exercise_id,
         "function": function,
         "seed": int(seed),
         "out": out_dir,
         "module": module,
+        "guard": _rules_or_none(exercise_id, module),
+        "guard_source": GUARD_SOURCE,
     }
     return _HARVEST_TEMPLATE.format(source=KERNEL_SOURCE + _CALL, params=params)
+
+
+def guard_params(exercise_id: str, module: str | None = None) -> dict[str, Any]:
+    """The rules of exercise ``exercise_id`` as plain data, from the grader's own registry
+    (or checks ``module``): ``forbids``, ``reference`` (code keys), ``shapes``, ``where``."""
+    import importlib
+
+    if module:
+        exercise = {e.id: e for e in importlib.import_module(module).EXERCISES}[exercise_id]
+    else:
+        from course_utils import checks
+
+        exercise = checks.get(exercise_id)
+    ref = exercise.reference
+    where = f"{getattr(ref, '__module__', '')}.{getattr(ref, '__qualname__', '')}".strip(".")
+    return {
+        "forbids": list(exercise.forbids),
+        "reference": [list(k) for k in guard.reference_keys(ref)],
+        "shapes": sorted(
+            set(guard.reference_shapes(ref)) | set(solution_shapes(exercise.notebook, exercise.id))
+        ),
+        "where": where,
+    }
+
+
+def _rules_or_none(exercise_id: str, module: str | None) -> dict[str, Any]:
+    """:func:`guard_params`, or no rules when they cannot be computed (the grader has already
+    resolved the exercise, so this is a bug, not a student's doing: say so on stderr)."""
+    try:
+        return guard_params(exercise_id, module)
+    except Exception as exc:  # pragma: no cover - defensive
+        import sys
+
+        print(f"course grade: no run-time rules for {exercise_id}: {exc}", file=sys.stderr)
+        return {"forbids": [], "reference": [], "shapes": [], "where": ""}
+
+
+@functools.lru_cache(maxsize=128)
+def solution_shapes(notebook: str, exercise_id: str) -> tuple[str, ...]:
+    """Shapes (:func:`~course_utils.checks.guard.code_shape`) of the functions that the
+    course's solution notebook defines in the exercise's cell: a student's notebook function
+    with one of them, other than the answer itself, is the solution pasted elsewhere. Read
+    from the course checkout's ``solutions/`` (none when the course is installed without it)."""
+    from course_utils.grading import plan as pl
+
+    path = Path(__file__).resolve().parents[2] / "solutions" / notebook
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ()
+    shapes: set[str] = set()
+    for cell in nb.get("cells", []):
+        if pl.course_meta(cell) == (exercise_id, "exercise"):
+            try:
+                raw = cell.get("source", "")
+                source = pl.python_source("".join(raw) if isinstance(raw, list) else str(raw))
+            except Exception:
+                continue
+            shapes.update(guard.source_shapes(source))
+    return tuple(sorted(shapes))
 
 
 def trusted_namespace() -> dict[str, Any]:

@@ -142,6 +142,29 @@ def _encode(outputs, torch):
     return arrays, entries
 
 
+def _watcher(params, candidate):
+    """The factory of watchers for the candidate's run, built from the guard's source that the
+    grader sent (run here in a namespace of its own) and the rules it computed."""
+    rules = params.get("guard") or {}
+    namespace = {"__name__": "__course_guard__", "__builtins__": __builtins__}
+    exec(compile(params["guard_source"], "<course-grader>", "exec"), namespace)
+    own = namespace["own_codes_of"](candidate)
+    watch = namespace["Watch"]
+    keys = [tuple(k) for k in rules.get("reference", [])]
+
+    def factory():
+        return watch(
+            rules.get("forbids", ()),
+            keys,
+            rules.get("shapes", ()),
+            own,
+            where=rules.get("where", ""),
+            profile=True,
+        )
+
+    return factory
+
+
 def harvest(user_ns, params):
     """Step 2 of a check, in the student's kernel; writes outputs.npz + result.json."""
     out_dir = params["out"]
@@ -191,9 +214,10 @@ def harvest(user_ns, params):
             result["flags"] = []
         cases = exercise.make_cases(int(params["seed"]))
         result["n_cases"] = len(cases)
+        watch = _watcher(params, candidate)
         start = _time.perf_counter()
         try:
-            status, outputs, message = core.collect_outputs(exercise, candidate, cases)
+            status, outputs, message = core.collect_outputs(exercise, candidate, cases, watch)
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # SystemExit and friends from the student's code
@@ -203,6 +227,9 @@ def harvest(user_ns, params):
                 "your code raised " + type(exc).__name__ + ": " + str(exc),
             )
         result["elapsed"] = _time.perf_counter() - start
+        if status == "failed":  # a shortcut (see guard): no points, the message says why
+            status = "error"
+            result["flags"] = list(result["flags"]) + ["shortcut: " + str(message)[:200]]
         arrays, entries = _encode(outputs, torch)
         np.savez(_os.path.join(out_dir, "outputs.npz"), **arrays)
         result.update(status=str(status), message=str(message)[:4000], outputs=entries)

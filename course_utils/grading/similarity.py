@@ -1,9 +1,9 @@
 """``course grade --similarity``: how much of each exercise's code is also somewhere else.
 
-The in-kernel re-export flags (:mod:`course_utils.grading.inkernel`) catch an answer that *is*
-or *calls* the course's implementation; they are a best-effort signal, easy to evade (names
-built at run time, ``importlib``, ``exec``, reading the solutions from disk). What courses
-use instead is a similarity report, MOSS-style: the code of each exercise (the student's
+The run-time watch (:mod:`course_utils.checks.guard`) gives no points to an answer that runs the
+course's implementation while it is checked, however it was reached, or a copy of it pasted in
+another cell; it cannot see an answer rewritten by hand from the solution. What courses use for
+that is a similarity report, MOSS-style: the code of each exercise (the student's
 exercise cell and the cells added below it, as the grader's plan finds them) is tokenised,
 identifiers and literals normalised, fingerprinted by winnowing (``copydetect``, Stanford
 MOSS's algorithm) with the starter code removed as boilerplate, and compared with

@@ -18,8 +18,8 @@ import shutil
 import socket
 import stat
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace

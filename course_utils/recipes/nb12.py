@@ -168,7 +168,9 @@ def caption_forward(
 ForwardFn = Callable[[Captioner, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
-def caption_loss(forward: ForwardFn = caption_forward) -> Callable[[nn.Module, object], torch.Tensor]:
+def caption_loss(
+    forward: ForwardFn = caption_forward,
+) -> Callable[[nn.Module, object], torch.Tensor]:
     """A ``loss_fn(model, batch)`` for :func:`course_utils.runtime.training.train` from a
     ``forward(model, images, captions) -> (logits, loss)`` (the student's, once it passes)."""
 
@@ -179,7 +181,9 @@ def caption_loss(forward: ForwardFn = caption_forward) -> Callable[[nn.Module, o
 
 
 @torch.no_grad()
-def greedy_captions(model: Captioner, split: CaptionSplit, *, batch_size: int = 500) -> torch.Tensor:
+def greedy_captions(
+    model: Captioner, split: CaptionSplit, *, batch_size: int = 500
+) -> torch.Tensor:
     """Greedy captions of every scene of ``split`` -> (N, T) on the CPU (T: the split's
     caption width; PAD after EOS)."""
     device = devices.model_device(model)

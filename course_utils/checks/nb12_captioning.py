@@ -90,6 +90,7 @@ def _forward_cases(seed: int) -> list[Case]:
         case("as many patches as words (4 and 4)", 3, 4, 4, 2, size(g, 6, 9), False),
         case("16 patches, captions of different lengths", 4, size(g, 5, 8), 8, 2, 9, True),
         case("one image", 1, size(g, 3, 6), 8, 4, size(g, 6, 9), False),
+        case("four patches, longer captions", 2, size(g, 6, 9), 8, 4, size(g, 6, 9), True),
     ]
 
 
@@ -397,7 +398,7 @@ def _differs(mistake: Mistake, case: Case) -> bool:
 
 
 def _beam_cases(seed: int) -> list[Case]:
-    """Seeded cases: three draws, then more until every mistake gives another answer than the
+    """Seeded cases: four draws, then more until every mistake gives another answer than the
     reference on one of them."""
     g = generator(seed)
     cases: list[Case] = []
@@ -405,10 +406,10 @@ def _beam_cases(seed: int) -> list[Case]:
     for k in range(40):
         c = _beam_case(g, f"draw {k}")
         shown = [m for m in missing if _differs(m, c)]
-        if k < 3 or shown:
+        if k < 4 or shown:
             cases.append(c)
             missing = [m for m in missing if m not in shown]
-        if k >= 2 and not missing:
+        if k >= 3 and not missing:
             break
     return cases
 

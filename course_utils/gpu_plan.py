@@ -49,6 +49,7 @@ EXPECTATIONS: dict[str, Expectation] = {
     "09": Expectation(20.0, 6.0),
     "10": Expectation(2.0, 1.0),
     "11": Expectation(2.0, 12.0),
+    "12": Expectation(3.0, 1.0),
 }
 
 

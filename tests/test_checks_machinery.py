@@ -36,6 +36,8 @@ FOUNDATION = {
     "10.3": ("greedy_decode", "10_full_transformer.ipynb", 3),
     "10.4": ("translation_loss", "10_full_transformer.ipynb", 2),
     "11.1": ("tiled_attention", "11_attention_at_scale.ipynb", 4),
+    "12.1": ("caption_forward", "12_image_captioning.ipynb", 4),
+    "12.2": ("beam_search", "12_image_captioning.ipynb", 4),
 }
 IDS = sorted(FOUNDATION)
 

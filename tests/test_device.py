@@ -416,3 +416,28 @@ def test_nb11_kv_cache_demo_runs_on_the_device():
     assert out.device == META and seconds >= 0 and clock == "wall time on meta"
     _, _, clock = nb11.timed(lambda: None, "cpu")
     assert clock == "CPU time"
+
+
+def test_nb12_captioner_training_and_decoding_on_the_device(on_meta_profile):
+    from dataclasses import replace
+
+    from course_utils.recipes import nb12
+
+    cfg = replace(
+        nb12.config(),
+        n_train=16,
+        n_test=4,
+        d_model=16,
+        n_heads=2,
+        d_ff=16,
+        steps=2,
+        batch_size=4,
+        warmup=1,
+    )
+    data = nb12.make_data(cfg)
+    with FakeAccelerator():
+        for pooled in (False, True):
+            run = nb12.train_captioner(cfg, data, pooled=pooled, progress=False)
+            assert devices.model_device(run.model) == META
+        assert nb12.greedy_captions(run.model, data.test).device.type == "cpu"
+        assert nb12.cross_attention(run.model, data.test.images, data.test.captions).shape[-1] == 1

@@ -12,7 +12,7 @@ import torch
 from course_utils import doctor, gpu_plan
 from course_utils.bench import gpu_check
 from course_utils.modeling.models.gpt import GPTConfig
-from course_utils.recipes import gpu_runs, nb01, nb08, nb11
+from course_utils.recipes import gpu_runs, nb01, nb08, nb11, nb12
 from course_utils.runtime import profiles
 
 ROOT = Path(__file__).parents[1]
@@ -54,8 +54,9 @@ def test_the_doctor_describes_each_notebook_from_its_recipe_table():
     assert f"{len(r.hidden_sizes)} widths" in nb01_what and r.budget in nb01_what
     assert f"n = {max(nb11.SIZES.gpu.lengths)}" in gpu_runs.what("11")
     assert f"gpu profile {gpu_plan.row('08')}; {nb08_what}" in doctor.report()
-    with pytest.raises(KeyError, match="'12'"):
-        gpu_runs.what("12")
+    assert f"{nb12.SIZES.gpu.steps} steps each" in gpu_runs.what("12")
+    with pytest.raises(KeyError, match="'13'"):
+        gpu_runs.what("13")
 
 
 def test_changing_a_recipe_table_changes_the_gpu_plan_and_the_doctor(monkeypatch):

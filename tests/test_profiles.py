@@ -145,7 +145,9 @@ def test_a_module_that_does_not_state_its_sizes_in_a_table_is_found():
     assert _tables(plots) == {}
 
 
-@pytest.mark.parametrize("name", ["nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb10", "nb11"])
+@pytest.mark.parametrize(
+    "name", ["nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb10", "nb11", "nb12"]
+)
 @pytest.mark.parametrize("profile", profiles.PROFILES)
 def test_a_recipes_config_is_its_tables_row_named_or_active(monkeypatch, name, profile):
     module = importlib.import_module(f"course_utils.recipes.{name}")

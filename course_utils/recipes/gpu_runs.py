@@ -123,6 +123,16 @@ def _nb11() -> str:
     )
 
 
+def _nb12() -> str:
+    from course_utils.recipes.nb12 import SIZES
+
+    s = SIZES.gpu
+    return (
+        f"captioners (cross attention and pooled vector) on {s.n_train:,} digit scenes, "
+        f"{s.steps} steps each"
+    )
+
+
 def _nb00() -> str:
     return "environment report, softmax exercise (nothing sized)"
 
@@ -140,6 +150,7 @@ WHAT: dict[str, Callable[[], str]] = {
     "09": _nb09,
     "10": _nb10,
     "11": _nb11,
+    "12": _nb12,
 }
 
 

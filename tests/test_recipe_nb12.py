@@ -1,0 +1,144 @@
+"""Notebook 12's data, model, beam search and measurements, against references."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+import torch
+
+from course_utils.data import captions as cap
+from course_utils.modeling.decoding import beam_search, length_penalty
+from course_utils.modeling.models.captioner import Captioner
+from course_utils.recipes import nb12
+
+
+@pytest.fixture(scope="module")
+def data():
+    return cap.make_caption_data(60, 30, seed=3)
+
+
+def test_captions_follow_the_grammar():
+    words, cells = cap.caption_words(cap.Scene((7, 2, 1, -1)))
+    assert " ".join(words) == "a seven left of a two above a one"
+    assert cells == [-1, 0, -1, -1, -1, 1, -1, -1, 2]
+    assert " ".join(cap.caption_words(cap.Scene((-1, 3, 4, -1)))[0]) == "a three above a four"
+
+
+def test_the_split_holds_out_digit_place_combinations(data):
+    def scenes(split):
+        return [cap.Scene(tuple(int(d) for d in row)) for row in split.digits]
+
+    assert not any(map(cap.is_held_out, scenes(data.train)))
+    assert all(map(cap.is_held_out, scenes(data.test)))
+    assert cap.is_held_out(cap.Scene((0, -1, -1, 5))) and not cap.is_held_out(
+        cap.Scene((1, 0, -1, -1))
+    )
+
+
+def test_captions_decode_and_name_the_digits(data):
+    tr = data.train
+    for i in range(len(tr)):
+        digits = [int(d) for d in tr.digits[i] if d >= 0]
+        words = data.vocab.decode(tr.captions[i]).split()
+        assert [w for w in words if w in cap.DIGIT_NAMES] == [cap.DIGIT_NAMES[d] for d in digits]
+        assert int(tr.captions[i, tr.lengths[i] - 1]) == cap.EOS
+        nouns = tr.noun_patches[i].any(-1)
+        assert [data.vocab.is_noun(t) for t in tr.captions[i]] == nouns.tolist()
+
+
+def test_noun_patches_cover_the_ink_of_the_named_digit():
+    glyph = torch.zeros(8, 8)
+    glyph[0, 0] = 1.0  # one pixel of ink at (12 + 1, 0 + 2) in cell 2 of a 24 canvas
+    mask = cap.digit_patches(glyph, 2, (1, 2), 24, 4)
+    assert mask.sum() == 1 and mask.reshape(6, 6)[13 // 4, 2 // 4]
+
+
+def test_the_data_is_seeded(data):
+    again = cap.make_caption_data(60, 30, seed=3)
+    assert torch.equal(again.train.images, data.train.images)
+    assert torch.equal(again.test.captions, data.test.captions)
+
+
+def _brute_force(log_probs_fn, bos, eos, V, max_len, alpha):
+    """Every hypothesis the beam could reach, scored exactly."""
+    best = None
+    for L in range(1, max_len + 1):
+        for body in itertools.product([v for v in range(V) if v != eos], repeat=L - 1):
+            for last in [eos] if L < max_len else [eos, *range(V)]:
+                seq = [bos, *body, last]
+                lp = sum(
+                    float(log_probs_fn(torch.tensor([seq[:t]]))[0, seq[t]])
+                    for t in range(1, len(seq))
+                )
+                score = lp / length_penalty(L, alpha)
+                if best is None or score > best[1]:
+                    best = (seq[1:], score)
+    return best
+
+
+def test_a_wide_beam_finds_the_best_hypothesis():
+    g = torch.Generator().manual_seed(0)
+    V, max_len = 4, 4
+    table = torch.randn(V, V, generator=g, dtype=torch.float64)
+
+    def log_probs(prefixes):
+        return (table[prefixes[:, -1]] + 0.3 * prefixes.shape[1]).log_softmax(-1)
+
+    for alpha in (0.0, 0.7, 1.5):
+        tokens, score = beam_search(
+            log_probs, 0, 2, beam_size=V**max_len, max_len=max_len, alpha=alpha
+        )
+        seq, best = _brute_force(log_probs, 0, 2, V, max_len, alpha)
+        assert tokens.tolist() == seq and abs(float(score) - best) < 1e-9
+
+
+def test_length_penalty_is_gnmts():
+    assert length_penalty(1, 0.6) == 1.0 and length_penalty(7, 1.0) == 2.0
+    assert length_penalty(10, 0.0) == 1.0
+
+
+def test_caption_accuracy_counts_words_and_eos():
+    ref = torch.tensor([[5, 6, 2, 0], [7, 2, 0, 0]])
+    pred = torch.tensor([[5, 6, 2, 0], [7, 8, 2, 0]])
+    exact, per_word = nb12.caption_accuracy(pred, ref)
+    assert exact == 0.5 and per_word == pytest.approx(4 / 5)
+
+
+def test_the_pooled_captioner_sees_one_vector():
+    model = Captioner(len(cap.Vocab()), d_model=16, n_heads=2, d_ff=16, pooled=True)
+    assert model.encode(torch.rand(3, 1, 24, 24)).shape == (3, 1, 16)
+    full = Captioner(len(cap.Vocab()), d_model=16, n_heads=2, d_ff=16)
+    assert full.encode(torch.rand(3, 1, 24, 24)).shape == (3, 36, 16)
+
+
+def test_the_recipes_forward_is_the_models(data):
+    model = nb12.build_model(replace(nb12.config("ci"), d_model=16, n_heads=2, d_ff=16), data)
+    images, caps = data.train.images[:4], data.train.captions[:4]
+    logits, loss = nb12.caption_forward(model, images, caps)
+    bos = torch.full_like(caps[:, :1], cap.BOS)
+    assert torch.allclose(logits, model(images, torch.cat([bos, caps[:, :-1]], 1)), atol=1e-6)
+    assert loss.ndim == 0
+
+
+def test_attention_rows_sum_to_one_and_chance_is_the_covered_fraction(data):
+    model = nb12.build_model(replace(nb12.config("ci"), d_model=16, n_heads=2, d_ff=16), data)
+    part = data.test[:5]
+    attn = nb12.cross_attention(model, part.images, part.captions)
+    assert attn.shape == (5, part.captions.shape[1], 36)
+    assert torch.allclose(attn.sum(-1), torch.ones(5, part.captions.shape[1]), atol=1e-5)
+    share, chance = nb12.attention_on_named_digit(model, part)
+    nouns = part.noun_patches[part.noun_patches.any(-1)]
+    assert chance == pytest.approx(nouns.float().mean().item())
+    assert 0.0 <= share <= 1.0
+
+
+def test_training_lowers_the_loss_and_beam_search_captions(data):
+    cfg = replace(
+        nb12.config("ci"), d_model=16, n_heads=2, d_ff=16, steps=30, batch_size=16, warmup=3
+    )
+    run = nb12.train_captioner(cfg, data, progress=False)
+    assert run.history.train_loss[-1] < run.history.train_loss[0]
+    out = nb12.beam_captions(run.model, data.test.images[:2], beam_size=2, alpha=0.6)
+    assert out.shape == (2, run.model.max_len - 2)

@@ -41,10 +41,12 @@ def report() -> list[str]:
 
 
 def _gpu_profile_lines() -> list[str]:
-    """The gpu profile's assumptions and per-notebook estimates (course_utils.gpu_plan)."""
+    """The gpu profile's assumptions and per-notebook estimates (course_utils.gpu_plan), each
+    with what runs, written from the recipe's table (course_utils.recipes.gpu_runs)."""
     from course_utils import gpu_plan
+    from course_utils.recipes import gpu_runs
 
-    return [f"gpu profile {line}" for line in gpu_plan.doctor_lines()]
+    return [f"gpu profile {line}" for line in gpu_plan.doctor_lines(gpu_runs.what)]
 
 
 def _data_lines() -> list[str]:

@@ -10,8 +10,8 @@ Stages (each timed; a failing stage is a row in the report, not a crash):
    process per GPU, or a clear skip (with one GPU a multi-process NCCL run is impossible).
 3. ``notebooks``: every solution notebook top to bottom in the profile, with training cut to
    ``--max-steps`` steps (``COURSE_MAX_STEPS``): a smoke of every cell on the device.
-4. ``gpt-bar``: notebook 08's gpu recipe (6x6x384, 5000 steps) on tiny-shakespeare; the bar is
-   val <= 1.47.
+4. ``gpt-bar``: notebook 08's gpu recipe (``nb08.RECIPES.gpu``, nanoGPT's shakespeare-char
+   size) on tiny-shakespeare; the bar is ``nb08.GPU_VAL_BAR``.
 5. ``bench``: ``course bench attention mha`` on the device.
 
 Writes ``OUT/gpu.json`` (everything), ``OUT/gpu.md`` (the summary table) and ``OUT/gpu.txt``
@@ -33,8 +33,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from course_utils.recipes.nb08 import GPU_VAL_BAR
+
 STAGES = ("doctor", "paths", "notebooks", "gpt-bar", "bench")
-GPT_BAR = 1.47  # nanoGPT's val loss for config/train_shakespeare_char.py
 BUDGET_S = {"doctor": 10, "paths": 60, "notebooks": 180, "gpt-bar": 200, "bench": 60}
 
 
@@ -71,7 +72,7 @@ def plan(opts: argparse.Namespace) -> list[str]:
         "naive-sweep memory limit, NCCL data parallelism (or a clear skip)",
         "notebooks": f"every notebook in {opts.solutions}/ with COURSE_MAX_STEPS={opts.max_steps}",
         "gpt-bar": f"notebook 08's {opts.profile} recipe, "
-        f"{opts.bar_steps or 'all its'} steps: val <= {GPT_BAR}",
+        f"{opts.bar_steps or 'all its'} steps: val <= {GPU_VAL_BAR}",
         "bench": "course bench attention mha" + (" --quick" if opts.quick else ""),
     }
     for name in opts.stages:
@@ -176,8 +177,8 @@ def stage_gpt_bar(opts: argparse.Namespace) -> dict[str, Any]:
         "summary": hist.summary(),
         "val": hist.final_val,
         "wall_s": hist.wall_seconds,
-        "bar": GPT_BAR,
-        "met": (hist.final_val <= GPT_BAR) if judged else None,
+        "bar": GPU_VAL_BAR,
+        "met": (hist.final_val <= GPU_VAL_BAR) if judged else None,
     }
 
 
@@ -260,7 +261,10 @@ def summary_markdown(report: dict[str, Any]) -> str:
     bar = report["stages"].get("gpt-bar")
     if bar and "val" in bar:
         verdict = {True: "met", False: "MISSED", None: "not judged"}[bar["met"]]
-        lines += ["", f"GPT bar: val {bar['val']:.3f} (<= {GPT_BAR}: {verdict}), {bar['summary']}"]
+        lines += [
+            "",
+            f"GPT bar: val {bar['val']:.3f} (<= {bar['bar']}: {verdict}), {bar['summary']}",
+        ]
     return "\n".join(lines) + "\n"
 
 

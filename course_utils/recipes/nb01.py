@@ -40,7 +40,7 @@ from course_utils.data.tasks import (
 )
 from course_utils.modeling.attention import AdditiveAttention
 from course_utils.modeling.models.seq2seq_rnn import Seq2SeqRNN
-from course_utils.runtime.profiles import pick
+from course_utils.runtime.profiles import ProfileTable
 from course_utils.runtime.training import History, sequence_cross_entropy, train
 
 __all__ = [
@@ -110,9 +110,9 @@ def _buckets(lo: int, hi: int, width: int) -> tuple[Bucket, ...]:
     return tuple((a, min(a + width - 1, hi)) for a in range(lo, hi + 1, width))
 
 
-def recipe() -> Recipe:
-    """The active profile's recipe (``ci``: seconds on 2 CPU cores; ``cpu``: a few minutes)."""
-    ci = Recipe(
+# ``ci``: seconds on 2 CPU cores; ``cpu``: a few minutes; ``gpu``: longer sentences, wider models
+RECIPES = ProfileTable(
+    ci=Recipe(
         n_train=3000,
         n_test=300,
         min_len=3,
@@ -128,8 +128,8 @@ def recipe() -> Recipe:
         profile="ci",
         control_factor=2,
         evals=8,
-    )
-    cpu = Recipe(
+    ),
+    cpu=Recipe(
         n_train=20000,
         n_test=600,
         min_len=3,
@@ -144,8 +144,8 @@ def recipe() -> Recipe:
         hidden_sizes=(32, 64, 128, 256),
         profile="cpu",
         control_factor=3,
-    )
-    gpu = Recipe(
+    ),
+    gpu=Recipe(
         n_train=50000,
         n_test=1000,
         min_len=3,
@@ -159,8 +159,13 @@ def recipe() -> Recipe:
         warmup=100,
         hidden_sizes=(64, 128, 256, 512, 1024),
         profile="gpu",
-    )
-    return pick(ci=ci, cpu=cpu, gpu=gpu)
+    ),
+)
+
+
+def recipe(profile: str | None = None) -> Recipe:
+    """The recipe of the active profile (or of ``profile``: "ci", "cpu" or "gpu")."""
+    return RECIPES.for_profile(profile)
 
 
 def make_data(r: Recipe) -> TaskData:

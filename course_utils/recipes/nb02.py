@@ -52,6 +52,7 @@ from course_utils.recipes.nb01 import (
     teacher_forced_logits,
     train_seq2seq,
 )
+from course_utils.runtime.profiles import PROFILES, ProfileTable
 
 __all__ = [
     "Recipe",
@@ -93,11 +94,17 @@ StepFn = Callable[[Seq2SeqRNN, Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Te
 # --------------------------------------------------------------------------------------------
 # Data and models: train short, test long; additive or dot-product scores; a bidirectional encoder
 # --------------------------------------------------------------------------------------------
+# the longest training sentence per profile (the recipes' max_len: 11, 20, 30 words)
+TRAIN_MAX_LEN = ProfileTable(ci=8, cpu=14, gpu=20)
+
+
 def train_max_len(r: Recipe) -> int:
     """The longest training sentence of notebook 02: test sentences go up to ``r.max_len``,
     so the longest test buckets hold lengths no model has seen in training (ci: 8 of 11 words,
     cpu: 14 of 20, gpu: 20 of 30; another recipe: two thirds of its longest sentence)."""
-    return {"ci": 8, "cpu": 14, "gpu": 20}.get(r.profile, max(r.min_len, 2 * r.max_len // 3))
+    if r.profile in PROFILES:
+        return TRAIN_MAX_LEN.for_profile(r.profile)
+    return max(r.min_len, 2 * r.max_len // 3)
 
 
 def make_data(r: Recipe) -> TaskData:

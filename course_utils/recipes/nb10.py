@@ -39,7 +39,7 @@ from course_utils.data.tasks import (
 from course_utils.modeling.models.seq2seq_rnn import Seq2SeqRNN
 from course_utils.modeling.models.transformer import EncoderDecoderTransformer
 from course_utils.runtime import devices
-from course_utils.runtime.profiles import pick
+from course_utils.runtime.profiles import ProfileTable
 from course_utils.runtime.training import History, sequence_cross_entropy, train
 
 __all__ = [
@@ -113,12 +113,59 @@ class Config:
     seeds: tuple[int, ...] = (0,)  # seeds of the Transformer's repeat runs
 
 
-def config() -> Config:
-    """The active profile's recipe: notebook 01's task and RNN sizes, this notebook's
-    Transformer and the training budget all three share."""
+@dataclass(frozen=True)
+class Sizes:
+    """The sizes of :class:`Config` that depend on the profile (one row of :data:`SIZES`; the
+    task and the RNNs take notebook 01's table, :data:`course_utils.recipes.nb01.RECIPES`)."""
+
+    d_ff: int  # the Transformer's feed-forward width
+    steps: int
+    transformer_lr: float
+    warmup: int
+    eval_points: int
+    eval_subset: int
+    seeds: tuple[int, ...]
+
+
+SIZES = ProfileTable(
+    ci=Sizes(
+        d_ff=128,
+        steps=200,
+        transformer_lr=5e-3,
+        warmup=20,
+        eval_points=2,
+        eval_subset=100,
+        seeds=(0,),
+    ),
+    cpu=Sizes(
+        d_ff=256,
+        steps=800,
+        transformer_lr=3e-3,
+        warmup=100,
+        eval_points=5,
+        eval_subset=300,
+        seeds=(0, 1),
+    ),
+    gpu=Sizes(
+        d_ff=256,
+        steps=800,
+        transformer_lr=3e-3,
+        warmup=100,
+        eval_points=5,
+        eval_subset=300,
+        seeds=(0, 1),
+    ),
+)
+
+
+def config(profile: str | None = None) -> Config:
+    """The recipe of the active profile (or of ``profile``: "ci", "cpu" or "gpu"): notebook
+    01's task and RNN sizes, this notebook's Transformer and the training budget all three
+    share."""
     from course_utils.recipes import nb01, nb02
 
-    r = nb01.recipe()
+    r = nb01.RECIPES.for_profile(profile)
+    s = SIZES.for_profile(profile)
     return Config(
         task=TaskConfig(
             n_train=r.n_train,
@@ -129,18 +176,16 @@ def config() -> Config:
             buckets=r.buckets,
             seed=r.seed,
         ),
-        transformer=TransformerConfig(
-            d_model=64, n_heads=4, n_layers=2, d_ff=pick(ci=128, cpu=256)
-        ),
+        transformer=TransformerConfig(d_model=64, n_heads=4, n_layers=2, d_ff=s.d_ff),
         rnn=RNNConfig(emb_dim=r.emb_dim, hidden_dim=r.hidden_dim),
         batch_size=64,
-        steps=pick(ci=200, cpu=800),
+        steps=s.steps,
         # the RNNs at notebook 01's rate; the Transformer's tuned for the same step budget
-        lr={"rnn": r.lr, "rnn+attention": r.lr, "transformer": pick(ci=5e-3, cpu=3e-3)},
-        warmup=pick(ci=20, cpu=100),
-        eval_points=pick(ci=2, cpu=5),
-        eval_subset=pick(ci=100, cpu=300),
-        seeds=pick(ci=(0,), cpu=(0, 1)),
+        lr={"rnn": r.lr, "rnn+attention": r.lr, "transformer": s.transformer_lr},
+        warmup=s.warmup,
+        eval_points=s.eval_points,
+        eval_subset=s.eval_subset,
+        seeds=s.seeds,
     )
 
 

@@ -20,20 +20,9 @@ NOQA_C901 = re.compile(r"#\s*noqa:[^#\n]*\bC901\b")
 # deletes its line here, and the lead empties the list when merging. Never add to it.
 # Keys are "path under course_utils::qualified name".
 LONG_ALLOWED = {
-    "grading/cli.py::add_arguments",  # argument groups (grading/cli.py owner)
-    "grading/grader.py::grade_submission",  # grader owner
-    "grading/grader.py::_run",  # grader owner
-    "grading/grader.py::_check",  # grader owner
-    "grading/kernel.py::GradingKernel.execute",  # kernel owner
     "recipes/nb09.py::_fit",  # recipes owner
-    "runtime/training.py::train",  # training-loop split (issue 20.2)
 }
-NOQA_ALLOWED = {
-    "grading/grader.py::_run",
-    "grading/grader.py::_check",
-    "grading/kernel.py::GradingKernel.execute",
-    "runtime/training.py::train",
-}
+NOQA_ALLOWED: set[str] = set()
 
 
 def functions(source: str) -> list[tuple[str, int, int]]:

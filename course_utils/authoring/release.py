@@ -34,7 +34,12 @@ Notebooks without a solution are kept (``--force`` removes those named ``NN_*.ip
 
 The release itself is a chain of small steps, in the spirit of nbgrader's preprocessors:
 :func:`validate`, then :data:`STEPS` (:func:`strip_solutions`, :func:`clear_outputs`,
-:func:`drop_volatile_metadata`), :func:`render` and :func:`write`.
+:func:`drop_volatile_metadata`, :func:`add_install_cell`), :func:`render` and :func:`write`.
+
+The first cell of every student notebook of a course project (a ``pyproject.toml`` beside
+``solutions/``) installs the course where ``course_utils`` is missing, from the repository set
+once in ``[tool.course]`` (:mod:`course_utils.authoring.install_cell`); elsewhere it does
+nothing.
 
 Before anything is written, every solution is validated; problems are listed with the file and
 cell they are in and the command exits 2. A notebook is invalid when: a cell has no id or two
@@ -67,7 +72,7 @@ from typing import Any
 
 import nbformat
 
-from course_utils.authoring import student_work
+from course_utils.authoring import install_cell, student_work
 from course_utils.authoring.cells import (
     CHECK,
     EXERCISE,
@@ -80,6 +85,7 @@ from course_utils.authoring.cells import (
     role_origin,
 )
 from course_utils.authoring.leaks import Leak, find_leaks
+from course_utils.authoring.project import CourseSettings, read_settings
 from course_utils.authoring.regions import BEGIN, END, Region, find_regions
 
 ANSWER_PLACEHOLDER = "YOUR ANSWER HERE"
@@ -175,17 +181,19 @@ def _load_registry() -> Mapping[str, Any]:
 #
 # Like nbgrader's preprocessors, a release is a chain of small steps over a copy of the
 # notebook: ``validate`` (every problem at once, nothing changed), then each of
-# :data:`STEPS` (``strip_solutions``, ``clear_outputs``, ``drop_volatile_metadata``), then
-# ``render`` and ``write``. A step takes and returns the notebook (plain dicts) and a
+# :data:`STEPS` (``strip_solutions``, ``clear_outputs``, ``drop_volatile_metadata``,
+# ``add_install_cell``), then ``render`` and ``write``. A step takes and returns the notebook (plain dicts) and a
 # :class:`Context`; it may assume the notebook is valid.
 
 
 @dataclass(frozen=True)
 class Context:
-    """What every step may read: the file name and the exercise registry."""
+    """What every step may read: the file name, the exercise registry and the course's
+    settings for the install cell (None: no install cell, e.g. a notebook outside a course)."""
 
     name: str
     registry: Mapping[str, Any]
+    install: CourseSettings | None = None
 
 
 @dataclass
@@ -439,21 +447,36 @@ def drop_volatile_metadata(nb: dict[str, Any], ctx: Context) -> dict[str, Any]:
     return nb
 
 
-STEPS = (strip_solutions, clear_outputs, drop_volatile_metadata)
+def add_install_cell(nb: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """Step 4: put the install cell (:mod:`course_utils.authoring.install_cell`) first, so a
+    notebook opened on Colab or anywhere without the package installs the course from the
+    configured repository; where ``course_utils`` imports it does nothing. Skipped when
+    ``ctx.install`` is None."""
+    if ctx.install is None:
+        return nb
+    cells = [c for c in nb.get("cells", []) if c.get("id") != install_cell.CELL_ID]
+    nb["cells"] = [install_cell.install_cell(ctx.install), *cells]
+    return nb
+
+
+STEPS = (strip_solutions, clear_outputs, drop_volatile_metadata, add_install_cell)
 
 
 def release_notebook(
-    nb: Mapping[str, Any], name: str, registry: Mapping[str, Any] | None = None
+    nb: Mapping[str, Any],
+    name: str,
+    registry: Mapping[str, Any] | None = None,
+    install: CourseSettings | None = None,
 ) -> dict[str, Any]:
     """The student version of solution notebook ``nb`` (a parsed ``.ipynb`` dict).
 
     ``name`` is the file name (``"03_scaled_dot_product.ipynb"``), used in messages and to
     match the registry's ``Exercise.notebook``; ``registry`` maps exercise ids to exercises
-    (default: ``course_utils.checks.REGISTRY``). Runs :func:`validate` (raises
-    :class:`ReleaseError` listing every problem found), then each of :data:`STEPS`.
-    ``nb`` itself is not modified.
+    (default: ``course_utils.checks.REGISTRY``); ``install``, the course's settings, adds the
+    install cell (None: none). Runs :func:`validate` (raises :class:`ReleaseError` listing
+    every problem found), then each of :data:`STEPS`. ``nb`` itself is not modified.
     """
-    ctx = Context(name, _load_registry() if registry is None else registry)
+    ctx = Context(name, _load_registry() if registry is None else registry, install)
     problems = validate(nb, ctx)
     if problems:
         raise ReleaseError(problems)
@@ -524,11 +547,25 @@ def _read(path: Path) -> dict[str, Any]:
     return nb
 
 
+def course_settings(path: str | Path) -> CourseSettings | None:
+    """The settings of the course a solution notebook belongs to: ``[tool.course]`` of the
+    ``pyproject.toml`` beside its ``solutions/`` folder; None when there is none (a notebook
+    outside a course project gets no install cell: there is no package to install)."""
+    root = Path(path).resolve().parent.parent
+    if not (root / "pyproject.toml").is_file():
+        return None
+    try:
+        return read_settings(root)
+    except (ValueError, OSError) as exc:
+        raise ReleaseError([str(exc)]) from None
+
+
 def release_file(path: str | Path, registry: Mapping[str, Any] | None = None) -> str:
-    """The text of the student version of the solution notebook at ``path``."""
+    """The text of the student version of the solution notebook at ``path`` (with the install
+    cell when it belongs to a course project, :func:`course_settings`)."""
     path = Path(path)
     nb = _read(path)
-    student = release_notebook(nb, path.name, registry)
+    student = release_notebook(nb, path.name, registry, course_settings(path))
     try:
         nbformat.validate(nbformat.from_dict(json.loads(json.dumps(student))))
     except nbformat.ValidationError as exc:

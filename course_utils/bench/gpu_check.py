@@ -37,6 +37,13 @@ from course_utils.recipes.nb08 import GPU_VAL_BAR
 
 STAGES = ("doctor", "paths", "notebooks", "gpt-bar", "bench")
 BUDGET_S = {"doctor": 10, "paths": 60, "notebooks": 180, "gpt-bar": 200, "bench": 60}
+# --card t4: Colab's / Kaggle's T4 (16 GB, fp16 + GradScaler, no bf16). Its budgets are an
+# ESTIMATE until the check runs on one: the data-centre budgets times the ratio of peak
+# throughput (T4: 65 TFLOPS fp16, 320 GB/s; A100: 312 TFLOPS bf16, 1555 GB/s; about 5x).
+CARDS = {
+    "datacentre": (1.0, "one current data-centre GPU (A100 / H100 class, bf16)"),
+    "t4": (5.0, "a T4-class card (16 GB, fp16 + GradScaler): ESTIMATE, not yet measured"),
+}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -47,6 +54,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="gpu", choices=("ci", "cpu", "gpu"))
     p.add_argument("--device", default=None, help="default: the profile's device")
     p.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
+    p.add_argument(
+        "--card",
+        default="datacentre",
+        choices=tuple(CARDS),
+        help="the plan's time budgets for this class of card (t4: an estimate)",
+    )
     p.add_argument("--max-steps", type=int, default=60, help="training steps in the smoke runs")
     p.add_argument(
         "--bar-steps", type=int, default=None, help="GPT bar steps (default: the recipe's)"
@@ -61,14 +74,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 def plan(opts: argparse.Namespace) -> list[str]:
-    """What would run, one line per stage, with its time budget on a data-centre GPU."""
+    """What would run, one line per stage, with its time budget on the ``--card`` class."""
+    factor, card = CARDS[getattr(opts, "card", "datacentre")]
+    amp = "fp16 autocast + GradScaler" if factor > 1 else "bf16 autocast"
     lines = [
         f"GPU check: profile {opts.profile}, device {opts.device or 'the profile'}; "
-        f"results in {opts.out}/gpu.json, gpu.md, gpu.txt"
+        f"results in {opts.out}/gpu.json, gpu.md, gpu.txt",
+        f"budgets for {card}",
     ]
     what = {
-        "doctor": "course doctor (machine, gpu profile assumptions and estimates)",
-        "paths": "bf16 autocast + fused AdamW step, KV-cache sampling, SDPA backends, "
+        "doctor": "course doctor (machine, precision and why, gpu profile estimates)",
+        "paths": f"{amp} + fused AdamW step, KV-cache sampling, SDPA backends, "
         "naive-sweep memory limit, NCCL data parallelism (or a clear skip)",
         "notebooks": f"every notebook in {opts.solutions}/ with COURSE_MAX_STEPS={opts.max_steps}",
         "gpt-bar": f"notebook 08's {opts.profile} recipe, "
@@ -76,8 +92,8 @@ def plan(opts: argparse.Namespace) -> list[str]:
         "bench": "course bench attention mha" + (" --quick" if opts.quick else ""),
     }
     for name in opts.stages:
-        lines.append(f"  {name:<10} ~{BUDGET_S[name]:>4} s  {what[name]}")
-    lines.append(f"  total budget ~{sum(BUDGET_S[s] for s in opts.stages)} s")
+        lines.append(f"  {name:<10} ~{BUDGET_S[name] * factor:>4.0f} s  {what[name]}")
+    lines.append(f"  total budget ~{sum(BUDGET_S[s] for s in opts.stages) * factor:.0f} s")
     return lines
 
 
@@ -105,8 +121,11 @@ def stage_paths(opts: argparse.Namespace) -> dict[str, Any]:
     cfg = replace(cfg, device=str(device), eval_every=0, final_eval_batches=2)
     data = nb08.load_dataset(opts.data)
     model, hist = nb08.train_char_gpt(cfg, data, steps=opts.max_steps, progress=False)
+    from course_utils.runtime import precision
+
     out["gpt_step"] = {
-        "autocast": str(cfg.autocast_dtype),
+        "autocast": str(precision.autocast_for(cfg.autocast_dtype, device)),
+        "precision": precision.choose(device).reason,
         "fused_adamw": device.type in ("cuda", "cpu"),
         "steps": hist.steps_done,
         "tokens_per_s": hist.tokens_per_second,

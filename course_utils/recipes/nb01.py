@@ -40,6 +40,7 @@ from course_utils.data.tasks import (
 )
 from course_utils.modeling.attention import AdditiveAttention
 from course_utils.modeling.models.seq2seq_rnn import Seq2SeqRNN
+from course_utils.modeling.module_state import eval_mode, model_device
 from course_utils.runtime.profiles import ProfileTable
 from course_utils.runtime.training import History, sequence_cross_entropy, train
 
@@ -330,7 +331,7 @@ def train_seq2seq(
     """
     forward = forward_fn or teacher_forced_logits
     gen = torch.Generator().manual_seed(r.seed)
-    device = next(model.parameters()).device
+    device = model_device(model)
 
     def loss_fn(m: nn.Module, batch: Seq2SeqData) -> Tensor:
         logits = forward(m, batch.src, batch.src_lengths, batch.tgt_in)
@@ -412,21 +413,16 @@ def decode_tokens(
     max_len)`` in chunks -> tokens (N, max_len), PAD-filled. ``max_len`` default: longest
     target + 5."""
     max_len = max_len or split.tgt_out.shape[1] + 5
-    device = next(model.parameters()).device
+    device = model_device(model)
     out = torch.zeros(len(split), max_len, dtype=torch.long)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for start in range(0, len(split), batch_size):
-                part = split[torch.arange(start, min(start + batch_size, len(split)))].to(device)
-                tokens = decode_fn(model, part.src, part.src_lengths, max_len)
-                if isinstance(tokens, (tuple, list)):
-                    tokens = tokens[0]
-                tokens = tokens[:, :max_len].cpu()
-                out[start : start + tokens.shape[0], : tokens.shape[1]] = tokens
-    finally:
-        model.train(was_training)
+    with eval_mode(model), torch.no_grad():
+        for start in range(0, len(split), batch_size):
+            part = split[torch.arange(start, min(start + batch_size, len(split)))].to(device)
+            tokens = decode_fn(model, part.src, part.src_lengths, max_len)
+            if isinstance(tokens, (tuple, list)):
+                tokens = tokens[0]
+            tokens = tokens[:, :max_len].cpu()
+            out[start : start + tokens.shape[0], : tokens.shape[1]] = tokens
     return out
 
 

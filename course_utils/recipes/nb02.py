@@ -41,6 +41,7 @@ from course_utils.data.tasks import (
 )
 from course_utils.modeling.attention import AdditiveAttention, masked_softmax
 from course_utils.modeling.models.seq2seq_rnn import Seq2SeqRNN
+from course_utils.modeling.module_state import model_device
 from course_utils.plots import show_heatmap
 from course_utils.recipes import nb01
 from course_utils.recipes.nb01 import (
@@ -285,7 +286,7 @@ class MissBreakdown:
 @torch.no_grad()
 def miss_breakdown(model: Seq2SeqRNN, data: TaskData) -> MissBreakdown:
     """Classify every alignment miss of ``model`` on ``data``'s test set (teacher-forced)."""
-    device = next(model.parameters()).device
+    device = model_device(model)
     split = data.test.to(device)
     _, weights = teacher_forced_logits(
         model, split.src, split.src_lengths, split.tgt_in, return_attention=True
@@ -396,7 +397,7 @@ def translate_examples(
     """Decode ``examples`` (from ``data.test_examples`` or ``data.task.example(...)``) and keep
     each one's attention map, trimmed to the real source words and output steps."""
     enc = encode_examples(list(examples), data.src_vocab, data.tgt_vocab)
-    device = next(model.parameters()).device
+    device = model_device(model)
     max_len = enc.tgt_out.shape[1] + 5
     tokens, weights = greedy_translate(
         model, enc.src.to(device), enc.src_lengths.to(device), max_len, step_fn=step_fn
@@ -428,7 +429,7 @@ def alignment_accuracy(model: Seq2SeqRNN, split: Seq2SeqData) -> float:
     Teacher-forced attention over ``split`` (each target word, EOS excluded), compared with
     the task's gold alignment by :func:`course_utils.data.tasks.alignment_score`.
     """
-    device = next(model.parameters()).device
+    device = model_device(model)
     split = split.to(device)
     _, weights = teacher_forced_logits(
         model, split.src, split.src_lengths, split.tgt_in, return_attention=True

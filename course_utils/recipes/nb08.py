@@ -24,6 +24,7 @@ import torch
 
 from course_utils.data.text import CharDataset, TextCorpus, load_text_corpus
 from course_utils.modeling.models.gpt import GPT, GPTConfig
+from course_utils.modeling.module_state import eval_mode
 from course_utils.runtime import devices
 from course_utils.runtime.profiles import ProfileTable, cap_steps, current
 from course_utils.runtime.training import History, lr_schedule, train
@@ -154,12 +155,10 @@ def estimate_loss(
     """Mean next-token cross-entropy on ``batches`` random batches of each split (nanoGPT's
     ``estimate_loss``). The windows come from a fixed seed, so two models (or two points of
     one training run) are measured on the same text. Returns ``{"train": ..., "val": ...}``."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    device = devices.model_device(model)
     T = block_size or model.config.block_size
     out = {}
-    try:
+    with eval_mode(model):
         for split in splits:
             gen = torch.Generator().manual_seed(seed)
             total = 0.0
@@ -169,8 +168,6 @@ def estimate_loss(
                     _, loss = model(x, y)
                 total += float(loss)
             out[split] = total / batches
-    finally:
-        model.train(was_training)
     return out
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -49,6 +49,7 @@ from course_utils.data.images import (
 )
 from course_utils.modeling.layers import record_attention
 from course_utils.modeling.models.vit import ViT, ViTConfig
+from course_utils.modeling.module_state import eval_mode
 from course_utils.runtime import devices
 from course_utils.runtime.profiles import ProfileTable, current
 from course_utils.runtime.training import History, train
@@ -61,7 +62,6 @@ __all__ = [
     "Config",
     "config",
     "load_images",
-    "init_vit_",
     "augment_affine",
     "augment_batch",
     "ImageRun",
@@ -558,26 +558,6 @@ def dataset_description(cfg: Config, data: ImageSplit) -> str:
 # --------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------
-def init_vit_(model: ViT, pos_std: float = 0.2) -> ViT:
-    """Xavier-uniform weights and zero biases for every linear layer (the original ViT's
-    initialisation), a zero classification head, position embeddings and class token drawn
-    from N(0, pos_std^2); in place, returns ``model``.
-
-    The course ViT's default (timm's ``std=0.02`` everywhere) suits large models and data; on
-    digits it trains markedly worse (notebook 09's ablation and learning curves measure it).
-    """
-    for module in model.modules():
-        if isinstance(module, nn.Linear):
-            nn.init.xavier_uniform_(module.weight)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-    nn.init.zeros_(model.head.weight)
-    nn.init.normal_(model.pos_embed, std=pos_std)
-    if model.cls_token is not None:
-        nn.init.normal_(model.cls_token, std=pos_std)
-    return model
-
-
 def augment_affine(
     x: Tensor,
     generator: torch.Generator | None = None,
@@ -679,18 +659,14 @@ def run_model(
     in batches on the model's device (under autocast to ``autocast_dtype`` when given);
     returns the logits (N, K) on the CPU in float32.
     """
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    device = devices.model_device(model)
     logits = []
-    try:
+    with eval_mode(model):
         for i in range(0, len(images), batch_size):
             xb = images[i : i + batch_size].to(device)
             with devices.autocast(device, autocast_dtype):
                 out = forward(model, xb) if forward is not None else model(xb)
             logits.append(out.float().cpu())
-    finally:
-        model.train(was_training)
     if not logits:
         raise ValueError("run_model got no images")
     return torch.cat(logits)
@@ -758,9 +734,10 @@ def _fit(
             for a, b in zip(average.buffers(), model.buffers(), strict=True):
                 a.copy_(b)
 
+    def after_step(step: int, net: nn.Module) -> None:  # after the step's evaluation
+        update_average()
+
     def batch(step: int) -> tuple[Tensor, Tensor]:
-        if average is not None and step > 0:  # the optimizer has just taken step - 1
-            update_average()
         epoch, i = divmod(step, per_epoch)
         if i == 0 or "perm" not in order:  # a new shuffle every epoch
             order["perm"] = torch.randperm(n, generator=gen).to(device)
@@ -797,11 +774,11 @@ def _fit(
         log_every=per_epoch,
         seed=seed,
         autocast_dtype=tc.autocast_dtype,
+        on_step=after_step if average is not None else None,
         progress=progress,
         desc=f"training {name}",
     )
     if average is not None:  # the average (with the last step) is the model we keep
-        update_average()
         history.eval["test accuracy"][-1] = evaluate(average)["test accuracy"]
         model = average.eval()
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
@@ -829,11 +806,11 @@ def train_vit(
     name: str = "ViT",
     xavier_init: bool = True,
 ) -> ImageRun:
-    """Train a course :class:`ViT` (Xavier init, see :func:`init_vit_`) on ``data``.
+    """Train a course :class:`ViT` (its own Xavier init, :meth:`ViT.reset_parameters`) on ``data``.
 
     ``cfg`` defaults to :func:`config`, ``data`` to :func:`load_images`; ``vit`` and
-    ``train_cfg`` override the config's parts; ``xavier_init=False`` keeps the ViT's default
-    initialisation (every weight from N(0, 0.02^2)). Deterministic for a given ``seed`` on the
+    ``train_cfg`` override the config's parts; ``xavier_init=False`` uses timm's initialisation
+    instead (``ViTConfig(init="timm")``: every weight from N(0, 0.02^2)). Deterministic for a given ``seed`` on the
     CPU; the model starts as :func:`initial_vit` with the same arguments. Returns an
     :class:`ImageRun` (accuracy on ``data.x_test``).
     """
@@ -849,8 +826,7 @@ def initial_vit(vit: ViTConfig, *, seed: int = 0, xavier_init: bool = True) -> V
     """The untrained ViT that :func:`train_vit` starts from for this ``seed``."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = ViT(vit)
-        return init_vit_(model) if xavier_init else model
+        return ViT(vit if xavier_init else replace(vit, init="timm"))
 
 
 def train_vit_digits(
@@ -1040,7 +1016,7 @@ def train_vit_spectrograms(
     data = data if data is not None else spectrogram_split(cfg, seed=seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = init_vit_(ViT(cfg.vit))
+        model = ViT(cfg.vit)
     return _fit(
         "ViT on spectrograms", model, data, cfg.train, seed=seed, device=device, progress=progress
     )

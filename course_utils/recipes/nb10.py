@@ -37,7 +37,11 @@ from course_utils.data.tasks import (
     make_translation_data,
 )
 from course_utils.modeling.models.seq2seq_rnn import Seq2SeqRNN
-from course_utils.modeling.models.transformer import EncoderDecoderTransformer
+from course_utils.modeling.models.transformer import (
+    EncoderDecoderTransformer,
+    cross_attention_maps,  # notebook 10 calls it as nb10.cross_attention_maps
+)
+from course_utils.modeling.module_state import eval_mode
 from course_utils.runtime import devices
 from course_utils.runtime.profiles import ProfileTable
 from course_utils.runtime.training import History, sequence_cross_entropy, train
@@ -272,11 +276,9 @@ def decode(
     Each chunk runs on the model's device; the tokens come back on the CPU.
     """
     device = devices.model_device(model)
-    was = model.training
-    model.eval()
     max_len = int(data.tgt_out.shape[1]) + 2
     outs = []
-    try:
+    with eval_mode(model):
         for start in range(0, len(data), batch_size):
             part = data[start : start + batch_size].to(device)
             if decode_fn is None:
@@ -284,8 +286,6 @@ def decode(
             else:
                 out = decode_fn(model, part.src, part.src_lengths, max_len)
             outs.append((out[0] if isinstance(out, tuple) else out).cpu())
-    finally:
-        model.train(was)
     width = max(o.shape[1] for o in outs)
     return torch.cat([nn.functional.pad(o, (0, width - o.shape[1])) for o in outs])
 
@@ -431,27 +431,6 @@ def step_time_by_length(
     finally:
         model.train(was)
     return out
-
-
-@torch.no_grad()
-def cross_attention_maps(
-    model: nn.Module, src: torch.Tensor, src_lengths: torch.Tensor, tokens: torch.Tensor
-) -> list[torch.Tensor]:
-    """Cross-attention weights of every decoder layer of ``model`` (anything whose
-    ``decoder`` layers hold a ``cross_attn`` MultiHeadAttention, e.g. notebook 10's own
-    Transformer) while it produces ``tokens`` (B, T'): one (B, n_heads, T', S) per layer.
-    The decoder is causal, so one teacher-forced pass over [BOS, tokens[:-1]] gives them."""
-    from course_utils.modeling.layers import record_attention
-
-    bos = torch.full_like(tokens[:, :1], model.bos_id)
-    was = model.training
-    model.eval()
-    try:
-        with record_attention(*(layer.cross_attn for layer in model.decoder)) as cross:
-            model(src, src_lengths, torch.cat([bos, tokens[:, :-1]], dim=1))
-    finally:
-        model.train(was)
-    return cross
 
 
 @torch.no_grad()

@@ -280,3 +280,23 @@ def test_reference_matches_the_course_vit_forward():
             nn.init.normal_(model.head.weight)  # the course ViT starts with a zero head
             images = torch.rand(3, 1, 8, 8)
             torch.testing.assert_close(vit_forward(model, images), model(images))
+
+
+@pytest.mark.parametrize("exercise_id", ["09.1", "09.2"])
+def test_no_hint_prints_a_solution_line(exercise_id):
+    """Every hint a failure can show (each mistake's and the generic one) names the mistake
+    and the idea, never a line of the notebook's solution (the no-answer rule's needles)."""
+    import json
+    from pathlib import Path
+
+    from course_utils import checks
+    from course_utils.authoring.leaks import _solution_lines, _squash, needles
+
+    path = Path(__file__).resolve().parents[1] / "solutions" / "09_vit.ipynb"
+    cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    found = [_squash(n) for c in cells for line in _solution_lines(c)[0] for n in needles(line)]
+    assert len(found) > 5  # the solutions were read
+    exercise = checks.get(exercise_id)
+    for hint in [exercise.hint, *(m.hint for m in exercise.mistakes)]:
+        leaked = [n for n in found if n in _squash(hint)]
+        assert not leaked, f"{exercise_id}: {hint!r} prints {leaked}"

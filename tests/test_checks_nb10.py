@@ -104,9 +104,18 @@ def layer_with(self_attn=None, cross_attn=None, residual=(True, True, True)):
     return Wrong
 
 
+def _torch_convention(m, h):
+    T = h.shape[1]
+    return m.self_attn(h, attn_mask=torch.triu(torch.ones(T, T), diagonal=1).bool())
+
+
 LAYER_MISTAKES = {
     "no causal mask in the masked self-attention": layer_with(
         self_attn=lambda m, h: m.self_attn(h)
+    ),
+    # student B: nn.MultiheadAttention's convention (True = blocked) in the course's MHA
+    "causal mask in nn.MultiheadAttention's convention (True = blocked)": layer_with(
+        self_attn=_torch_convention
     ),
     "cross attention takes its keys and values from x instead of memory": layer_with(
         cross_attn=lambda m, h: m.cross_attn(h, h)
@@ -143,6 +152,24 @@ class MaskInvertedTorchStyle(Given):
         x = self.norm1(x + self.self_attn(x, is_causal=True))
         x = self.norm2(x + self.cross_attn(x, memory, key_padding_mask=pad))
         return self.norm3(x + self.mlp(x))
+
+
+class MemoryNormalised(Given):
+    """Student B: the memory passed through norm2 together with the queries."""
+
+    def forward(self, x, memory, memory_key_padding_mask=None):
+        kpm = memory_key_padding_mask
+        if self.norm_first:
+            x = x + self.self_attn(self.norm1(x), is_causal=True)
+            x = x + self.cross_attn(self.norm2(x), self.norm2(memory), key_padding_mask=kpm)
+            return x + self.mlp(self.norm3(x))
+        x = self.norm1(x + self.self_attn(x, is_causal=True))
+        x = self.norm2(x + self.cross_attn(x, self.norm2(memory), key_padding_mask=kpm))
+        return self.norm3(x + self.mlp(x))
+
+
+def test_decoder_layer_check_names_a_normalised_memory():
+    assert_rejected("10.1", MemoryNormalised, "the memory normalised too", SEEDS)
 
 
 class AlwaysPostNorm(LayerSpelledOut):
@@ -215,8 +242,31 @@ def test_greedy_check_accepts_correct_answers(candidate):
     assert_passes("10.3", candidate, SEEDS)
 
 
-def test_greedy_check_accepts_the_models_own_decoder_returning_a_pair():
-    assert_passes("10.3", lambda m, s, n, L: m.greedy_decode(s, n, L), SEEDS)
+def greedy_by_forward(model, src, src_lengths, max_len):
+    """Calls the model's forward on the whole prefix at every step (re-encoding the source each
+    time): correct under notebook 10's contract, forward returns the logits alone."""
+    ys = torch.full((src.shape[0], 1), model.bos_id)
+    done = torch.zeros(src.shape[0], dtype=torch.bool)
+    for _ in range(max_len):
+        nxt = model(src, src_lengths, ys)[:, -1].argmax(-1)
+        nxt[done] = model.pad_id
+        done = done | (nxt == model.eos_id)
+        ys = torch.cat([ys, nxt[:, None]], 1)
+        if bool(done.all()):
+            break
+    return ys[:, 1:]
+
+
+def test_greedy_check_accepts_a_decoder_calling_forward_every_step():
+    # student B's false rejection: the check's model returned (logits, None) from forward
+    assert_passes("10.3", greedy_by_forward, SEEDS)
+
+
+def test_greedy_check_rejects_a_pair_with_the_contract_in_the_message():
+    from course_utils import checks
+
+    result = checks.run("10.3", lambda m, s, n, L: (greedy_by_forward(m, s, n, L), None))
+    assert result.status == "error" and "token ids (B, T')" in result.message
 
 
 def wrong_greedy(*, first=None, feed=True, pad=True, dim=-1):
@@ -284,8 +334,7 @@ def test_greedy_registered_mistakes_are_named():
 
 class ModelWritten(Seq2SeqTransformer):
     """The notebook's given ``__init__`` (the reference's) with every method written again:
-    mask from the tokens (PAD is 0 beyond each length), positions through index_select, a
-    (logits, None) pair from forward like the course's models."""
+    mask from the tokens (PAD is 0 beyond each length), positions through index_select."""
 
     def src_mask(self, src, src_lengths):
         return src != self.pad_id
@@ -308,7 +357,7 @@ class ModelWritten(Seq2SeqTransformer):
 
     def forward(self, src, src_lengths, tgt_in):
         m = self.src_mask(src, src_lengths)
-        return self.decode(tgt_in, self.encode(src, m), m), None
+        return self.decode(tgt_in, self.encode(src, m), m)
 
 
 def model_with(**wrong):
@@ -362,7 +411,22 @@ def test_model_reference_equals_the_course_model_with_the_same_weights():
         )
 
 
+class ScaledSourceOnly(ModelWritten):
+    def decode(self, tgt_in, memory, src_mask):
+        h = self.tgt_embed(tgt_in) + self.pe[: tgt_in.shape[1]]  # no sqrt(D) on this side
+        for lay in self.decoder:
+            h = lay(h, memory, memory_key_padding_mask=src_mask)
+        return self.generator(self.decoder_norm(h))
+
+
+class MaskLessOrEqual(ModelWritten):
+    def src_mask(self, src, src_lengths):
+        return torch.arange(src.shape[1])[None, :] <= src_lengths[:, None]
+
+
 MODEL_MISTAKES = {
+    "embeddings scaled by sqrt(d_model) on one side only": ScaledSourceOnly,
+    "src_mask off by one (position j real when j <= length)": MaskLessOrEqual,
     "positions missing": model_with(no_positions=True),
     "embeddings not scaled by sqrt(d_model)": model_with(unscaled=True),
     "source padding mask missing in the encoder": model_with(encoder_unmasked=True),
@@ -376,6 +440,39 @@ MODEL_MISTAKES = {
 @pytest.mark.parametrize("name", list(MODEL_MISTAKES))
 def test_model_check_names_each_mistake(name):
     assert_rejected("10.2", MODEL_MISTAKES[name], name, SEEDS)
+
+
+def test_model_check_rejects_forward_returning_a_pair_and_states_the_contract():
+    # student B: (logits, None), copied from EncoderDecoderTransformer, passed 10.2 and broke
+    # the notebook's comparison and training cells
+    from course_utils import checks
+
+    class Pair(ModelWritten):
+        def forward(self, src, src_lengths, tgt_in):
+            return super().forward(src, src_lengths, tgt_in), None
+
+    for seed in SEEDS:
+        result = checks.run("10.2", Pair, seed=seed)
+        assert result.status == "error" and result.points == 0
+        assert "returns ONE tensor, the logits (B, T, V)" in result.message
+
+
+def test_every_model_handed_to_a_candidate_returns_logits_alone():
+    """10.3's and 10.4's checks build the model they pass in; both hold 10.2's contract."""
+    from course_utils import checks
+
+    seen = []
+
+    def spy_decode(model, src, src_lengths, max_len):
+        seen.append(model(src, src_lengths, torch.full((src.shape[0], 1), model.bos_id)))
+        return greedy_by_forward(model, src, src_lengths, max_len)
+
+    def spy_loss(model, src, src_lengths, tgt):
+        seen.append(model(src, src_lengths, tgt))
+        return loss_written(model, src, src_lengths, tgt)
+
+    assert checks.run("10.3", spy_decode).passed and checks.run("10.4", spy_loss).passed
+    assert seen and all(isinstance(out, torch.Tensor) and out.ndim == 3 for out in seen)
 
 
 def test_model_check_names_a_renamed_submodule():
@@ -440,7 +537,15 @@ def wrong_loss(*, shift="right", pad=True, reduction="mean"):
     return loss
 
 
+def loss_one_short(model, src, src_lengths, tgt):
+    """Student B: T - 1 decoder inputs, so the last target column is never scored."""
+    tgt_in = torch.cat([torch.ones_like(tgt[:, :1]), tgt[:, :-2]], 1)
+    logits = model(src, src_lengths, tgt_in)
+    return F.cross_entropy(logits.transpose(1, 2), tgt[:, :-1], ignore_index=0)
+
+
 LOSS_MISTAKES = {
+    "decoder input one column short": loss_one_short,
     "no target shift": wrong_loss(shift="none"),
     "target shifted the wrong way": wrong_loss(shift="left"),
     "padding counted in the loss": wrong_loss(pad=False),
@@ -467,3 +572,66 @@ def test_loss_check_rejects_a_per_token_loss_with_a_clear_error():
 
 def test_loss_registered_mistakes_are_named():
     assert_registered_mistakes_named("10.4", seeds=(0,))
+
+
+# ----------------------------------------------------------------------------- messages
+
+
+def _solution_needles() -> list[str]:
+    """Every searched form of every solution line of notebook 10 (as the no-answer rule)."""
+    import json
+    from pathlib import Path
+
+    from course_utils.authoring.leaks import _solution_lines, _squash, needles
+
+    path = Path(__file__).resolve().parents[1] / "solutions" / "10_full_transformer.ipynb"
+    cells = json.loads(path.read_text())["cells"]
+    out = []
+    for cell in cells:
+        if cell["cell_type"] == "code":
+            for line in _solution_lines(cell)[0]:
+                out += [_squash(n) for n in needles(line)]
+    return out
+
+
+def _generic_wrong(exercise_id):
+    """A wrong answer no mistake describes: the right answer's output plus noise."""
+    from course_utils import checks
+
+    ref = checks.get(exercise_id).reference
+    if exercise_id == "10.1":
+
+        class Noisy(layers.TransformerDecoderBlock):
+            def forward(self, x, memory, memory_key_padding_mask=None):
+                return 1.5 * super().forward(
+                    x, memory, memory_key_padding_mask=memory_key_padding_mask
+                )
+
+        return Noisy
+    if exercise_id == "10.2":
+
+        class Doubled(ModelWritten):
+            def forward(self, src, src_lengths, tgt_in):
+                return 2 * super().forward(src, src_lengths, tgt_in)
+
+        return Doubled
+    if exercise_id == "10.3":
+        return lambda m, s, n, L: ref(m, s, n, L).flip(1)
+    return lambda m, s, n, t: ref(m, s, n, t) + 0.5
+
+
+@pytest.mark.parametrize("exercise_id", ["10.1", "10.2", "10.3", "10.4"])
+def test_no_failure_message_prints_a_solution_line(exercise_id):
+    from course_utils import checks
+    from course_utils.authoring.leaks import _squash
+
+    needles = _solution_needles()
+    assert len(needles) > 20  # the notebook's solutions were found
+    exercise = checks.get(exercise_id)
+    candidates = [m.impl for m in exercise.mistakes] + [_generic_wrong(exercise_id)]
+    for candidate in candidates:
+        result = checks.run(exercise_id, candidate, seed=0)
+        assert result.status == "failed", result.message
+        text = _squash(result.message)
+        leaked = [n for n in needles if n in text]
+        assert not leaked, f"{exercise_id}: {result.message!r} prints {leaked}"

@@ -354,3 +354,23 @@ def test_reference_rejects_a_token_without_its_time_axis():
     W = torch.zeros(4, 3)
     with pytest.raises(ValueError, match=r"\(\.\.\., 1, D\)"):
         kv_cache_decode_step(torch.zeros(2, 4), W, W, W, torch.zeros(2, 0, 3), torch.zeros(2, 0, 3))
+
+
+@pytest.mark.parametrize("exercise_id", ["11.1", "11.2"])
+def test_no_hint_prints_a_solution_line(exercise_id):
+    """Every hint a failure can show (each mistake's and the generic one) names the mistake
+    and the idea, never a line of the notebook's solution (the no-answer rule's needles)."""
+    import json
+    from pathlib import Path
+
+    from course_utils import checks
+    from course_utils.authoring.leaks import _solution_lines, _squash, needles
+
+    path = Path(__file__).resolve().parents[1] / "solutions" / "11_attention_at_scale.ipynb"
+    cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    found = [_squash(n) for c in cells for line in _solution_lines(c)[0] for n in needles(line)]
+    assert len(found) > 5  # the solutions were read
+    exercise = checks.get(exercise_id)
+    for hint in [exercise.hint, *(m.hint for m in exercise.mistakes)]:
+        leaked = [n for n in found if n in _squash(hint)]
+        assert not leaked, f"{exercise_id}: {hint!r} prints {leaked}"

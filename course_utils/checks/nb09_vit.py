@@ -110,13 +110,15 @@ PATCH_MISTAKES = [
     ),
     Mistake(
         "plain reshape without permuting (pixels of different patches mixed)",
-        "a reshape alone cuts the image in raster order, not into p x p squares: reshape to "
-        "(B, C, H/p, p, W/p, p), permute to (B, H/p, W/p, C, p, p), then flatten",
+        "a reshape alone cuts the image in raster order, not into p x p squares: first split "
+        "each image axis into (which patch, where inside it), then move the two grid axes in "
+        "front of the channel and in-patch axes, and only then flatten",
         _plain_reshape,
     ),
     Mistake(
         "returned (B, C*p*p, N) (F.unfold without transpose)",
-        "one row per patch: transpose F.unfold's output to (B, N, C*p*p)",
+        "one row per patch: F.unfold gives one COLUMN per patch, (B, C*p*p, N); the "
+        "exercise wants the patches along the second axis, (B, N, C*p*p)",
         _unfold_no_transpose,
     ),
 ]
@@ -132,8 +134,9 @@ PATCHIFY = Exercise(
     call=_patch_call,
     mistakes=PATCH_MISTAKES,
     compare=close(),
-    hint="(B, C, H, W) -> reshape (B, C, H/p, p, W/p, p) -> permute (B, H/p, W/p, C, p, p) -> "
-    "reshape (B, N, C*p*p); F.unfold(images, p, stride=p).transpose(1, 2) is the same",
+    hint="read each image axis as two axes (which patch, where inside the patch); put the "
+    "grid axes first, then the channel and the in-patch axes; merge the grid axes into N and "
+    "the rest into C*p*p (patches row-major, each flattened channel first)",
 )
 
 
@@ -349,76 +352,75 @@ def _pool_by_kind(on_cls: str, on_mean: str):
 VIT_MISTAKES = [
     Mistake(
         "class token not prepended",
-        "put the class token in front of the patch tokens: torch.cat([cls, x], dim=1) with "
-        "cls = model.cls_token.expand(B, -1, -1), giving (B, N+1, D), then add "
-        "model.pos_embed (N+1 rows) and read the class token at position 0",
+        "a class-token model puts its class token, repeated for every image of the batch, in "
+        "FRONT of the patch tokens (N + 1 tokens), then adds the N + 1 position embeddings, "
+        "and reads the class token at position 0 after the blocks",
         _variant(tokens="none"),
     ),
     Mistake(
         "class token appended after the patches",
-        "the class token is token 0: torch.cat([cls, x], dim=1), not torch.cat([x, cls]); "
-        "pos_embed row 0 belongs to it",
+        "the class token is token 0: it goes in front of the patch tokens, not after them, "
+        "and row 0 of the position embeddings belongs to it",
         _variant(tokens="append"),
     ),
     Mistake(
         "class token appended after the patches and read from the last position",
-        "the class token is token 0: torch.cat([cls, x], dim=1), then pool x[:, 0]; "
-        "pos_embed row 0 belongs to it",
+        "the class token is token 0: it goes in front of the patch tokens, row 0 of the "
+        "position embeddings belongs to it, and it is read back from position 0",
         _variant(tokens="append", pool="last"),
     ),
     Mistake(
         "class token taken from the last position",
-        "after the blocks the class token is still at position 0: pool x[:, 0], not "
-        "x[:, -1] (the last patch)",
+        "after the blocks the class token is still at position 0: read that token, not "
+        "the last one (a patch)",
         _pool_by_kind("last", "mean"),
     ),
     Mistake(
         "class token without its position embedding",
-        "add model.pos_embed after prepending the class token: its row 0 is the class "
-        "token's position embedding",
+        "add the position embeddings after the class token is in place: their row 0 is the "
+        "class token's position",
         _variant(tokens="no_cls_position"),
     ),
     Mistake(
         "position embeddings missing",
-        "add the learned positions, x = x + model.pos_embed (shape (1, L, D)), after "
-        "prepending the class token; without them the blocks see a bag of patches",
+        "add the learned position embeddings to every token (after the class token is in "
+        "place); without them the blocks see a bag of patches",
         _variant(positions=False),
     ),
     Mistake(
         "no final LayerNorm",
-        "the pre-norm blocks leave the residual stream unnormalised: apply model.norm(x) "
-        "after the last block, before pooling",
+        "the pre-norm blocks leave the residual stream unnormalised: the model's final "
+        "LayerNorm acts on every token after the last block, before pooling",
         _variant(norm="none"),
     ),
     Mistake(
         "final LayerNorm applied after pooling",
-        "apply model.norm to every token after the last block, then pool "
-        "(for mean pooling, normalising the average is not the same)",
+        "the final LayerNorm acts on every token after the last block, and pooling comes "
+        "after it (for mean pooling, normalising the average is not the same)",
         _variant(norm="after_pool"),
     ),
     Mistake(
         "mean pooling on a class-token model",
-        "with model.config.pool == 'cls' the image is summarised by the class token: "
-        "pooled = x[:, 0]; average the tokens only when pool == 'mean'",
+        "a model whose config says pool 'cls' is summarised by its class token's final "
+        "state; average the tokens only when the config says 'mean'",
         _pool_by_kind("mean", "mean"),
     ),
     Mistake(
         "mean pooling over the patches on a class-token model",
-        "with model.config.pool == 'cls' the image is summarised by the class token: "
-        "pooled = x[:, 0]; average the tokens only when pool == 'mean'",
+        "a model whose config says pool 'cls' is summarised by its class token's final "
+        "state; average the tokens only when the config says 'mean'",
         _pool_by_kind("mean_patches", "mean"),
     ),
     Mistake(
         "class-token pooling on a mean-pooling model",
-        "with model.config.pool == 'mean' there is no class token (model.cls_token is "
-        "None): pooled = x.mean(dim=1), not x[:, 0] (the first patch)",
+        "a model whose config says pool 'mean' has no class token: its summary is the "
+        "average over the tokens, not the first token (a patch)",
         _pool_by_kind("first", "first"),
     ),
     Mistake(
         "patchify without projection",
-        "the patches (B, N, C*p*p) must be projected to the model width: "
-        "model.patch_embed(images) does patchify and the linear map "
-        "(model.patch_embed.proj) together",
+        "the patches (B, N, C*p*p) must be projected to the model width: the model's patch "
+        "embedding module does the patchify and the linear map E together",
         _variant(project=False),
     ),
 ]

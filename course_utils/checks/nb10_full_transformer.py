@@ -20,11 +20,17 @@ names) of ``EncoderDecoderTransformer`` (pre-norm); the student writes ``src_mas
 weights of a seeded ``EncoderDecoderTransformer`` into it and compares mask, memory (at real
 source positions) and logits.
 
-10.3 is a function ``greedy_decode(model, src, src_lengths, max_len)`` over an
-``EncoderDecoderTransformer`` -> tokens (B, T'), T' <= max_len, without BOS, each row up to
-and including its EOS and PAD after it. The check builds a small model with seeded weights
-whose EOS bias is chosen so that rows end at different steps (and one may never end), and
-compares token by token; a student who always runs ``max_len`` steps (PAD after EOS) passes.
+10.3 is a function ``greedy_decode(model, src, src_lengths, max_len)`` -> tokens (B, T'),
+T' <= max_len, without BOS, each row up to and including its EOS and PAD after it (one tensor,
+not a pair). The model it receives is 10.2's reference with seeded weights (its forward returns
+the logits alone), whose EOS bias is chosen so that rows end at different steps (and one may
+never end); the check compares token by token; a student who always runs ``max_len`` steps (PAD
+after EOS) passes.
+
+One forward contract holds for the whole notebook: a model's ``forward(src, src_lengths,
+tgt_in)`` returns ONE tensor, the logits (B, T, V). 10.2 rejects a pair such as the course
+``EncoderDecoderTransformer``'s ``(logits, cache)`` with a message saying so, and the models
+that 10.3 and 10.4 hand to a candidate both hold to it.
 
 10.4 is a function ``translation_loss(model, src, src_lengths, tgt) -> scalar``: ``tgt`` (B, T)
 is the target sentence followed by EOS and PAD; the decoder input is BOS followed by ``tgt``
@@ -216,29 +222,65 @@ def _pre_residual_normalised():
     return Variant
 
 
+def _torch_style_causal(m, h):
+    """A causal mask in nn.MultiheadAttention's convention (True = blocked), handed to the
+    course's attention, which reads True as "may attend": each position sees only its future."""
+    T = h.shape[-2]
+    blocked = torch.ones(T, T, dtype=torch.bool, device=h.device).triu(1)
+    return m.self_attn(h, attn_mask=blocked)
+
+
+def _cross_memory_normalised(m, h, memory, mask):
+    return m.cross_attn(h, m.norm2(memory), key_padding_mask=mask)
+
+
+_WRONG_NORM_ORDER = (
+    "each LayerNorm belongs to one sublayer: the first to the masked self-attention, the "
+    "second to the cross attention, the third to the MLP"
+)
+
 LAYER_MISTAKES = [
     Mistake(
         "no causal mask in the masked self-attention",
-        "target position i must not see positions after i: call "
-        "self.self_attn(h, is_causal=True) (or pass attn_mask=causal_mask(T))",
+        "target position i must not see the positions after it: the self-attention over the "
+        "target has to be causal (the attention module has a flag for that, or a boolean mask "
+        "in the course's convention, True = may attend)",
         _compose(sa=_no_causal),
     ),
     Mistake(
+        "causal mask in nn.MultiheadAttention's convention (True = blocked)",
+        "the course's MultiHeadAttention, like F.scaled_dot_product_attention, reads a boolean "
+        "attn_mask as True = MAY attend; PyTorch's nn.MultiheadAttention reads True as blocked. "
+        "Your mask, upper triangle True, therefore lets each target position see only the "
+        "positions after it. Use the course's convention (lower triangle and diagonal True) or "
+        "the attention's causal flag",
+        _compose(sa=_torch_style_causal),
+    ),
+    Mistake(
         "cross attention takes its keys and values from x instead of memory",
-        "in cross attention the queries come from the decoder (x) and the keys and values "
-        "from the encoder output: self.cross_attn(h, memory, key_padding_mask=...)",
+        "in cross attention the queries come from the decoder's stream and the keys and values "
+        "from the encoder's output (memory): give the memory to the attention as its second "
+        "sequence",
         _compose(ca=_cross_on_x),
     ),
     Mistake(
+        "the memory normalised too",
+        "the encoder's output is already normalised by its own final LayerNorm; the decoder's "
+        "second norm normalises only the decoder's stream (the queries' side), and the memory "
+        "enters the cross attention as it is",
+        _compose(ca=_cross_memory_normalised),
+    ),
+    Mistake(
         "memory padding mask ignored",
-        "pass key_padding_mask=memory_key_padding_mask to the cross attention, so no "
-        "target token attends to source padding",
+        "the cross attention must also receive the memory's padding mask, so that no target "
+        "token attends to source padding",
         _compose(ca=_cross_mask_ignored),
     ),
     Mistake(
         "memory padding mask inverted",
-        "the course's masks are True at real tokens (PyTorch's key_padding_mask is the "
-        "opposite): pass memory_key_padding_mask as it is, without ~",
+        "the course's masks are True at the real tokens, and the course's MultiHeadAttention "
+        "reads its key_padding_mask that way (PyTorch's nn.MultiheadAttention uses the "
+        "opposite convention): hand the mask over as it is, not negated",
         _compose(ca=_cross_mask_inverted),
     ),
     Mistake(
@@ -249,58 +291,50 @@ LAYER_MISTAKES = [
     ),
     Mistake(
         "self_attn and cross_attn swapped",
-        "use self.self_attn for the masked self-attention and self.cross_attn for the "
-        "attention over memory (their weights differ)",
+        "each attention module has its own weights: the one named for self-attention does the "
+        "masked self-attention, the one named for cross attention reads the memory",
         _compose(sa=_attn_swapped_sa, ca=_attn_swapped_ca),
     ),
     Mistake(
         "missing residual around the self-attention",
-        "add the sublayer's input back: x + self_attn(...), not self_attn(...) alone",
+        "every sublayer is wrapped in a residual connection: its input is added back to its "
+        "output, also around the self-attention",
         _compose(residual=(False, True, True)),
     ),
     Mistake(
         "missing residual around the cross attention",
-        "add the sublayer's input back: x + cross_attn(...), not cross_attn(...) alone",
+        "every sublayer is wrapped in a residual connection: its input is added back to its "
+        "output, also around the cross attention",
         _compose(residual=(True, False, True)),
     ),
     Mistake(
         "missing residual around the MLP",
-        "add the sublayer's input back: x + mlp(...), not mlp(...) alone",
+        "every sublayer is wrapped in a residual connection: its input is added back to its "
+        "output, also around the MLP",
         _compose(residual=(True, True, False)),
     ),
     Mistake(
         "LayerNorm in the wrong place (pre-norm and post-norm swapped)",
-        "norm_first=True (pre-norm): x = x + sublayer(norm(x)); norm_first=False "
-        "(post-norm): x = norm(x + sublayer(x))",
+        "norm_first=True is pre-norm: the norm acts on the sublayer's input and the residual "
+        "adds the un-normalised stream back; norm_first=False is post-norm: the norm acts on "
+        "the sum of the stream and the sublayer's output",
         _compose(pre="post", post="pre"),
     ),
     Mistake(
         "LayerNorm applied to the sublayer output before the residual",
-        "normalise the sublayer's input (pre-norm) or the sum (post-norm), not the "
-        "sublayer's output: x + norm(sublayer(x)) is neither",
+        "normalise the sublayer's input (pre-norm) or the sum after the residual (post-norm), "
+        "never the sublayer's output alone: that is neither order",
         _NormInside,
     ),
     Mistake(
         "pre-norm residual taken from the normalised input",
-        "in pre-norm the residual stream stays unnormalised: x = x + sublayer(norm(x)), "
-        "not h = norm(x); x = h + sublayer(h)",
+        "in pre-norm the residual stream itself stays un-normalised: the normalised copy only "
+        "feeds the sublayer, and the sublayer's output is added to the stream as it was",
         _pre_residual_normalised(),
     ),
-    Mistake(
-        "norms used in the wrong order",
-        "norm1 belongs to the self-attention, norm2 to the cross attention, norm3 to the MLP",
-        _compose(norms=(2, 1, 3)),
-    ),
-    Mistake(
-        "norms used in the wrong order",
-        "norm1 belongs to the self-attention, norm2 to the cross attention, norm3 to the MLP",
-        _compose(norms=(1, 3, 2)),
-    ),
-    Mistake(
-        "norms used in the wrong order",
-        "norm1 belongs to the self-attention, norm2 to the cross attention, norm3 to the MLP",
-        _compose(norms=(3, 2, 1)),
-    ),
+    Mistake("norms used in the wrong order", _WRONG_NORM_ORDER, _compose(norms=(2, 1, 3))),
+    Mistake("norms used in the wrong order", _WRONG_NORM_ORDER, _compose(norms=(1, 3, 2))),
+    Mistake("norms used in the wrong order", _WRONG_NORM_ORDER, _compose(norms=(3, 2, 1))),
 ]
 
 DECODER_LAYER = Exercise(
@@ -395,6 +429,21 @@ class Seq2SeqTransformer(nn.Module):
         return self.decode(tgt_in, self.encode(src, mask), mask)
 
 
+FORWARD_CONTRACT = (
+    "this notebook's contract: the model's forward(src, src_lengths, tgt_in) returns ONE "
+    "tensor, the logits (B, T, V). The course's EncoderDecoderTransformer returns a pair "
+    "(logits, cache), but the Transformer of exercise 10.2 does not, and exercises 10.3 and "
+    "10.4 and the training cells call it expecting the logits alone"
+)
+
+
+def logits_only(out: object, what: str) -> Tensor:
+    """``out`` if it is one tensor, else a TypeError stating notebook 10's forward contract."""
+    if isinstance(out, (tuple, list)):
+        raise TypeError(f"{what} returned a {type(out).__name__} of {len(out)}; {FORWARD_CONTRACT}")
+    return as_tensor(out, what)
+
+
 def _model_cases(seed: int) -> list[Case]:
     g = generator(seed)
 
@@ -453,9 +502,7 @@ def _model_call(candidate, case: Case) -> dict[str, Tensor]:
         mask = as_tensor(model.src_mask(src, lengths), "src_mask(src, src_lengths)")
         memory = as_tensor(model.encode(src, real), "encode(src, src_mask)")
         out = model(src, lengths, tgt_in)
-    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
-        out = out[0]  # (logits, extra) like the course's models
-    logits = as_tensor(out, "forward(src, src_lengths, tgt_in)")
+    logits = logits_only(out, "forward(src, src_lengths, tgt_in)")
     if memory.shape == (*src.shape, model.d_model):
         memory = memory.masked_fill(~real[..., None], 0.0)  # padding rows: anything goes
     return {"src_mask": mask, "memory": memory, "logits": logits}
@@ -464,7 +511,8 @@ def _model_call(candidate, case: Case) -> dict[str, Tensor]:
 def _model_variant(
     *,
     positions: str = "both",
-    scale: bool = True,
+    scale: str = "both",
+    off_by_one: bool = False,
     encoder_mask: bool = True,
     cross_mask: bool = True,
     inverted: bool = False,
@@ -475,11 +523,18 @@ def _model_variant(
 
     class Variant(Seq2SeqTransformer):
         def src_mask(self, src, src_lengths):
-            mask = super().src_mask(src, src_lengths)
+            mask = super().src_mask(src, src_lengths + 1 if off_by_one else src_lengths)
             return ~mask if inverted else mask
 
         def _embed_side(self, tokens, embedding, side):
-            x = embedding(tokens) * (math.sqrt(self.d_model) if scale else 1.0)
+            root = math.sqrt(self.d_model)
+            factor = {"both": root, "divided": 1 / root, "squared": root**2}.get(scale, 1.0)
+            if scale in ("src", "tgt"):  # scaled on that side only
+                factor = root if scale == side else 1.0
+            x = embedding(tokens)
+            if scale == "sum":  # positions added first, then the sum scaled
+                return (x + self.pe[: tokens.shape[1]]) * root
+            x = x * factor
             if positions in ("both", side):
                 x = x + self.pe[: tokens.shape[1]]
             return x
@@ -501,58 +556,95 @@ def _model_variant(
     return Variant
 
 
+_NO_SCALE = (
+    "the token embeddings are multiplied by the square root of d_model before the positions "
+    "are added, on the source side and on the target side alike (the course's embeddings "
+    "start at scale 1/sqrt(D), so without the factor the positions drown the words)"
+)
+
 MODEL_MISTAKES = [
     Mistake(
         "positions missing",
-        "add the sinusoidal positions self.pe[:L] to the scaled embeddings of both the source "
-        "and the target: without them attention cannot tell word order",
+        "add the sinusoidal positions (the first rows of the buffer pe, one per token) to the "
+        "scaled embeddings of both the source and the target: without them attention cannot "
+        "tell word order",
         _model_variant(positions="none"),
     ),
     Mistake(
         "positions missing on the target side",
-        "the decoder input needs positions too: tgt_embed(tgt_in) * sqrt(D) + pe[:T]",
+        "the decoder's input needs positions too, the first T rows of pe, added to its scaled "
+        "target embeddings",
         _model_variant(positions="src"),
     ),
     Mistake(
         "positions missing on the source side",
-        "the encoder input needs positions too: src_embed(src) * sqrt(D) + pe[:S]",
+        "the encoder's input needs positions too, the first S rows of pe, added to its scaled "
+        "source embeddings",
         _model_variant(positions="tgt"),
     ),
+    Mistake("embeddings not scaled by sqrt(d_model)", _NO_SCALE, _model_variant(scale="none")),
     Mistake(
-        "embeddings not scaled by sqrt(d_model)",
-        "multiply the embeddings by math.sqrt(self.d_model) before adding the positions "
-        "(the course's embeddings start at scale 1/sqrt(D))",
-        _model_variant(scale=False),
+        "embeddings scaled by sqrt(d_model) on one side only",
+        _NO_SCALE.replace("on the source side and on the target side alike", "on BOTH sides"),
+        _model_variant(scale="src"),
+    ),
+    Mistake(
+        "embeddings scaled by sqrt(d_model) on one side only",
+        _NO_SCALE.replace("on the source side and on the target side alike", "on BOTH sides"),
+        _model_variant(scale="tgt"),
+    ),
+    Mistake(
+        "positions scaled together with the embeddings",
+        "only the token embeddings are multiplied by sqrt(d_model); the positions are added "
+        "afterwards, unscaled",
+        _model_variant(scale="sum"),
+    ),
+    Mistake(
+        "embeddings divided by sqrt(d_model), or multiplied by d_model",
+        "the factor is the square root of d_model, and it multiplies the embeddings",
+        _model_variant(scale="divided"),
+    ),
+    Mistake(
+        "embeddings divided by sqrt(d_model), or multiplied by d_model",
+        "the factor is the square root of d_model, and it multiplies the embeddings",
+        _model_variant(scale="squared"),
+    ),
+    Mistake(
+        "src_mask off by one (position j real when j <= length)",
+        "a sentence of length n has its real tokens at positions 0 .. n-1, so position n is "
+        "already padding: a position is real when it is strictly below the row's length",
+        _model_variant(off_by_one=True),
     ),
     Mistake(
         "source padding mask missing in the encoder",
-        "pass key_padding_mask=src_mask to every encoder block, so no source word attends "
-        "to padding",
+        "every encoder block must receive the source padding mask, so that no source word "
+        "attends to padding",
         _model_variant(encoder_mask=False),
     ),
     Mistake(
         "source padding mask missing in the cross-attention",
-        "pass memory_key_padding_mask=src_mask to every decoder layer, so no target word "
-        "attends to source padding",
+        "every decoder layer must receive the source padding mask for its cross attention, so "
+        "that no target word attends to source padding",
         _model_variant(cross_mask=False),
     ),
     Mistake(
         "padding mask inverted",
-        "src_mask is True at the real source tokens (position j < src_lengths[b]) and False "
-        "at padding",
+        "src_mask is True at the real source tokens (position j below the row's length) and "
+        "False at padding",
         _model_variant(inverted=True),
     ),
     Mistake(
         "cross-attention attends to the decoder's own states",
-        "give every decoder layer the encoder's output (memory) as its second argument, "
-        "not the decoder's own activations",
+        "every decoder layer's second input is the encoder's output (the memory), not the "
+        "decoder's own activations",
         _model_variant(memory_from="decoder"),
     ),
     *(
         Mistake(
             "final LayerNorm missing",
-            "a pre-norm stack leaves its output un-normalised: apply self.encoder_norm to the "
-            "encoder's output and self.decoder_norm before self.generator",
+            "a pre-norm stack leaves its output un-normalised: the encoder's output goes "
+            "through the encoder's final norm, and the decoder's output through the decoder's "
+            "final norm before the generator",
             _model_variant(missing_norms=missing),
         )
         for missing in (("encoder", "decoder"), ("encoder",), ("decoder",))
@@ -589,6 +681,19 @@ def _build_model(inputs: dict) -> EncoderDecoderTransformer:
             *(int(inputs[k]) for k in _MODEL_KEYS[:2]),
             **{k: int(inputs[k]) for k in _MODEL_KEYS[2:]},
         )
+    model = model.double().to(case_device(inputs)).eval()
+    with torch.no_grad():
+        for key, value in inputs.items():
+            if key.startswith(WEIGHT_PREFIX):
+                model.get_parameter(key[len(WEIGHT_PREFIX) :]).copy_(value)
+    return model
+
+
+def _build_seq2seq(inputs: dict) -> Seq2SeqTransformer:
+    """The model a 10.3 candidate receives: exercise 10.2's reference (forward returns the
+    logits alone, the notebook's contract) in float64 and eval mode, with the case's weights."""
+    with torch.random.fork_rng(devices=[]):
+        model = Seq2SeqTransformer(*(int(inputs[k]) for k in _MODEL_KEYS))
     model = model.double().to(case_device(inputs)).eval()
     with torch.no_grad():
         for key, value in inputs.items():
@@ -671,12 +776,16 @@ def _decode_cases(seed: int) -> list[Case]:
 
 def _decode_call(candidate, case: Case) -> dict[str, Tensor]:
     i = case.inputs
-    model = _build_model(i)
+    model = _build_seq2seq(i)
     src, lengths, max_len = i["src"], i["src_lengths"], int(i["max_len_decode"])
     with torch.no_grad():
         out = candidate(model, src, lengths, max_len)
-    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
-        out = out[0]  # (tokens, extra) like the models' own greedy_decode
+    if isinstance(out, (tuple, list)):
+        raise TypeError(
+            f"greedy_decode returned a {type(out).__name__}; it returns one tensor, the token "
+            "ids (B, T') (the course models' own greedy_decode also returns a cache: not this "
+            "one)"
+        )
     tokens = as_tensor(out, "greedy_decode(...)")
     B = src.shape[0]
     if tokens.ndim != 2 or tokens.shape[0] != B:
@@ -750,51 +859,48 @@ def _bos_counted(model, src, src_lengths, max_len):
     return _greedy(model, src, src_lengths, max_len - 1, keep_bos=True)
 
 
+_NOT_BOS = (
+    "every row's first decoder input is the model's BOS id (model.bos_id), whatever the "
+    "source: the decoder was trained to start from it"
+)
+
 DECODE_MISTAKES = [
     Mistake(
         "predicted token not fed back",
-        "append each step's argmax token to the decoder input (ys = torch.cat([ys, "
-        "token[:, None]], dim=1)) and decode the whole prefix next step",
+        "each step's chosen token is appended to the decoder's input, and the next step "
+        "decodes the whole prefix so far (BOS and every token chosen before)",
         _with(feed_back=False),
     ),
     Mistake(
         "tokens after EOS not replaced by PAD",
-        "once a row has produced EOS it is finished: keep a `finished` mask and write "
-        "model.pad_id in its later positions (token.masked_fill(finished, model.pad_id))",
+        "once a row has produced EOS it is finished: remember which rows are finished, and "
+        "from then on write the model's PAD id in those rows instead of their argmax",
         _with(pad_after=False),
     ),
     Mistake(
         "stops when the first row ends",
-        "stop only when every row has produced EOS (finished.all()), not the first one",
+        "stop only when every row has produced EOS (or after max_len steps), not when the "
+        "first one does",
         _with(stop="any"),
     ),
     Mistake(
         "argmax over the wrong dimension",
-        "the next token is the argmax over the vocabulary: logits[:, -1].argmax(dim=-1) "
-        "(B, V) -> (B,)",
+        "the next token of each row is the most likely word of the vocabulary at the last "
+        "prefix position: the argmax runs over the vocabulary axis, not over the batch",
         _with(argmax_dim=0),
     ),
-    Mistake(
-        "decoding does not start from BOS",
-        "the first decoder input is model.bos_id for every row: "
-        "ys = torch.full((B, 1), model.bos_id)",
-        _with(start=0),
-    ),
-    Mistake(
-        "decoding does not start from BOS",
-        "the first decoder input is model.bos_id for every row: "
-        "ys = torch.full((B, 1), model.bos_id)",
-        _with(start=2),
-    ),
+    Mistake("decoding does not start from BOS", _NOT_BOS, _with(start=0)),
+    Mistake("decoding does not start from BOS", _NOT_BOS, _with(start=2)),
     Mistake(
         "BOS left in the returned tokens",
-        "return the generated tokens without the leading BOS: ys[:, 1:]",
+        "BOS is the decoder's starting input, not part of the translation: return only the "
+        "tokens generated after it",
         _bos_counted,
     ),
     Mistake(
         "source padding mask ignored",
-        "pass the source padding mask (model.src_mask(src, src_lengths)) to model.encode "
-        "and to every model.decode call",
+        "build the source padding mask once with the model's src_mask and hand it to the "
+        "encoder and to every decode call, so no word reads source padding",
         _with(use_mask=False),
     ),
 ]
@@ -810,9 +916,10 @@ GREEDY = Exercise(
     call=_decode_call,
     mistakes=DECODE_MISTAKES,
     compare=close(),
-    hint="encode once; ys = [[BOS]] * B; each step decode ys, take the argmax of the last "
-    "position over the vocabulary, PAD it where the row has finished, append it; stop "
-    "when every row has produced EOS or after max_len steps; return ys[:, 1:]",
+    hint="run the encoder once; start every row from BOS; at each step decode the prefix, "
+    "pick the most likely word at its last position, write PAD instead in rows that have "
+    "already finished, and append; stop when every row has produced EOS or after max_len "
+    "steps; return what was generated, without the BOS",
 )
 
 # ----------------------------------------------------------------------------- 10.4 the loss
@@ -882,6 +989,8 @@ def _shifted_loss(
         tgt_in = tgt
     elif shift == "left":
         tgt_in = torch.cat([tgt[:, 1:], pad], dim=1)
+    elif shift == "short":  # T - 1 inputs: the last target column is never scored
+        tgt_in, target = torch.cat([bos, tgt[:, :-2]], dim=1), tgt[:, :-1]
     else:  # "no bos": predict word t+1 from words <= t; the first word is never a target
         tgt_in, target = tgt[:, :-1], tgt[:, 1:]
     logits = model(src, src_lengths, tgt_in)
@@ -931,14 +1040,21 @@ LOSS_MISTAKES = [
     ),
     Mistake(
         "padding counted in the loss",
-        "ignore the PAD targets: F.cross_entropy(..., ignore_index=model.pad_id)",
+        "the PAD positions are not words to predict: leave them out of the sum and out of the "
+        "count (cross_entropy has an argument for an index to ignore)",
         _loss_with(ignore_pad=False),
     ),
     Mistake(
         "loss summed instead of averaged",
-        "average over the real target tokens (reduction='mean' with ignore_index), so the "
-        "loss does not grow with the batch",
+        "average over the real target tokens, so that the loss does not grow with the batch",
         _loss_with(reduction="sum"),
+    ),
+    Mistake(
+        "decoder input one column short",
+        "the decoder input has the target's full length T (BOS in front, then the target "
+        "without its last column), and every target column is scored, the last one included: "
+        "a sentence whose EOS sits in the last column must still learn to predict it",
+        _loss_with(shift="short"),
     ),
     Mistake(
         "loss averaged per sentence first",
@@ -959,8 +1075,10 @@ LOSS = Exercise(
     call=_loss_call,
     mistakes=LOSS_MISTAKES,
     compare=close(),
-    hint="tgt_in = BOS followed by tgt[:, :-1]; logits = model(src, src_lengths, tgt_in); "
-    "cross-entropy of logits (B*T, V) against tgt (B*T,) ignoring model.pad_id",
+    hint="the decoder input is the target shifted right by one (BOS in front, the last "
+    "column dropped, still T columns); the model's forward gives the logits (B, T, V) for it; "
+    "the loss is the cross-entropy against the unshifted target, averaged over the non-PAD "
+    "target tokens of the whole batch",
 )
 
 EXERCISES = [DECODER_LAYER, MODEL, GREEDY, LOSS]

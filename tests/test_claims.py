@@ -213,6 +213,17 @@ claim("In the `cpu` profile, unknown", ok, profiles=somewhere)
     assert "claim(text" in problems[2] and "not a literal subset" in problems[3]
 
 
+def test_a_claim_hidden_under_a_profile_test_is_found():
+    source = """
+if r.profile != "ci":
+    claim("fits the training text better", gap > 0)
+if data.name == "digits":  # a condition on the data, not on the profile: allowed
+    claim("reaches 98%", acc >= 0.98)
+"""
+    problems = claims.unscoped_claims(source)
+    assert len(problems) == 1 and "r.profile" in problems[0] and "profiles=" in problems[0]
+
+
 def _code(path) -> str:
     """A notebook's code cells as one module (IPython magics and shell lines dropped)."""
     nb = nbformat.read(path, as_version=4)

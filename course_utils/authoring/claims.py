@@ -18,7 +18,8 @@ little for it), and such a claim must be *visibly scoped*: its statement starts 
 words :func:`scope` gives for its profiles, ``"In the `cpu` profile, "`` or ``"In the `cpu` and
 `gpu` profiles, "`` (in the order of :data:`PROFILES`). :func:`claim` raises ``ValueError`` on a
 limited claim without them, and ``tests/test_claims.py`` walks every solution notebook for the
-same rule, so a reader of any run sees which profile a sentence is about. Where the claim is not
+same rule (and for claims hidden under an ``if`` on the profile), so a reader of any run sees
+which profile a sentence is about. Where the claim is not
 made, it prints a ``·`` line saying plainly that the sentence was not tested in this run, and why.
 Prose that restates such a result must be scoped the same way (or rendered from the run's values
 with ``display(Markdown(...))``).
@@ -234,6 +235,30 @@ def _leading_text(node: ast.AST) -> str | None:
     return None
 
 
+def _is_claim(node: ast.AST) -> bool:
+    func = getattr(node, "func", None)
+    return isinstance(node, ast.Call) and getattr(func, "id", getattr(func, "attr", "")) == "claim"
+
+
+def _claims_under_a_profile_test(tree: ast.AST, source: str) -> list[str]:
+    """Claims inside an ``if`` (or conditional expression) whose test names the profile: a way
+    round the rule (the claim would silently not be made in ``ci``); ``profiles=`` says it."""
+    problems = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.If, ast.IfExp, ast.While)):
+            continue
+        test = ast.get_source_segment(source, node.test) or ""
+        if "profile" not in test.lower():
+            continue
+        for inner in ast.walk(node):
+            if _is_claim(inner):
+                problems.append(
+                    f"line {inner.lineno}: a claim under `{test}`: limit it with profiles= and "
+                    "scope its statement instead"
+                )
+    return problems
+
+
 def unscoped_claims(source: str) -> list[str]:
     """The profile-limited ``claim(...)`` calls of ``source`` (Python code, e.g. a notebook's
     code cells joined) whose statement does not start with :func:`scope` of their profiles.
@@ -242,16 +267,15 @@ def unscoped_claims(source: str) -> list[str]:
     argument naming fewer than all of :data:`PROFILES` (a literal, or a name bound to one in
     ``source``) must have as its first argument a string or f-string starting with exactly
     ``scope(profiles)``. A statement that is not a literal, or profiles that cannot be read,
-    are reported too (the reader must be able to see the scope in the source).
+    are reported too (the reader must be able to see the scope in the source), and so is a claim
+    inside an ``if`` whose condition names the profile (a claim skipped that way would escape
+    both the rule and the ``ci`` grading of every solution).
     """
     tree = ast.parse(source)
     names = _literal_assignments(tree)
-    problems = []
+    problems = _claims_under_a_profile_test(tree, source)
     for node in ast.walk(tree):
-        func = getattr(node, "func", None)
-        if not isinstance(node, ast.Call) or getattr(func, "id", getattr(func, "attr", "")) != (
-            "claim"
-        ):
+        if not _is_claim(node):
             continue
         given = {k.arg: k.value for k in node.keywords}
         if "profiles" not in given:

@@ -141,7 +141,7 @@ def failure_message(
     return (
         f"your run differs from the course's: {statement}{extra} — {where}, or your machine's "
         "load (a busy machine slows timings; close other programs and run the cell again). "
-        f"The course's stored outputs show this result in the '{profile}' profile."
+        f"This run used the '{profile}' profile; compare with the course's stored outputs."
     )
 
 

@@ -313,3 +313,19 @@ def test_masked_softmax_check_tests_the_backward_pass_on_fully_masked_rows():
 def test_masked_softmax_check_rejects_a_detached_answer_with_a_clear_message():
     result = checks.run("05.3", lambda s, m: attention.masked_softmax(s.detach(), m))
     assert result.status == "error" and "differentiable" in result.message
+
+
+def test_the_reference_masked_softmax_never_computes_a_nan_and_the_watch_sees_one():
+    """The NaN watch behind 05.3: silent on the reference (on every case of the check, fully
+    masked rows included), and it does see a NaN that is replaced afterwards."""
+    from course_utils.checks.nb05_masked_attention import NaNWatch
+
+    for case in checks.get("05.3").make_cases(0):
+        watch = NaNWatch()
+        with watch:
+            attention.masked_softmax(case.inputs["scores"], case.inputs["mask"])
+        assert not watch.seen, case.name
+    watch = NaNWatch()
+    with watch:
+        ms_nan_to_num(torch.zeros(2, 3, dtype=torch.float64), torch.zeros(2, 3, dtype=torch.bool))
+    assert watch.seen

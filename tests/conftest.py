@@ -9,6 +9,9 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
+# the suite is an author's run: a failed claim says "fix the prose or the experiment"
+# (course_utils.authoring.claims; tests of the student's message unset it)
+os.environ.setdefault("COURSE_CLAIMS_AUTHOR", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -466,7 +466,7 @@ def _loop_without_eval_mode(
     [
         (_loop_without_zero_grad, "gradients never zeroed (they accumulate over the steps)"),
         (_loop_padding_in_loss, "padding counted in the loss"),
-        (_loop_without_eval_mode, "validation run in training mode (model.eval() missing)"),
+        (_loop_without_eval_mode, "validation run in training mode (eval mode missing)"),
     ],
     ids=["no zero_grad", "padding in the loss", "no eval mode"],
 )

@@ -55,7 +55,7 @@ SCORES_WRONG = {
     "tanh applied after the dot product with v": lambda q, h, Wq, Wk, v: torch.tanh(
         (F.linear(q, Wq)[:, None] + F.linear(h, Wk)) @ v
     ),
-    "weight matrices not transposed (query @ W_query instead of query @ W_query.T)": lambda q, h, Wq, Wk, v: (
+    "weight matrices not transposed (a row vector multiplied by W_query as stored)": lambda q, h, Wq, Wk, v: (
         torch.tanh((q @ Wq)[:, None] + h @ Wk) @ v
     ),
     "W_query and W_key swapped": lambda q, h, Wq, Wk, v: (

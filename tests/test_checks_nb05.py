@@ -71,7 +71,40 @@ AVERAGE_WRONG = {
     "excludes the current position (strict past)": average_strict,
     "averages the future instead of the past": average_future,
     "averaged along the feature dimension instead of time": average_features,
+    "window off by one: position t averages positions 0..t-1 (a slice's end is exclusive)": (
+        lambda x: torch.stack([x[..., :t, :].mean(-2) for t in range(x.shape[-2])], dim=-2)
+    ),
+    "window off by one: position t also averages position t + 1 (the future)": lambda x: (
+        torch.stack([x[..., : t + 2, :].mean(-2) for t in range(x.shape[-2])], dim=-2)
+    ),
+    "mean over the wrong dim inside the loop (the features instead of the time steps)": lambda x: (
+        torch.stack([x[..., : t + 1, :].mean(-1) for t in range(x.shape[-2])], dim=-2)
+    ),
 }
+
+
+def average_wrong_dim_into(x):
+    out = torch.zeros_like(x)
+    for t in range(x.shape[-2]):
+        out[..., t, :] = x[..., : t + 1, :].mean(dim=-1)
+    return out
+
+
+def test_average_past_names_the_wrong_dim_when_it_crashes_too():
+    """Student A's report: a mean over the wrong dim crashed in the loop, and the check said
+    ERROR with a stack trace; it now names the mistake (both ways of writing the loop)."""
+    assert_rejected(
+        "05.1",
+        average_wrong_dim_into,
+        "mean over the wrong dim inside the loop (the features instead of the time steps)",
+    )
+
+
+def test_average_past_off_by_one_messages_say_which_end():
+    short = checks.run("05.1", AVERAGE_WRONG[next(k for k in AVERAGE_WRONG if "0..t-1" in k)])
+    assert "exclusive" in short.message and "itself included" in short.message
+    long = checks.run("05.1", AVERAGE_WRONG[next(k for k in AVERAGE_WRONG if "t + 1 (the" in k)])
+    assert "future" in long.message
 
 
 @pytest.mark.parametrize("mistake", sorted(AVERAGE_WRONG))
@@ -119,8 +152,10 @@ def arange_compare(op):
 
 
 CAUSAL_WRONG = {
-    "diagonal excluded (torch.tril(..., diagonal=-1))": arange_compare(torch.gt),
-    "triu instead of tril (attends to the future, not the past)": arange_compare(torch.le),
+    "diagonal excluded (a token cannot see itself)": arange_compare(torch.gt),
+    "upper triangle instead of lower (attends to the future, not the past)": arange_compare(
+        torch.le
+    ),
     "mask inverted (True marks the blocked future)": arange_compare(torch.lt),
     "float 0/1 mask instead of bool": lambda T: causal_arange(T).float(),
     "additive float mask (0 / -inf) instead of bool": lambda T: torch.where(
@@ -158,6 +193,46 @@ def ms_logsumexp(scores, mask):
     return torch.where(torch.isfinite(lse), torch.exp(s - lse), torch.zeros_like(s))
 
 
+def ms_logsumexp_safe(scores, mask):
+    s = scores.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1, keepdim=True)
+    lse = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))  # empty row: shift by 0
+    return torch.exp(s - lse)
+
+
+def ms_large_fill_times_mask(scores, mask):  # student A's: -1e9, then zero the blocked entries
+    return torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1) * mask
+
+
+def ms_min_fill_then_zero(scores, mask):
+    filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return torch.softmax(filled, dim=-1).masked_fill(~mask, 0.0)
+
+
+def ms_where_after_softmax(scores, mask):
+    w = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return torch.where(mask, w, torch.zeros_like(w))
+
+
+REPLACED = "a NaN computed on a fully masked row, then replaced"
+
+
+@pytest.mark.parametrize("candidate", [ms_nan_to_num, ms_where_after_softmax, ms_logsumexp])
+def test_masked_softmax_rejects_a_nan_replaced_afterwards_as_section_9_argues(candidate):
+    """05.3 asks for a softmax that never computes 0/0 (section 9); the one-liner of the
+    notebook's cell 43 and student A's softmax-then-where earned full marks before. The hint
+    must not recommend replacing the NaN."""
+    assert_rejected("05.3", candidate, REPLACED)
+    message = checks.run("05.3", candidate).message
+    assert "never computes 0/0" in message and "nan_to_num" not in message
+
+
+def test_no_05_3_message_recommends_replacing_the_nan():
+    ex = checks.get("05.3")
+    for text in [ex.hint] + [m.hint for m in ex.mistakes]:
+        assert "nan_to_num" not in text and "torch.where" not in text
+
+
 def ms_manual(scores, mask):
     s = torch.where(mask, scores, torch.full_like(scores, -1e300))
     e = torch.exp(s - s.max(dim=-1, keepdim=True).values) * mask
@@ -166,7 +241,14 @@ def ms_manual(scores, mask):
 
 
 @pytest.mark.parametrize(
-    "candidate", [ms_nan_to_num, ms_logsumexp, ms_manual, attention.masked_softmax]
+    "candidate",
+    [
+        ms_logsumexp_safe,
+        ms_manual,
+        ms_large_fill_times_mask,
+        ms_min_fill_then_zero,
+        attention.masked_softmax,
+    ],
 )
 def test_masked_softmax_check_accepts_correct_answers(candidate):
     assert_passes("05.3", candidate)
@@ -181,7 +263,7 @@ def ms_additive_then_where(scores, mask):
 def ms_exp_overflow(scores, mask):
     e = scores.exp().masked_fill(~mask, 0.0)
     s = e.sum(-1, keepdim=True)
-    return torch.where(s == 0, torch.zeros_like(e), e / s)
+    return e / torch.where(s == 0, torch.ones_like(s), s)
 
 
 MS_WRONG = {
@@ -202,6 +284,7 @@ MS_WRONG = {
     ).softmax(-1),
     "exp without subtracting the max (overflow)": ms_exp_overflow,
     "NaN gradient on fully masked rows (0/0 computed, then replaced)": ms_additive_then_where,
+    REPLACED: ms_logsumexp,
 }
 
 
@@ -230,3 +313,19 @@ def test_masked_softmax_check_tests_the_backward_pass_on_fully_masked_rows():
 def test_masked_softmax_check_rejects_a_detached_answer_with_a_clear_message():
     result = checks.run("05.3", lambda s, m: attention.masked_softmax(s.detach(), m))
     assert result.status == "error" and "differentiable" in result.message
+
+
+def test_the_reference_masked_softmax_never_computes_a_nan_and_the_watch_sees_one():
+    """The NaN watch behind 05.3: silent on the reference (on every case of the check, fully
+    masked rows included), and it does see a NaN that is replaced afterwards."""
+    from course_utils.checks.nb05_masked_attention import NaNWatch
+
+    for case in checks.get("05.3").make_cases(0):
+        watch = NaNWatch()
+        with watch:
+            attention.masked_softmax(case.inputs["scores"], case.inputs["mask"])
+        assert not watch.seen, case.name
+    watch = NaNWatch()
+    with watch:
+        ms_nan_to_num(torch.zeros(2, 3, dtype=torch.float64), torch.zeros(2, 3, dtype=torch.bool))
+    assert watch.seen

@@ -2,15 +2,33 @@
 
 A notebook that says "attention stays flat with length" proves it in the cell beside the plot::
 
-    claim("attention stays within 2 points of its best accuracy at every length",
-          spread <= 2.0, profiles=("cpu", "gpu"))
+    claim("attention stays within 2 points of its best accuracy at every length", spread <= 2.0)
 
-A claim made in the active profile is checked: it prints ``✓ <statement>`` when it holds and
-raises :class:`ClaimFailed` (which stops the notebook) when it does not, so stored outputs can
-only come from a run where every claim held. A claim made only in other profiles (the ``ci``
-profile trains too little for most of them) is not checked; it prints that it was skipped, so
-a reader of a ``ci`` run knows the sentence was not tested there. ``course claims --profile cpu
-03`` runs a solution notebook and lists every claim with its outcome.
+A claim is checked in the active profile: it prints ``✓ <statement>`` when it holds and raises
+:class:`ClaimFailed` (which stops the notebook) when it does not, so stored outputs can only come
+from a run where every claim held. ``course claims --profile cpu 03`` runs a solution notebook
+and lists every claim with its outcome.
+
+**True in every profile.** A student runs ``ci`` (the grader), ``cpu`` (a laptop) or ``gpu``,
+and reads the same prose in each. A claim is therefore made in every profile by default, and
+the test suite grades every solution in ``ci`` (``tests/test_notebooks.py``: a failed claim is a
+raising cell, so the solution loses its full marks and the test fails). The ONLY way out is a
+claim limited to some profiles (``profiles=("cpu", "gpu")``: e.g. the ``ci`` profile trains too
+little for it), and such a claim must be *visibly scoped*: its statement starts with the exact
+words :func:`scope` gives for its profiles, ``"In the `cpu` profile, "`` or ``"In the `cpu` and
+`gpu` profiles, "`` (in the order of :data:`PROFILES`). :func:`claim` raises ``ValueError`` on a
+limited claim without them, and ``tests/test_claims.py`` walks every solution notebook for the
+same rule (and for claims hidden under an ``if`` on the profile), so a reader of any run sees
+which profile a sentence is about. Where the claim is not
+made, it prints a ``·`` line saying plainly that the sentence was not tested in this run, and why.
+Prose that restates such a result must be scoped the same way (or rendered from the run's values
+with ``display(Markdown(...))``).
+
+**Who reads a failure.** In an author's run (``course claims``, ``course release --execute`` and
+the test suite set ``COURSE_CLAIMS_AUTHOR=1``) a failed claim says to fix the prose or the
+experiment. In a student's run (their own code, their machine) it says their run differs from the
+course's, and names the exercises the result depends on (``exercises=("08.1",)``) and the
+machine's load as what to check.
 
 When ``COURSE_CLAIMS_LOG`` names a file, each claim also appends one JSON line to it
 (``{"statement", "status", "profile", "profiles", "detail"}``); that is how ``course claims``
@@ -19,8 +37,11 @@ collects them from the kernel.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -28,6 +49,9 @@ from course_utils.runtime.profiles import PROFILES, profile_name, using_environm
 
 LOG_ENV_VAR = "COURSE_CLAIMS_LOG"
 KEEP_GOING_ENV_VAR = "COURSE_CLAIMS_KEEP_GOING"  # "1": a failed claim prints ✗ instead of raising
+AUTHOR_ENV_VAR = (
+    "COURSE_CLAIMS_AUTHOR"  # "1": the authoring tools' runs (failures speak to authors)
+)
 HELD, FAILED, SKIPPED = "held", "failed", "skipped"
 
 
@@ -60,6 +84,27 @@ def _normalise_profiles(profiles: Iterable[str] | str) -> tuple[str, ...]:
     return names
 
 
+def scope(profiles: Iterable[str] | str) -> str:
+    """The words a claim limited to ``profiles`` must start with; "" for every profile.
+
+    ``scope(("cpu", "gpu")) == "In the `cpu` and `gpu` profiles, "``;
+    ``scope("cpu") == "In the `cpu` profile, "``. Order follows :data:`PROFILES`.
+    """
+    names = _normalise_profiles(profiles)
+    ordered = [p for p in PROFILES if p in names]
+    if len(ordered) == len(PROFILES):
+        return ""
+    quoted = [f"`{p}`" for p in ordered]
+    if len(quoted) == 1:
+        return f"In the {quoted[0]} profile, "
+    return f"In the {', '.join(quoted[:-1])} and {quoted[-1]} profiles, "
+
+
+def author_mode() -> bool:
+    """True in the authoring tools' runs (``COURSE_CLAIMS_AUTHOR=1``), False in a student's."""
+    return os.environ.get(AUTHOR_ENV_VAR, "").strip() == "1"
+
+
 def _log(record: dict) -> None:
     path = os.environ.get(LOG_ENV_VAR)
     if not path:
@@ -68,30 +113,76 @@ def _log(record: dict) -> None:
         fh.write(json.dumps(record) + "\n")
 
 
+def _exercise_ids(exercises: Iterable[str] | str) -> tuple[str, ...]:
+    ids = (exercises,) if isinstance(exercises, str) else tuple(exercises)
+    bad = [e for e in ids if not (isinstance(e, str) and re.fullmatch(r"\d\d\.\d+", e))]
+    if bad:
+        raise ValueError(f"exercises are ids like '08.1'; got {bad!r}")
+    return ids
+
+
+def failure_message(
+    statement: str, profile: str, detail: str = "", exercises: Iterable[str] | str = ()
+) -> str:
+    """What a failed claim says: to an author (:func:`author_mode`) or to a student."""
+    extra = f" ({detail})" if detail else ""
+    if author_mode():
+        return (
+            f"this claim of the prose does not hold in the '{profile}' profile: "
+            f"{statement}{extra}. Fix the prose or the experiment before storing outputs."
+        )
+    ids = _exercise_ids(exercises)
+    where = (
+        f"check exercise {', '.join(ids)} (does its check cell say PASSED?)"
+        if ids
+        else "check your answers to the exercises above this cell (does each check cell say "
+        "PASSED?)"
+    )
+    return (
+        f"your run differs from the course's: {statement}{extra} — {where}, or your machine's "
+        "load (a busy machine slows timings; close other programs and run the cell again). "
+        f"This run used the '{profile}' profile; compare with the course's stored outputs."
+    )
+
+
 def claim(
     statement: str,
     holds: bool | Callable[[], bool],
     *,
     profiles: Iterable[str] | str = PROFILES,
     detail: str = "",
+    exercises: Iterable[str] | str = (),
 ) -> Held | None:
     """Assert that ``statement`` holds in this run when the active profile is in ``profiles``.
 
     ``holds`` is the evidence: a bool (e.g. ``gap >= 25``) or a zero-argument callable, which is
     only called when the claim is checked (so an expensive test costs nothing where the claim is
-    not made). ``detail`` is shown with a failure (e.g. the measured values). Returns a truthy
-    :class:`Held` (displayed as nothing in a notebook) when the claim held, None when it was
-    skipped; raises :class:`ClaimFailed` when it did not hold.
+    not made). A claim limited to some ``profiles`` must start with :func:`scope` of them
+    (``"In the `cpu` profile, ..."``), else ``ValueError``. ``detail`` is shown with a failure
+    (e.g. the measured values); ``exercises`` (ids such as ``"08.1"``) are the student's code the
+    result depends on, named to a student whose run fails it. Returns a truthy :class:`Held`
+    (displayed as nothing in a notebook) when the claim held, None when it was skipped; raises
+    :class:`ClaimFailed` when it did not hold.
     """
     if not isinstance(statement, str) or not statement.strip():
         raise ValueError("a claim needs the sentence it checks, as a non-empty string")
     made_in = _normalise_profiles(profiles)
+    prefix = scope(made_in)
+    if not statement.startswith(prefix):
+        raise ValueError(
+            f"a claim made only in {', '.join(made_in)} must say so to the reader: start its "
+            f"statement with {prefix!r} (and scope the prose it backs the same way); got "
+            f"{statement!r}"
+        )
+    _exercise_ids(exercises)
     profile = profile_name()
     record = {"statement": statement, "profile": profile, "profiles": list(made_in)}
     if profile not in made_in:
         _log({**record, "status": SKIPPED, "detail": detail})
+        names = " and ".join(f"`{p}`" for p in made_in)
+        about = f"{names} profiles' runs" if len(made_in) > 1 else f"{names} profile's run"
         print(
-            f"· not checked in the '{profile}' profile (made for {', '.join(made_in)}): {statement}"
+            f"· not tested in this `{profile}` run (the sentence is about the {about}): {statement}"
         )
         return None
     value = holds() if callable(holds) else holds
@@ -103,14 +194,10 @@ def claim(
         ) from exc
     _log({**record, "status": HELD if ok else FAILED, "detail": detail})
     if not ok:
-        extra = f" ({detail})" if detail else ""
         if os.environ.get(KEEP_GOING_ENV_VAR) == "1":  # `course claims --keep-going`
-            print(f"✗ {statement}{extra}")
+            print(f"✗ {statement}" + (f" ({detail})" if detail else ""))
             return None
-        raise ClaimFailed(
-            f"this claim of the prose does not hold in the '{profile}' profile: "
-            f"{statement}{extra}. Fix the prose or the experiment before storing outputs."
-        )
+        raise ClaimFailed(failure_message(statement, profile, detail, exercises))
     print(f"✓ {statement}")
     return Held()
 
@@ -121,6 +208,90 @@ def read_log(path: str | Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+# ------------------------------------------------------------------------ static check
+
+
+def _literal_assignments(tree: ast.AST) -> dict[str, object]:
+    """``name = <literal>`` assignments of a module (how a notebook names a profile tuple)."""
+    found: dict[str, object] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name):
+                with contextlib.suppress(ValueError, TypeError, SyntaxError):
+                    found[target.id] = ast.literal_eval(node.value)
+    return found
+
+
+def _leading_text(node: ast.AST) -> str | None:
+    """The literal start of a statement argument: a string, or an f-string's first part."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        first = node.values[0] if node.values else None
+        return first.value if isinstance(first, ast.Constant) else ""
+    return None
+
+
+def _is_claim(node: ast.AST) -> bool:
+    func = getattr(node, "func", None)
+    return isinstance(node, ast.Call) and getattr(func, "id", getattr(func, "attr", "")) == "claim"
+
+
+def _claims_under_a_profile_test(tree: ast.AST, source: str) -> list[str]:
+    """Claims inside an ``if`` (or conditional expression) whose test names the profile: a way
+    round the rule (the claim would silently not be made in ``ci``); ``profiles=`` says it."""
+    problems = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.If, ast.IfExp, ast.While)):
+            continue
+        test = ast.get_source_segment(source, node.test) or ""
+        if "profile" not in test.lower():
+            continue
+        for inner in ast.walk(node):
+            if _is_claim(inner):
+                problems.append(
+                    f"line {inner.lineno}: a claim under `{test}`: limit it with profiles= and "
+                    "scope its statement instead"
+                )
+    return problems
+
+
+def unscoped_claims(source: str) -> list[str]:
+    """The profile-limited ``claim(...)`` calls of ``source`` (Python code, e.g. a notebook's
+    code cells joined) whose statement does not start with :func:`scope` of their profiles.
+
+    The rule, checked without running anything: a call to ``claim`` with a ``profiles=``
+    argument naming fewer than all of :data:`PROFILES` (a literal, or a name bound to one in
+    ``source``) must have as its first argument a string or f-string starting with exactly
+    ``scope(profiles)``. A statement that is not a literal, or profiles that cannot be read,
+    are reported too (the reader must be able to see the scope in the source), and so is a claim
+    inside an ``if`` whose condition names the profile (a claim skipped that way would escape
+    both the rule and the ``ci`` grading of every solution).
+    """
+    tree = ast.parse(source)
+    names = _literal_assignments(tree)
+    problems = _claims_under_a_profile_test(tree, source)
+    for node in ast.walk(tree):
+        if not _is_claim(node):
+            continue
+        given = {k.arg: k.value for k in node.keywords}
+        if "profiles" not in given:
+            continue
+        where = f"line {node.lineno}: claim({ast.get_source_segment(source, node.args[0]) if node.args else ''}"
+        arg = given["profiles"]
+        try:
+            value = names[arg.id] if isinstance(arg, ast.Name) else ast.literal_eval(arg)
+            prefix = scope(value)
+        except (KeyError, ValueError, TypeError, SyntaxError):
+            problems.append(f"{where}: profiles= is not a literal subset of {PROFILES}")
+            continue
+        text = _leading_text(node.args[0]) if node.args else None
+        if prefix and (text is None or not text.startswith(prefix)):
+            problems.append(f"{where}: the statement must start with {prefix!r}")
+    return problems
 
 
 # --------------------------------------------------------------------------------- CLI
@@ -159,7 +330,11 @@ def check_notebook(
     nb = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "claims.jsonl"
-        settings = {LOG_ENV_VAR: str(log), KEEP_GOING_ENV_VAR: "1" if keep_going else "0"}
+        settings = {
+            LOG_ENV_VAR: str(log),
+            KEEP_GOING_ENV_VAR: "1" if keep_going else "0",
+            AUTHOR_ENV_VAR: "1",
+        }
         error = ""
         try:
             with using_environment(settings):

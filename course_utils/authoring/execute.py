@@ -14,16 +14,19 @@ def run_notebook(
 
     ``profile`` sets ``COURSE_PROFILE`` for the run (default: the current environment's). The
     kernel is this interpreter's (as ``pytest --nbval-current-env``) whatever "python3"
-    kernelspec the machine has, and inherits this process's environment. Cell timings are not
-    recorded. Raises nbclient's ``CellExecutionError`` at the first failing cell.
+    kernelspec the machine has, and inherits this process's environment, plus
+    ``COURSE_CLAIMS_AUTHOR=1``: only authoring tools run notebooks this way (``course claims``,
+    ``course release --execute``, the benchmarks), so a failed claim speaks to the author (see
+    :mod:`course_utils.authoring.claims`). Cell timings are not recorded. Raises nbclient's ``CellExecutionError`` at the first failing cell.
     """
     from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
     from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
 
-    from course_utils.runtime.profiles import using_profile
+    from course_utils.authoring.claims import AUTHOR_ENV_VAR
+    from course_utils.runtime.profiles import using_environment, using_profile
 
-    with using_profile(profile):
+    with using_profile(profile), using_environment({AUTHOR_ENV_VAR: "1"}):
         km = KernelManager(
             kernel_name=CURRENT_ENV_KERNEL_NAME, kernel_spec_manager=NbvalKernelspecManager()
         )

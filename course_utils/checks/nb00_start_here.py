@@ -81,23 +81,23 @@ def _log_softmax(x: Tensor) -> Tensor:
 
 
 _KEEPDIM = (
-    "keep the reduced dimension so it broadcasts along each row: "
-    "x.max(dim=-1, keepdim=True).values and e.sum(dim=-1, keepdim=True)"
+    "keep the reduced dimension (as a size-1 dimension) so that each row's maximum and each "
+    "row's sum broadcast along that row; without it they line up with the wrong axis"
 )
 
 SOFTMAX_MISTAKES = [
     Mistake(
         "exp without subtracting the max (overflow)",
         "exp(1e4) is inf even in float64, and inf / inf is NaN (exp(-1e4) underflows to "
-        "0 / 0 the same way): subtract each row's maximum first, "
-        "x - x.max(dim=-1, keepdim=True).values; the result is unchanged mathematically",
+        "0 / 0 the same way): subtract each row's maximum before the exponential; the "
+        "result is unchanged mathematically",
         _naive,
     ),
     Mistake(
         "max subtracted over the whole tensor instead of per row",
         "x - x.max() shifts every row by the same number, so a row far below the largest "
-        "one underflows to exp(...) = 0 and gives 0 / 0 = NaN: take the max of each row, "
-        "x.max(dim=-1, keepdim=True).values",
+        "one underflows to exp(...) = 0 and gives 0 / 0 = NaN: shift each row by its own "
+        "maximum, taken along the last dimension",
         _global_max,
     ),
     Mistake(
@@ -145,8 +145,8 @@ SOFTMAX = Exercise(
         "aten::_log_softmax",
         "aten::_safe_softmax",
     ),
-    hint="softmax(x) = exp(x - m) / sum(exp(x - m)) with m = x.max(dim=-1, keepdim=True).values, "
-    "all along the last dimension; each row of the result sums to 1",
+    hint="softmax(x) = exp(x - m) / sum(exp(x - m)) with m each row's maximum, everything along "
+    "the last dimension (keeping it so it broadcasts); each row of the result sums to 1",
 )
 
 # ----------------------------------------------------------------------------- 00.2 logsumexp

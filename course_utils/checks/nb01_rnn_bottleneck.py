@@ -313,12 +313,13 @@ FORWARD_MISTAKES = [
     ),
     Mistake(
         "decoder input concatenated as [c; embedding] instead of [embedding; c]",
-        "decoder_cell expects torch.cat([embedding, c], dim=-1): embedding first",
+        "the decoder cell reads the word's embedding first, then c, joined along the feature "
+        "dimension",
         _loop(order="c_emb"),
     ),
     Mistake(
         "output layer fed [c; s_t] instead of [s_t; c]",
-        "the output layer expects torch.cat([s_t, c], dim=-1): the new state first",
+        "the output layer reads the new state first, then c, joined along the feature dimension",
         _loop(out_order="c_s"),
     ),
     Mistake(
@@ -328,7 +329,8 @@ FORWARD_MISTAKES = [
     ),
     Mistake(
         "logits stacked time-first (T, B, V) instead of (B, T, V)",
-        "stack the per-step logits along dim=1: torch.stack(logits, dim=1)",
+        "the result is batch-first: the time steps go in dimension 1, between the batch and "
+        "the vocabulary",
         _loop(stack_dim=0),
     ),
     Mistake(
@@ -349,9 +351,10 @@ FORWARD = Exercise(
     call=_forward_call,
     mistakes=FORWARD_MISTAKES,
     compare=close(),
-    hint="enc_states, c = model.encode(src, src_lengths); s = c; for each t: "
-    "x = cat([model.tgt_embed(tgt_in[:, t]), c]); s = model.decoder_cell(x, s); "
-    "logits_t = model.out(cat([s, c])); return torch.stack(logits, dim=1) of shape (B, T, V)",
+    hint="encode the source once to get c; the decoder state starts at c; at each step t the "
+    "decoder cell reads the embedding of the t-th decoder input word together with c and "
+    "updates the state, and the output layer scores the vocabulary from the new state "
+    "together with c; the T steps' logits form a (B, T, V) tensor",
 )
 
 
@@ -611,9 +614,10 @@ GREEDY = Exercise(
     call=_greedy_call,
     mistakes=GREEDY_MISTAKES,
     compare=close(),
-    hint="enc_states, c = model.encode(...); mask = model.src_mask(src, src_lengths); start from "
-    "BOS with s = c; each step: logits, s, _ = model.decode_step(token, s, enc_states, mask, "
-    "c); token = logits.argmax(-1), PAD for finished rows; stop when all rows have produced "
+    hint="encode the source once (the model also builds its source mask); start every row from "
+    "BOS with the context as the state; each step asks the model's decode step for the logits "
+    "and the next state, takes the highest-scoring word, writes PAD for rows that have already "
+    "finished; stop when all rows have produced "
     "EOS or after max_len steps; return (B, T') without BOS",
 )
 
@@ -852,8 +856,8 @@ def _mistaken_loop(
 LOOP_MISTAKES = [
     Mistake(
         "gradients never zeroed (they accumulate over the steps)",
-        "loss.backward() adds to .grad: call optimizer.zero_grad() once per step, before "
-        "backward()",
+        "the backward pass adds to the gradients already stored: clear the optimizer's "
+        "gradients once per step, before the backward pass",
         _mistaken_loop(zero_grad="never"),
     ),
     Mistake(
@@ -879,19 +883,19 @@ LOOP_MISTAKES = [
         _mistaken_loop(target="tgt_in"),
     ),
     Mistake(
-        "gradients not clipped before optimizer.step()",
+        "gradients not clipped before the optimizer's step",
         "after backward() and before step(), rescale the gradients so that their global norm "
         "is at most clip (torch.nn.utils.clip_grad_norm_)",
         _mistaken_loop(do_clip=False),
     ),
     Mistake(
         "learning-rate scheduler never stepped",
-        "when a scheduler is given, call scheduler.step() once per step, after optimizer.step()",
+        "when a scheduler is given, advance it once per step, after the optimizer's step",
         _mistaken_loop(scheduler_step=False),
     ),
     Mistake(
-        "validation run in training mode (model.eval() missing)",
-        "switch to eval mode (model.eval()) for the validation estimate: dropout must be off",
+        "validation run in training mode (eval mode missing)",
+        "switch the model to eval mode for the validation estimate: dropout must be off",
         _mistaken_loop(val_eval=False),
     ),
     Mistake(
@@ -901,8 +905,9 @@ LOOP_MISTAKES = [
         _mistaken_loop(val_no_grad=False),
     ),
     Mistake(
-        "training continued in eval mode after the first validation (model.train() missing)",
-        "after the validation estimate, switch back with model.train() before the next step",
+        "training continued in eval mode after the first validation (training mode missing)",
+        "after the validation estimate, switch the model back to training mode before the "
+        "next step",
         _mistaken_loop(back_to_train=False),
     ),
     Mistake(
@@ -929,7 +934,7 @@ LOOP = Exercise(
     mistakes=LOOP_MISTAKES,
     compare=close(rtol=1e-6, atol=1e-8),
     hint="per step: logits from forward(...), masked mean cross-entropy against tgt_out, "
-    "zero_grad, backward, clip the global norm, optimizer.step(), scheduler.step(); every "
+    "zero the gradients, backward, clip the global norm, optimizer step, scheduler step; every "
     "eval_every-th step a loss on val_batch in eval mode under torch.no_grad(), then back to "
     "train mode",
 )

@@ -130,9 +130,9 @@ SCORES_MISTAKES = [
         _tanh_outside,
     ),
     Mistake(
-        "weight matrices not transposed (query @ W_query instead of query @ W_query.T)",
-        "W_query has shape (A, Dq): project a row vector with query @ W_query.T "
-        "(likewise keys @ W_key.T)",
+        "weight matrices not transposed (a row vector multiplied by W_query as stored)",
+        "W_query has shape (A, Dq), like an nn.Linear weight: a row vector of width Dq is "
+        "projected by its transpose (likewise the keys by W_key's)",
         _untransposed,
     ),
     Mistake(
@@ -321,8 +321,9 @@ ATTENTION = Exercise(
     call=_attn_call,
     mistakes=ATTENTION_MISTAKES,
     compare=close(),
-    hint="scores (B, S) from additive_scores; fill padded positions (mask False) with -inf; "
-    "softmax over dim=-1 gives the weights; context[b] = sum_j weights[b, j] * values[b, j]",
+    hint="the (B, S) scores of exercise 02.1; padded positions (mask False) count as -inf; a "
+    "softmax over the source positions gives the weights; the context is the weights' "
+    "average of the values, one Dv-vector per row",
 )
 
 
@@ -537,10 +538,11 @@ DECODER_STEP = Exercise(
     call=_call,
     mistakes=MISTAKES,
     compare=close(),
-    hint="context, weights = model.attention(state, enc_states, mask=src_mask) (scores from the "
-    "previous state); new_state = model.decoder_cell(torch.cat([model.tgt_embed(prev_token), "
-    "context], -1), state); logits = model.out(torch.cat([new_state, context], -1)); "
-    "return logits, new_state, weights",
+    hint="one step: the model's attention, scored from the PREVIOUS state over the encoder "
+    "states (padding masked), gives this step's context and weights; the decoder cell reads "
+    "the previous word's embedding together with that context and updates the state; the "
+    "output layer reads the new state together with the context; return the logits, the new "
+    "state and the weights, in that order",
 )
 
 

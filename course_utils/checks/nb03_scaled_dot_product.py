@@ -139,14 +139,16 @@ MASK_MISTAKES_HINTS = {
         "float('-inf')"
     ),
     "inverted": (
-        "the mask is True where a query MAY attend: block where it is False, "
-        "scores.masked_fill(~mask, float('-inf'))"
+        "the mask is True where a query MAY attend: block the positions where it is False "
+        "(the convention of F.scaled_dot_product_attention; nn.MultiheadAttention's is the "
+        "opposite)"
     ),
     "ignored": "blocked positions (mask False) must get zero weight",
     "nan": (
-        "a row whose keys are all blocked is all -inf and softmax gives 0/0 = NaN: make "
-        "such rows zero (e.g. torch.nan_to_num(weights) or torch.where(mask.any(-1, "
-        "keepdim=True), weights, 0))"
+        "a row whose keys are all blocked is all -inf and the softmax gives 0/0 = NaN there: "
+        "such a row must come out as zero weights (and a zero output). Notebook 05 shows the "
+        "robust way, which never computes 0/0: an empty row is shifted by 0, not by its -inf "
+        "maximum, and divided by 1 where its sum is 0"
     ),
     "uniform": (
         "a finite fill like -1e9 makes a fully blocked row uniform (1/S everywhere); "
@@ -252,8 +254,10 @@ SDPA = Exercise(
         "aten::_scaled_dot_product_efficient_attention",
         "aten::_scaled_dot_product_cudnn_attention",
     ),
-    hint="scores = q @ k.transpose(-2, -1) / sqrt(d_k) (..., T, S); masked_fill(~mask, -inf); "
-    "softmax over dim=-1 with fully masked rows set to 0; output = weights @ v (..., T, Dv)",
+    hint="the scores are the query-key dot products divided by the square root of the key width "
+    "d_k, (..., T, S); blocked positions (mask False) count as -inf; a softmax over the keys, "
+    "rows with no allowed key all zero; the output is the weights' average of the values, "
+    "(..., T, Dv)",
 )
 
 # ----------------------------------------------------------------------------- 03.2 q/k/v projections
@@ -308,14 +312,14 @@ def _qkv(project_q=True, keys="k", values="v", scale="dk", transpose=False, dim=
 QKV_MISTAKES = [
     Mistake(
         "keys and values swapped",
-        "the keys are what a query is compared with, K = x @ W_k; the values are what "
-        "comes back, V = x @ W_v. You used W_v for the scores and W_k for the output.",
+        "the keys (x projected by W_k) are what a query is compared with; the values (x "
+        "projected by W_v) are what comes back. You used W_v for the scores and W_k for the "
+        "output.",
         _qkv(keys="v", values="k"),
     ),
     Mistake(
         "queries not projected",
-        "the query inputs are projected too, Q = queries @ W_q, before they are compared with "
-        "the keys.",
+        "the query inputs are projected too, by W_q, before they are compared with the keys.",
         _qkv(project_q=False),
     ),
     Mistake(
@@ -342,18 +346,18 @@ QKV_MISTAKES = [
     ),
     Mistake(
         "values not projected (V = x)",
-        "the values are a second projection of the data, V = x @ W_v, not x itself.",
+        "the values are a second projection of the data (by W_v), not x itself.",
         _qkv(values="x"),
     ),
     Mistake(
         "keys not projected (K = x)",
-        "the keys are a projection of the data, K = x @ W_k, not x itself.",
+        "the keys are a projection of the data (by W_k), not x itself.",
         _qkv(keys="x"),
     ),
     Mistake(
         "projection matrices transposed",
-        "each W multiplies from the right with its input width first: Q = queries @ W_q, "
-        "K = x @ W_k, V = x @ W_v (no .T).",
+        "each W is stored (input width, output width): it multiplies its input from the "
+        "right as it is, without a transpose.",
         _qkv(transpose=True),
     ),
     Mistake(

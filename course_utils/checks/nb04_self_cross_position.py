@@ -481,8 +481,9 @@ ATTENTION, EQUIVARIANCE = (
         call=call_self_attention,
         mistakes=SELF_ATTENTION_MISTAKES,
         compare=compare_self_attention,
-        hint="Q = W_q(x), K = W_k(context), V = W_v(context) with context defaulting to x; then "
-        "return scaled_dot_product_attention(Q, K, V, attn_mask).",
+        hint="the queries come from x through the query projection; the keys and the values "
+        "come from the context (x itself when no context is given) through their own "
+        "projections; then scaled dot-product attention (notebook 03's) with the given mask.",
     ),
     Exercise(
         id="04.2",
@@ -666,8 +667,8 @@ _PAIRS = (
 ROPE_MISTAKES = [
     Mistake(
         "rotates halves instead of interleaved pairs",
-        f"the course's RoPE pairs neighbouring dimensions (x[..., 0::2], x[..., 1::2]), "
-        f"not the first and second half of D (the GPT-NeoX layout): {_PAIRS}",
+        f"the course's RoPE pairs neighbouring dimensions (2i and 2i+1), not the first and "
+        f"second half of D (the GPT-NeoX layout): {_PAIRS}",
         _rope(halves=True),
     ),
     Mistake(
@@ -687,8 +688,8 @@ ROPE_MISTAKES = [
     ),
     Mistake(
         "rotated pairs concatenated instead of interleaved back",
-        "put each rotated pair back in place: out[..., 0::2] = x0', out[..., 1::2] = x1' "
-        "(torch.stack([x0', x1'], dim=-1).flatten(-2)), not torch.cat([x0', x1'], dim=-1)",
+        "put each rotated pair back where it came from (dimensions 2i and 2i+1, interleaved), "
+        "not all the first elements followed by all the second ones",
         _rope(concat=True),
     ),
     Mistake(
@@ -698,7 +699,7 @@ ROPE_MISTAKES = [
     ),
     Mistake(
         "positions start at 1 instead of 0",
-        "the default positions are torch.arange(T): the first token is not rotated",
+        "the default positions count from 0: the first token is not rotated",
         _rope(start=1),
     ),
 ]

@@ -1,8 +1,10 @@
 """Checks for notebook 05 (masked attention): 05.1 averaging the past with a loop, 05.2 the
 causal mask, 05.3 masked softmax (forward and backward).
 
-Masks are bool, True = may attend. A fully masked row gives all-zero weights, never NaN, and
-all-zero gradients.
+Masks are bool, True = may attend (as ``F.scaled_dot_product_attention``; the opposite of
+``nn.MultiheadAttention``'s ``attn_mask`` and ``key_padding_mask``). A fully masked row gives
+all-zero weights and all-zero gradients, and 05.3 never computes a NaN on the way (section 9 of
+the notebook: a NaN replaced afterwards is fragile), which the check watches op by op.
 
 To add an exercise: define its cases, call and mistakes below, then append it to ``EXERCISES``.
 """
@@ -11,8 +13,17 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
-from course_utils.checks._common import as_tensor, close, lengths_mask, random_mask, size
+from course_utils.checks._common import (
+    as_tensor,
+    close,
+    compare_or_raised,
+    lengths_mask,
+    raised,
+    random_mask,
+    size,
+)
 from course_utils.checks.core import Case, Exercise, Mistake, allclose_compare, generator, randn
 from course_utils.checks.nb03_scaled_dot_product import MASK_MISTAKES_HINTS
 from course_utils.modeling import attention
@@ -45,7 +56,17 @@ def _average_cases(seed: int) -> list[Case]:
 
 
 def _average_call(candidate, case: Case) -> dict[str, Tensor]:
-    return {"y": as_tensor(candidate(case.inputs["x"]), "average_past(x)")}
+    try:
+        y = candidate(case.inputs["x"])
+    except NotImplementedError:  # a RuntimeError too: the stub, "not attempted"
+        raise
+    except (RuntimeError, IndexError) as exc:  # shape errors: a named mistake can match them
+        return raised(exc)
+    return {"y": as_tensor(y, "average_past(x)")}
+
+
+def _average_compare(case: Case, got, expected) -> str | None:
+    return compare_or_raised(case, got, expected, close())
 
 
 def _counts(x: Tensor, start: int = 1) -> Tensor:
@@ -64,6 +85,30 @@ def _future(x: Tensor) -> Tensor:
 
 def _over_features(x: Tensor) -> Tensor:
     return x.cumsum(dim=-1) / torch.arange(1, x.shape[-1] + 1, dtype=x.dtype)
+
+
+def _window_short(x: Tensor) -> Tensor:
+    """The slice stops one early (positions 0..t-1): position 0 averages nothing (NaN)."""
+    return torch.stack([x[..., :t, :].mean(dim=-2) for t in range(x.shape[-2])], dim=-2)
+
+
+def _window_long(x: Tensor) -> Tensor:
+    """The slice goes one too far (positions 0..t+1): each position sees the next one."""
+    return torch.stack([x[..., : t + 2, :].mean(dim=-2) for t in range(x.shape[-2])], dim=-2)
+
+
+def _loop_mean_over_features(x: Tensor) -> Tensor:
+    """The loop's mean taken over the last dim: a (..., t+1) vector per step, which cannot be
+    stacked (it raises on every case with T > 1)."""
+    return torch.stack([x[..., : t + 1, :].mean(dim=-1) for t in range(x.shape[-2])], dim=-2)
+
+
+def _loop_mean_over_features_into(x: Tensor) -> Tensor:
+    """The same mistake written into a preallocated output: the assignment raises."""
+    out = torch.empty_like(x)
+    for t in range(x.shape[-2]):
+        out[..., t, :] = x[..., : t + 1, :].mean(dim=-1)
+    return out
 
 
 AVERAGE_MISTAKES = [
@@ -99,6 +144,33 @@ AVERAGE_MISTAKES = [
         "is averaged on its own",
         _over_features,
     ),
+    Mistake(
+        "window off by one: position t averages positions 0..t-1 (a slice's end is exclusive)",
+        "position t averages t + 1 vectors, positions 0..t, itself included; the end of a "
+        "Python slice is not included, so the slice must end one past t (position 0 averages "
+        "an empty slice otherwise, which gives NaN)",
+        _window_short,
+    ),
+    Mistake(
+        "window off by one: position t also averages position t + 1 (the future)",
+        "position t + 1 is the future: the window of position t ends at t, inclusive",
+        _window_long,
+    ),
+    Mistake(
+        "mean over the wrong dim inside the loop (the features instead of the time steps)",
+        "the window x[..., 0..t, :] has shape (..., t + 1, D): average over its time "
+        "dimension (the second to last), which leaves one D-vector per step; averaging over "
+        "the last dimension leaves t + 1 numbers per step instead, so the steps cannot be "
+        "put together",
+        _loop_mean_over_features,
+    ),
+    Mistake(
+        "mean over the wrong dim inside the loop (the features instead of the time steps)",
+        "the window x[..., 0..t, :] has shape (..., t + 1, D): average over its time "
+        "dimension (the second to last), which leaves one D-vector for row t; averaging over "
+        "the last dimension leaves t + 1 numbers, which do not fit the row",
+        _loop_mean_over_features_into,
+    ),
 ]
 
 AVERAGE_PAST = Exercise(
@@ -111,7 +183,7 @@ AVERAGE_PAST = Exercise(
     make_cases=_average_cases,
     call=_average_call,
     mistakes=AVERAGE_MISTAKES,
-    compare=close(),
+    compare=_average_compare,
     hint="y[..., t, :] is the mean over positions 0..t (inclusive) of x[..., :, :], for every t, "
     "with the same shape as x",
 )
@@ -139,13 +211,14 @@ def _ones(T: int) -> Tensor:
 
 CAUSAL_MISTAKES = [
     Mistake(
-        "diagonal excluded (torch.tril(..., diagonal=-1))",
-        "a token may attend to itself: keep the diagonal, torch.tril(ones) with diagonal=0",
+        "diagonal excluded (a token cannot see itself)",
+        "a token may attend to itself: the diagonal belongs to the allowed part",
         lambda T: torch.tril(_ones(T), diagonal=-1),
     ),
     Mistake(
-        "triu instead of tril (attends to the future, not the past)",
-        "query i (row) may attend keys j <= i: the lower triangle, torch.tril",
+        "upper triangle instead of lower (attends to the future, not the past)",
+        "query i (row) may attend keys j <= i (columns up to its own index): the part on and "
+        "below the diagonal",
         lambda T: torch.triu(_ones(T)),
     ),
     Mistake(
@@ -161,8 +234,8 @@ CAUSAL_MISTAKES = [
     ),
     Mistake(
         "additive float mask (0 / -inf) instead of bool",
-        "the course's masks are bool with True = may attend; build torch.tril(torch.ones(T, T, "
-        "dtype=torch.bool))",
+        "the course's masks are bool with True = may attend, not a float 0 / -inf mask to add to "
+        "the scores (notebook 04's attention takes a bool mask)",
         lambda T: torch.zeros(T, T).masked_fill(~torch.tril(_ones(T)), float("-inf")),
     ),
 ]
@@ -178,8 +251,8 @@ CAUSAL = Exercise(
     call=_causal_call,
     mistakes=CAUSAL_MISTAKES,
     compare=allclose_compare,  # exact for bool masks
-    hint="a (T, T) bool tensor, True where key j <= query i: torch.tril(torch.ones(T, T, "
-    "dtype=torch.bool))",
+    hint="a (T, T) bool tensor: row i (the query) is True exactly at the columns j <= i (the keys "
+    "it may attend, itself included) and False at the future",
 )
 
 # ----------------------------------------------------------------------------- 05.3 masked softmax
@@ -217,12 +290,38 @@ def _masked_softmax_cases(seed: int) -> list[Case]:
     return cases
 
 
+class NaNWatch(TorchFunctionMode):
+    """Records whether any floating-point tensor that a torch function returns, inside the
+    ``with`` block, holds a NaN: a NaN computed and replaced afterwards is still seen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not self.seen:
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, Tensor) and t.is_floating_point() and bool(torch.isnan(t).any()):
+                    self.seen = True
+                    break
+        return out
+
+
+NAN_ON_THE_WAY = "a NaN computed on the way (then replaced)"
+
+
 def _masked_softmax_call(candidate, case: Case) -> dict[str, Tensor]:
-    """The weights, and the gradient of sum(u * weights) with respect to the scores: a row with
-    no allowed entry must get zero weights and a zero (finite) gradient."""
+    """The weights; the gradient of sum(u * weights) with respect to the scores (a row with no
+    allowed entry must get zero weights and a zero, finite, gradient); and whether any
+    intermediate result of the forward pass held a NaN (none may: the exercise asks for a
+    softmax that never computes 0/0)."""
     i = case.inputs
     scores = i["scores"].detach().clone().requires_grad_(True)
-    weights = as_tensor(candidate(scores, i["mask"]), "masked_softmax(scores, mask)")
+    watch = NaNWatch()
+    with watch:
+        result = candidate(scores, i["mask"])
+    weights = as_tensor(result, "masked_softmax(scores, mask)")
     if not weights.requires_grad:
         raise TypeError(
             "masked_softmax(scores, mask) must be differentiable with respect to scores (it is "
@@ -231,12 +330,36 @@ def _masked_softmax_call(candidate, case: Case) -> dict[str, Tensor]:
     (grad,) = torch.autograd.grad((weights * i["u"]).sum(), scores, allow_unused=True)
     if grad is None:
         grad = torch.zeros_like(scores)
-    return {"weights": weights.detach(), "d loss / d scores": grad}
+    out = {"weights": weights.detach(), "d loss / d scores": grad}
+    # a NaN on the way is the mistake only of an answer that is otherwise right (a wrong one is
+    # named by what it gets wrong): compare with the reference's weights and gradient
+    right = watch.seen and candidate is not attention.masked_softmax
+    if right:
+        expected = _masked_softmax_call(attention.masked_softmax, case)
+        right = all(
+            tuple(out[k].shape) == tuple(expected[k].shape)
+            and torch.allclose(out[k].double(), expected[k].double(), rtol=1e-4, atol=1e-6)
+            for k in ("weights", "d loss / d scores")
+        )
+    return {**out, NAN_ON_THE_WAY: torch.tensor(bool(right))}
 
 
 def _additive_nan_to_num(scores: Tensor, mask: Tensor) -> Tensor:
     additive = torch.zeros(mask.shape, dtype=scores.dtype).masked_fill(~mask, float("-inf"))
     return torch.softmax(scores + additive, dim=-1).nan_to_num(0.0)
+
+
+def _filled_then_replaced(scores: Tensor, mask: Tensor) -> Tensor:
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).nan_to_num(0.0)
+
+
+_REPLACED_HINT = (
+    "your weights and gradients are right, but a fully masked row computed 0/0 = NaN on the "
+    "way and the NaN was replaced afterwards. This exercise asks for a softmax that never "
+    "computes 0/0 (section 9: whether a replaced NaN stays out of the gradient depends on how "
+    "the mask reached the scores). Give the empty row harmless values before anything divides: "
+    "shift it by 0 instead of its -inf maximum, and divide by 1 where the row sum is 0"
+)
 
 
 def _filled(fill: float, invert: bool = False, dim: int = -1):
@@ -249,7 +372,7 @@ def _filled(fill: float, invert: bool = False, dim: int = -1):
 def _naive_exp(scores: Tensor, mask: Tensor) -> Tensor:
     e = torch.exp(scores.masked_fill(~mask, float("-inf")))  # inf for scores above ~709
     total = e.sum(dim=-1, keepdim=True)
-    return torch.where(total > 0, e / total, torch.zeros_like(e))  # empty rows handled
+    return e / torch.where(total > 0, total, torch.ones_like(total))  # empty rows handled
 
 
 MASKED_SOFTMAX_MISTAKES = [
@@ -277,7 +400,16 @@ MASKED_SOFTMAX_MISTAKES = [
         "normalise each query's row over the keys: dim=-1",
         lambda s, m: attention.masked_softmax(s, m, dim=-2),
     ),
-    Mistake("NaN on fully masked rows", MASK_MISTAKES_HINTS["nan"], _filled(float("-inf"))),
+    Mistake(
+        "NaN on fully masked rows",
+        "a row whose keys are all blocked is all -inf, and the softmax computes 0/0 = NaN "
+        "there. Do not replace the NaN afterwards (section 9): never compute 0/0 -- shift an "
+        "empty row by 0 instead of its -inf maximum, and divide by 1 where the row sum is 0",
+        _filled(float("-inf")),
+    ),
+    Mistake(
+        "a NaN computed on a fully masked row, then replaced", _REPLACED_HINT, _filled_then_replaced
+    ),
     Mistake(
         "NaN gradient on fully masked rows (0/0 computed, then replaced)",
         "the weights are right but the backward pass of a fully masked row is NaN: the softmax "
@@ -311,8 +443,9 @@ MASKED_SOFTMAX = Exercise(
     call=_masked_softmax_call,
     mistakes=MASKED_SOFTMAX_MISTAKES,
     compare=close(),
-    hint="blocked scores count as -inf, a stable softmax over dim=-1 among the allowed entries, "
-    "and rows with no allowed entry all 0 (not NaN) in the forward and the backward pass",
+    hint="blocked scores count as -inf, a stable softmax over the last dimension among the allowed "
+    "entries, and rows with no allowed entry all 0 in the forward and the backward pass, with "
+    "no NaN computed anywhere on the way (not even one replaced afterwards)",
 )
 
 EXERCISES = [AVERAGE_PAST, CAUSAL, MASKED_SOFTMAX]  # append this notebook's later exercises here

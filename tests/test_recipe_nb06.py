@@ -41,7 +41,9 @@ def test_batched_heads_uses_its_head_count():
 
 def test_heads_vs_layers_trains_each_requested_model():
     cfg = replace(nb06.config(), d_model=12, d_ff=12, steps=2, batch=4)
+    threads = torch.get_num_threads()
     results = nb06.heads_vs_layers(cfg, heads=(1, 3), n_layers=(1, 2))
+    assert torch.get_num_threads() == threads
     assert set(results) == {(1, 1), (1, 3), (2, 1), (2, 3)}
     for acc in results.values():
         assert acc.shape == (3,)

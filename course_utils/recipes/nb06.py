@@ -211,16 +211,24 @@ def heads_vs_layers(
 ) -> dict[tuple[int, int], Tensor]:
     """Train the lookup model with each number of layers and heads (everything else as in
     ``cfg``) and return ``{(layers, heads): per-lookup accuracy (3,)}`` on 1024 fresh
-    sentences. ``cfg.d_model`` must be divisible by every head count."""
+    sentences. ``cfg.d_model`` must be divisible by every head count. On a CPU the models
+    train on one torch thread (restored afterwards): the sums then run in one order, so a
+    seed gives the same models however many cores the machine has, and a busy machine is not
+    slowed further by threads waiting for each other."""
     cfg = cfg or config()
     results = {}
-    for L in n_layers:
-        for H in heads:
-            model, task, _ = train_heads_model(
-                replace(cfg, n_layers=L, n_heads=H), seed=seed, progress=progress
-            )
-            x, y = task.sample(1024, torch.Generator().manual_seed(seed + 1))
-            results[(L, H)] = accuracy(model, x, y)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for L in n_layers:
+            for H in heads:
+                model, task, _ = train_heads_model(
+                    replace(cfg, n_layers=L, n_heads=H), seed=seed, progress=progress
+                )
+                x, y = task.sample(1024, torch.Generator().manual_seed(seed + 1))
+                results[(L, H)] = accuracy(model, x, y)
+    finally:
+        torch.set_num_threads(threads)
     return results
 
 

@@ -1,4 +1,4 @@
-"""The ``course`` command: ``doctor``, ``release``, ``grade``, ``bench``, ``claims``.
+"""The ``course`` command: ``doctor``, ``release``, ``grade``, ``bench``, ``claims``, ``site``.
 
 Each subcommand lives in its own module and exposes ``add_arguments(parser)`` and
 ``main(args) -> int``; this file only wires them together, importing lazily so that
@@ -24,6 +24,7 @@ SUBCOMMANDS = {
         "course_utils.authoring.claims",
         "run solution notebooks and check every claim of the prose",
     ),
+    "site": ("course_utils.authoring.site", "build the course website (static HTML, offline)"),
 }
 
 

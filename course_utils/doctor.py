@@ -36,15 +36,47 @@ def report() -> list[str]:
     lines.append(f"device      {device}")
     lines.append(f"profile     {profiles.describe().splitlines()[0]}")
     lines += _gpu_profile_lines()
+    lines += precision_lines()
     lines += _data_lines()
     return lines
 
 
 def _gpu_profile_lines() -> list[str]:
-    """The gpu profile's assumptions and per-notebook estimates (course_utils.gpu_plan)."""
+    """The gpu profile's assumptions and per-notebook estimates (course_utils.gpu_plan), each
+    with what runs, written from the recipe's table (course_utils.recipes.gpu_runs)."""
     from course_utils import gpu_plan
+    from course_utils.recipes import gpu_runs
 
-    return [f"gpu profile {line}" for line in gpu_plan.doctor_lines()]
+    return [f"gpu profile {line}" for line in gpu_plan.doctor_lines(gpu_runs.what)]
+
+
+def precision_lines() -> list[str]:
+    """Which mixed precision this machine's GPU gets and why, and whether the gpu profile's
+    estimated memory fits it (:mod:`course_utils.runtime.precision`, :mod:`course_utils.gpu_plan`)."""
+    import torch
+
+    from course_utils import gpu_plan
+    from course_utils.runtime import precision
+
+    if not torch.cuda.is_available():
+        return [
+            "precision   fp32 here (no CUDA GPU); on a GPU: bf16 where the card has it, "
+            "else fp16 with a gradient scaler (a T4)"
+        ]
+    chosen = precision.choose("cuda:0")
+    total = torch.cuda.get_device_properties(0).total_memory
+    key, peak = max(gpu_plan.EXPECTATIONS.items(), key=lambda kv: kv[1].memory_gb)
+    if peak.memory_gb * 1e9 <= total:
+        fit = f"the gpu profile fits (largest estimate: notebook {key}, {peak.memory_gb:g} GB)"
+    else:
+        fit = (
+            f"notebook {key}'s estimate ({peak.memory_gb:g} GB) does not fit: its sweep stops "
+            "where memory runs out and says so"
+        )
+    return [
+        f"precision   {chosen.label}: {chosen.reason}",
+        f"gpu memory  {total / 1e9:.1f} GB: {fit}",
+    ]
 
 
 def _data_lines() -> list[str]:

@@ -8,6 +8,11 @@ browser, has an execution count in each), the verdict lines read PASSED and FAIL
 hint and no traceback, the explorer's ``d`` renders as a slider with one live figure under it,
 moving the slider changes that figure, and the browser console shows no errors.
 
+The course site (``course site``, built once per session into a temporary folder) is opened too:
+three pages from ``file://``, as a reader who downloaded it would: MathJax (bundled) typeset the
+math, every figure loaded with a non-zero size, every hint is collapsed, nothing was requested
+from the network and the console shows no errors; the index's search finds a section.
+
 Screenshots go to ``$COURSE_BROWSER_SCREENSHOTS`` (default ``/tmp/course-browser-screenshots``),
 outside the repository; CI keeps that folder. Without Chromium or Playwright the test fails
 when ``CI`` is set (a CI machine must run it: ``.ci/run`` installs both) and is skipped with
@@ -18,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -28,6 +32,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from site_testing import built_site
 
 from course_utils.authoring import release
 
@@ -201,8 +206,8 @@ def test_run_all_in_jupyterlab_reaches_the_end_with_verdicts_and_a_live_slider(p
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     base, token, path = lab
-    if SCREENSHOTS.exists():
-        shutil.rmtree(SCREENSHOTS)
+    for old in SCREENSHOTS.glob("*.png"):  # this test's own; the site test's are in site/
+        old.unlink()
     errors: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
@@ -289,4 +294,76 @@ def test_run_all_in_jupyterlab_reaches_the_end_with_verdicts_and_a_live_slider(p
     saved = nbformat.read(path, as_version=4)
     not_run = [c.id for c in saved.cells if c.cell_type == "code" and c.execution_count is None]
     assert not not_run, f"cells that never ran: {not_run}"
+    assert not errors, "browser console errors:\n" + "\n".join(errors)
+
+
+SITE_PAGES = ("03_scaled_dot_product", "05_masked_attention", "09_vit")
+MATHJAX_DONE = """() => new Promise(done => {
+    const wait = () => (window.MathJax && MathJax.startup && MathJax.startup.promise
+        ? MathJax.startup.promise.then(() => done(true), () => done(false))
+        : setTimeout(wait, 100));
+    wait();
+})"""
+
+
+def _site_page_facts(page) -> dict:
+    return page.evaluate(
+        """() => ({
+            math: document.querySelectorAll('mjx-container svg').length,
+            mathErrors: document.querySelectorAll('[data-mjx-error], mjx-merror').length,
+            rawDisplayMath: document.body.innerText.includes('$$'),
+            images: [...document.querySelectorAll('.jp-OutputArea-output img')].map(
+                i => [i.complete, i.naturalWidth, i.naturalHeight]),
+            details: document.querySelectorAll('details').length,
+            openDetails: document.querySelectorAll('details[open]').length,
+        })"""
+    )
+
+
+@pytest.mark.xdist_group("course-site")
+def test_course_site_pages_render_offline_with_math_figures_and_collapsed_hints(playwright_api):
+    sync_playwright = playwright_api
+    site_dir = built_site().out
+    shots = SCREENSHOTS / "site"
+    shots.mkdir(parents=True, exist_ok=True)
+    for old in shots.glob("*.png"):
+        old.unlink()
+    errors: list[str] = []
+    remote: list[str] = []
+    page = None
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_context(viewport={"width": 1300, "height": 1000}).new_page()
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+            page.on(
+                "request",
+                lambda r: (
+                    remote.append(r.url) if not r.url.startswith(("file:", "data:")) else None
+                ),
+            )
+            for stem in SITE_PAGES:
+                page.goto((site_dir / f"{stem}.html").as_uri(), wait_until="load")
+                assert page.evaluate(MATHJAX_DONE), f"{stem}: MathJax did not load"
+                facts = _site_page_facts(page)
+                page.screenshot(path=str(shots / f"{stem}.png"), full_page=False)
+                assert facts["math"] > 5 and facts["mathErrors"] == 0, (stem, facts)
+                assert not facts["rawDisplayMath"], f"{stem}: display math left as TeX"
+                assert facts["images"], f"{stem}: no figure"
+                assert all(ok and w > 0 and h > 0 for ok, w, h in facts["images"]), (stem, facts)
+                assert facts["details"] > 0 and facts["openDetails"] == 0, (stem, facts)
+                assert page.get_by_role("link", name="Download notebook").count() == 1
+            page.goto((site_dir / "index.html").as_uri(), wait_until="load")
+            page.fill("#course-search", "causal mask")
+            page.wait_for_selector("#course-search-results li a", timeout=10_000)
+            page.screenshot(path=str(shots / "index-search.png"), full_page=False)
+            assert page.locator("#course-search-results li").count() > 0
+        except Exception:
+            if page is not None:  # what the browser showed when the test failed
+                page.screenshot(path=str(shots / "99-failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+    assert not remote, "the site requested from the network:\n" + "\n".join(remote)
     assert not errors, "browser console errors:\n" + "\n".join(errors)

@@ -9,6 +9,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 PLUMBING = re.compile(r"^(set |cd |export |if |fi\b|then\b|else\b|start=|echo |[A-Z_]+=)")
+# the README's virtual environment: one step here, setup-python's own environment on GitHub
+VENV = ("python -m venv .venv", "source .venv/bin/activate")
 
 
 def ci_run_steps() -> list[str]:
@@ -16,6 +18,8 @@ def ci_run_steps() -> list[str]:
     steps = []
     for line in (REPO / ".ci" / "run").read_text().splitlines():
         command = line.split(" #", 1)[0].strip()
+        if command in VENV:
+            continue
         if command and not command.startswith("#") and not PLUMBING.match(command):
             steps.append(command)
     return steps
@@ -51,3 +55,14 @@ def test_workflow_runs_ci_runs_steps_in_order_on_ubuntu_with_python_311():
         assert found, f"the workflow does not run .ci/run's step {step!r}"
         assert found[0] > position, f"the workflow runs {step!r} out of .ci/run's order"
         position = found[0]
+
+
+def test_ci_run_installs_into_a_venv_inside_the_clone_as_the_readme_says():
+    """A newcomer follows the README: ``.venv`` in the clone, activated, torch first, then the
+    course; .ci/run does the same (so a sandbox that cannot see such a venv fails CI)."""
+    lines = [ln.split(" #", 1)[0].strip() for ln in (REPO / ".ci" / "run").read_text().splitlines()]
+    order = [lines.index(c) for c in (*VENV, "python -m pip install torch==2.13.0")]
+    assert order == sorted(order), order
+    assert lines.index(VENV[1]) < lines.index('python -m pip install -e ".[dev]"')
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert all(c in readme for c in VENV)

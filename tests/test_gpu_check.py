@@ -11,7 +11,8 @@ import torch
 
 from course_utils import doctor, gpu_plan
 from course_utils.bench import gpu_check
-from course_utils.recipes import nb11
+from course_utils.modeling.models.gpt import GPTConfig
+from course_utils.recipes import gpu_runs, nb01, nb08, nb11
 from course_utils.runtime import profiles
 
 ROOT = Path(__file__).parents[1]
@@ -37,11 +38,81 @@ def test_naive_sweep_stops_where_it_would_not_fit_and_says_so():
 
 def test_every_notebook_has_a_gpu_estimate_and_doctor_prints_them():
     notebooks = sorted(p.name[:2] for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
-    assert notebooks == sorted(gpu_plan.EXPECTATIONS)
+    assert notebooks == sorted(gpu_plan.EXPECTATIONS) == sorted(gpu_runs.WHAT)
     report = "\n".join(doctor.report())
     for key in notebooks:
         assert f"gpu profile {key}: about" in report
     assert "not yet measured" in report and f"{gpu_plan.MIN_MEMORY_GB} GB" in report
+
+
+def test_the_doctor_describes_each_notebook_from_its_recipe_table():
+    gpt, r = nb08.RECIPES.gpu, nb01.RECIPES.gpu
+    m = gpt.model
+    nb08_what, nb01_what = gpu_runs.what("08"), gpu_runs.what("01_rnn_bottleneck")
+    assert f"GPT {m.n_layers}x{m.n_heads}x{m.d_model}, {gpt.steps} steps, bf16" in nb08_what
+    assert f"val <= {nb08.GPU_VAL_BAR}" in nb08_what
+    assert f"{len(r.hidden_sizes)} widths" in nb01_what and r.budget in nb01_what
+    assert f"n = {max(nb11.SIZES.gpu.lengths)}" in gpu_runs.what("11")
+    assert f"gpu profile {gpu_plan.row('08')}; {nb08_what}" in doctor.report()
+    with pytest.raises(KeyError, match="'12'"):
+        gpu_runs.what("12")
+
+
+def test_changing_a_recipe_table_changes_the_gpu_plan_and_the_doctor(monkeypatch):
+    from dataclasses import replace
+
+    gpu = nb08.RECIPES.gpu
+    bigger = replace(gpu, model=replace(gpu.model, n_layers=8, d_model=480), steps=1234)
+    monkeypatch.setattr(nb08, "RECIPES", replace(nb08.RECIPES, gpu=bigger))
+    monkeypatch.setattr(nb08, "GPU_VAL_BAR", 1.39)
+    assert "GPT 8x6x480, 1234 steps" in gpu_runs.what("08")
+    report = "\n".join(doctor.report())
+    assert (
+        "gpu profile 08: about 4 min, up to 6 GB of GPU memory; GPT 8x6x480, 1234 steps" in report
+    )
+    assert "val <= 1.39" in gpu_runs.what("08")
+    wider = replace(nb01.RECIPES.gpu, hidden_sizes=(8, 16), steps=7)
+    monkeypatch.setattr(nb01, "RECIPES", replace(nb01.RECIPES, gpu=wider))
+    assert "2 widths (8 to 16), 7 steps" in gpu_runs.what("01")
+
+
+NANOGPT_A100_MINUTES = 3.0  # nanoGPT's train_shakespeare_char: 5000 steps x 64 x 256 tokens
+
+
+def _gpt_train_flops(cfg) -> float:
+    """Training FLOPs of an nb08 recipe on tiny-shakespeare's 65 characters."""
+    from dataclasses import replace
+
+    from course_utils.bench.gpt import flops_per_token
+
+    m = replace(cfg.model, vocab_size=65)
+    per_token = flops_per_token(m.param_count(), m.n_layers, m.d_model, m.block_size)
+    return cfg.steps * cfg.tokens_per_step * per_token
+
+
+def _gpt_estimate_covers(cfg, minutes: float) -> bool:
+    """Whether ``minutes`` is at least nanoGPT's A100 time scaled by the recipe's FLOPs."""
+    reference = nb08.Config(
+        model=GPTConfig.preset("nanogpt-gpu", bias=False),
+        batch_size=64,
+        steps=5000,
+        lr=1e-3,
+        min_lr=1e-4,
+        warmup=100,
+    )
+    return minutes >= NANOGPT_A100_MINUTES * _gpt_train_flops(cfg) / _gpt_train_flops(reference)
+
+
+def test_the_estimates_do_not_contradict_the_tables():
+    from dataclasses import replace
+
+    assert _gpt_estimate_covers(nb08.RECIPES.gpu, gpu_plan.EXPECTATIONS["08"].minutes)
+    longer = replace(nb08.RECIPES.gpu, steps=10_000)
+    assert not _gpt_estimate_covers(longer, gpu_plan.EXPECTATIONS["08"].minutes)
+    # notebook 11's naive attention at its longest length fits the memory estimate (GiB)
+    cfg = nb11.SIZES.gpu
+    peak = nb11.naive_bytes(cfg.naive_max, cfg, torch.bfloat16) / 2**30
+    assert peak <= gpu_plan.EXPECTATIONS["11"].memory_gb <= gpu_plan.MIN_MEMORY_GB
 
 
 def test_describe_states_the_gpu_expectations_only_in_the_gpu_profile(monkeypatch):
@@ -83,7 +154,7 @@ def test_gpu_check_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
     text = capsys.readouterr().out
     for stage in gpu_check.STAGES:
         assert f"  {stage}" in text
-    assert "val <= 1.47" in text and "NCCL" in text and "total budget ~510 s" in text
+    assert f"val <= {nb08.GPU_VAL_BAR}" in text and "NCCL" in text and "total budget ~510 s" in text
     assert not list(tmp_path.iterdir())
 
 
@@ -102,7 +173,7 @@ def test_gpu_check_runs_its_stages_on_the_cpu(tmp_path, monkeypatch):
     if not torch.cuda.is_available():
         assert paths["data_parallel"]["backend"] == "skipped"
         assert "no GPU" in paths["data_parallel"]["note"]
-    assert stages["gpt-bar"]["met"] is None  # a 2-step ci run is not judged against 1.47
+    assert stages["gpt-bar"]["met"] is None  # a 2-step ci run is not judged against the bar
     md = (tmp_path / "gpu.md").read_text()
     assert "| paths | ok |" in md and "GPT bar: val" in md and "not judged" in md
     assert "== paths" in (tmp_path / "gpu.txt").read_text()

@@ -409,3 +409,75 @@ def test_layers_run_in_float32_float64_and_on_cuda(device, dtype):
         assert out.shape == x.shape and out.dtype == dtype and out.device.type == device
         assert torch.isfinite(out).all()
         out.sum().backward()
+
+
+# ----------------------------------------------------------------------------- positions in attention
+
+
+def _reference_positional_attention(mha, x, position):
+    """Causal self attention written out in float64: RoPE as a complex rotation of each pair
+    (x[2i] + i x[2i+1]) * e^(i pos base^(-2i/Dh)), ALiBi as -m_h (i - j) added to the scores."""
+    B, T, D = x.shape
+    H, Dh = mha.n_heads, D // mha.n_heads
+    q, k, v = (
+        t.reshape(B, T, H, Dh).transpose(1, 2)
+        for t in (x @ mha.qkv.weight.T + mha.qkv.bias).split(D, dim=-1)
+    )
+    scores_bias = torch.zeros(H, T, T, dtype=F64)
+    if position == "rope":
+        theta = 10000.0 ** (-torch.arange(0, Dh, 2, dtype=F64) / Dh)  # (Dh/2,)
+        rot = torch.polar(
+            torch.ones(T, Dh // 2, dtype=F64), torch.arange(T, dtype=F64)[:, None] * theta
+        )
+
+        def rotate(t):
+            pairs = torch.view_as_complex(t.reshape(B, H, T, Dh // 2, 2).contiguous())
+            return torch.view_as_real(pairs * rot).reshape(B, H, T, Dh)
+
+        q, k = rotate(q), rotate(k)
+    else:
+        m = torch.tensor([2.0 ** (-8 * (h + 1) / H) for h in range(H)], dtype=F64)
+        i = torch.arange(T, dtype=F64)
+        scores_bias = -m[:, None, None] * (i[:, None] - i[None, :])
+    scores = q @ k.transpose(-2, -1) / Dh**0.5 + scores_bias
+    scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    y = scores.softmax(-1) @ v  # (B, H, T, Dh)
+    return y.transpose(1, 2).reshape(B, T, D) @ mha.out.weight.T + mha.out.bias
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi"])
+@pytest.mark.parametrize("fast", [True, False])
+def test_attention_with_rope_or_alibi_matches_the_written_out_formula(position, fast):
+    g = gen(30)
+    torch.manual_seed(30)
+    mha = MultiHeadAttention(16, 4, position=position).double()
+    mha.fast = fast
+    x = randn(2, 7, 16, g=g)
+    ours = mha(x, is_causal=True)
+    torch.testing.assert_close(ours, _reference_positional_attention(mha, x, position))
+    plain = MultiHeadAttention(16, 4).double()
+    plain.load_state_dict(mha.state_dict())
+    assert not torch.allclose(plain(x, is_causal=True), ours)  # the positions do something
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi"])
+def test_attention_with_positions_and_a_kv_cache_equals_the_full_pass(position):
+    g = gen(31)
+    torch.manual_seed(31)
+    mha = MultiHeadAttention(16, 2, position=position).double()
+    x = randn(2, 6, 16, g=g)
+    full = mha(x, is_causal=True)
+    cache = KVCache()
+    steps = [mha(x[:, :3], is_causal=True, cache=cache)]
+    steps += [mha(x[:, t : t + 1], is_causal=True, cache=cache) for t in range(3, 6)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
+
+
+def test_attention_positions_are_checked():
+    with pytest.raises(ValueError, match="position"):
+        MultiHeadAttention(16, 2, position="learned")
+    with pytest.raises(ValueError, match="even head width"):
+        MultiHeadAttention(6, 2, position="rope")
+    mha = MultiHeadAttention(8, 2, position="alibi")
+    with pytest.raises(ValueError, match="self attention"):
+        mha(torch.randn(1, 2, 8), torch.randn(1, 3, 8))

@@ -578,3 +578,35 @@ def test_resolve_config_keeps_the_4x_rule_only_where_it_held(cls):
     assert resolve_config(cls, custom, {"d_model": 64}).d_ff == 50  # a chosen width stays
     assert resolve_config(cls, base, {"d_model": 64, "d_ff": 70}).d_ff == 70
     assert base.d_model == 32 and base.d_ff == 128  # the given config is not changed
+
+
+# ----------------------------------------------------------------------------- ViT initialisation
+
+
+def test_vit_initialises_itself_as_notebook_09_trains_it():
+    """init="xavier" (the default): Xavier-uniform linears (bound sqrt(6 / (fan_in + fan_out))),
+    zero biases and head, positions and class token from N(0, 0.2^2)."""
+    torch.manual_seed(0)
+    vit = ViT(ViTConfig(d_model=64, n_layers=2, n_heads=4, image_size=16, patch_size=2))
+    for name, module in vit.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            fan_out, fan_in = module.weight.shape
+            bound = (6 / (fan_in + fan_out)) ** 0.5
+            if name == "head":
+                assert torch.count_nonzero(module.weight) == 0
+            else:
+                assert module.weight.abs().max() <= bound
+                assert module.weight.std().item() == pytest.approx(bound / 3**0.5, rel=0.1)
+            assert module.bias is None or torch.count_nonzero(module.bias) == 0
+    assert vit.pos_embed.std().item() == pytest.approx(0.2, rel=0.1)
+    assert vit.cls_token.abs().max() > 0.05
+
+
+def test_vit_timm_init_is_the_small_normal_one():
+    torch.manual_seed(0)
+    vit = ViT(ViTConfig(d_model=64, n_layers=2, n_heads=4, image_size=16, init="timm"))
+    assert vit.patch_embed.proj.weight.std().item() == pytest.approx(0.02, rel=0.15)
+    assert vit.pos_embed.std().item() == pytest.approx(0.02, rel=0.15)
+    assert torch.count_nonzero(vit.head.weight) == 0
+    with pytest.raises(ValueError, match="init"):
+        ViTConfig(init="kaiming")

@@ -16,6 +16,8 @@ from course_utils.modeling.layers import TransformerBlock
 from course_utils.modeling.positional import (
     LearnedPositionalEmbedding,
     RelativePositionBias,
+    alibi_bias,
+    alibi_slopes,
     apply_rope,
     sinusoidal_positional_encoding,
 )
@@ -194,3 +196,55 @@ def test_positional_modules_run_in_float32_float64_and_on_cuda(device, dtype):
     assert bias.shape == (2, 5, 5) and bias.dtype == dtype and bias.device.type == device
     tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else {}
     torch.testing.assert_close(apply_rope(x).norm(dim=-1), x.norm(dim=-1), **tol)
+
+
+# ----------------------------------------------------------------------------- ALiBi
+
+
+def _press_get_slopes(n: int) -> list[float]:
+    """The reference: ``get_slopes`` from Press et al.'s code (attention_with_linear_biases)."""
+
+    def get_slopes_power_of_2(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        ratio = start
+        return [start * ratio**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return get_slopes_power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return get_slopes_power_of_2(closest) + _press_get_slopes(2 * closest)[0::2][: n - closest]
+
+
+@pytest.mark.parametrize("H", [1, 2, 4, 8, 16, 32])
+def test_alibi_slopes_are_two_to_the_minus_8i_over_h_for_powers_of_two(H):
+    expected = torch.tensor([2.0 ** (-8 * i / H) for i in range(1, H + 1)], dtype=F64)
+    torch.testing.assert_close(alibi_slopes(H), expected, rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("H", range(1, 25))
+def test_alibi_slopes_follow_the_papers_code_for_every_head_count(H):
+    expected = torch.tensor(_press_get_slopes(H), dtype=F64)
+    torch.testing.assert_close(alibi_slopes(H), expected, rtol=1e-14, atol=0)
+    with pytest.raises(ValueError, match="n_heads"):
+        alibi_slopes(0)
+
+
+@FEW
+@given(H=st.integers(1, 6), T=st.integers(1, 7), extra=st.integers(0, 4))
+def test_alibi_bias_is_minus_slope_times_distance_by_loops(H, T, extra):
+    S = T + extra  # the queries are the last T of S positions
+    bias = alibi_bias(H, T, S, dtype=F64)
+    slopes = _press_get_slopes(H)
+    expected = torch.tensor(
+        [[[-slopes[h] * ((i + S - T) - j) for j in range(S)] for i in range(T)] for h in range(H)],
+        dtype=F64,
+    )
+    assert bias.shape == (H, T, S)
+    torch.testing.assert_close(bias, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(alibi_bias(H, T, dtype=F64), expected[:, :, extra:])  # S = T
+
+
+def test_alibi_scores_depend_only_on_the_distance():
+    """Shift the queries and keys together: the causal part of the bias does not change."""
+    small, big = alibi_bias(4, 5, 5, dtype=F64), alibi_bias(4, 5, 9, dtype=F64)
+    torch.testing.assert_close(small, big[:, :, 4:])

@@ -86,7 +86,7 @@ def test_weight_average_is_the_model_at_decay_0_and_the_start_at_decay_1(tiny_di
     plain, follow, frozen = run(None), run(0.0), run(1.0)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(5)
-        start = nb09.init_vit_(ViT(vit))
+        start = ViT(vit)
     for p, f, z, s0 in zip(
         plain.model.parameters(),
         follow.model.parameters(),
@@ -131,8 +131,8 @@ def test_train_vit_digits_uses_the_profile_recipe(monkeypatch):
     assert captured["data"].x_train.shape[1:] == (1, 8, 8)
 
 
-def test_init_vit_gives_xavier_scale_weights_and_a_zero_head():
-    model = nb09.init_vit_(ViT(ViTConfig(d_model=32, n_heads=2, n_layers=1)))
+def test_the_vit_initialises_itself_with_xavier_scale_weights_and_a_zero_head():
+    model = ViT(ViTConfig(d_model=32, n_heads=2, n_layers=1))
     w = model.patch_embed.proj.weight  # (32, 4): xavier bound sqrt(6 / 36)
     assert w.abs().max() <= (6 / 36) ** 0.5 and w.std() > 0.1
     assert torch.count_nonzero(model.head.weight) == 0

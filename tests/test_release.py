@@ -3,9 +3,13 @@ determinism, drift detection and validation messages."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +18,8 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from course_utils import cli
-from course_utils.authoring import release
+from course_utils.authoring import install_cell, release
+from course_utils.authoring.project import CourseSettings, read_settings
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "42_toy.ipynb"
@@ -715,6 +720,7 @@ def test_each_step_does_one_job():
         release.strip_solutions,
         release.clear_outputs,
         release.drop_volatile_metadata,
+        release.add_install_cell,
     )
 
 
@@ -741,3 +747,92 @@ def test_stored_solution_outputs_keep_the_static_image_not_the_widget_view():
     assert nb.cells[0].outputs[0]["data"] == {"image/png": "iVBOR", "text/plain": "(static)"}
     assert [o["output_type"] for o in nb.cells[1].outputs] == ["stream"]  # a text repr only: gone
     assert "widgets" not in nb.metadata
+
+
+# ------------------------------------------------------------------- the install cell
+# (Colab, Kaggle, any machine without the package: the first cell installs the course)
+
+
+def _install_cell_runs(source: str) -> str:
+    """Run an install cell's source as a notebook would; returns what it printed."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(source, "install-cell", "exec"), {})
+    return out.getvalue()
+
+
+def test_pip_command_installs_the_configured_repository_and_branch():
+    settings = CourseSettings("https://github.com/ann/course/", "spring")
+    assert install_cell.pip_command(settings, python="/py") == [
+        "/py", "-m", "pip", "install", "--quiet", "git+https://github.com/ann/course@spring",
+    ]  # fmt: skip
+    assert install_cell.pip_command(CourseSettings("https://gitlab.com/a/b.git")) == [
+        "python", "-m", "pip", "install", "--quiet", "git+https://gitlab.com/a/b.git@main",
+    ]  # fmt: skip
+    assert install_cell.pip_command(CourseSettings()) is None
+
+
+def test_install_cell_does_nothing_where_course_utils_imports(monkeypatch):
+    def no_pip(*args, **kwargs):
+        raise AssertionError(f"pip ran: {args}")
+
+    monkeypatch.setattr(subprocess, "run", no_pip)
+    for settings in (CourseSettings("https://github.com/ann/course"), CourseSettings()):
+        assert _install_cell_runs(install_cell.cell_source(settings)) == ""
+
+
+def test_install_cell_runs_pip_with_the_configured_url_where_course_utils_is_missing(monkeypatch):
+    settings = CourseSettings("https://github.com/ann/course", "main")
+    ran = []
+
+    def fake_pip(command, check):
+        ran.append(command)
+        assert check is True
+        sys.modules.pop("course_utils")  # "installed": the real package imports again
+
+    monkeypatch.setattr(subprocess, "run", fake_pip)
+    monkeypatch.setitem(sys.modules, "course_utils", None)  # import course_utils now fails
+    printed = _install_cell_runs(install_cell.cell_source(settings))
+    assert ran == [install_cell.pip_command(settings, python=sys.executable)]
+    assert "installing the course from https://github.com/ann/course (branch main" in printed
+    assert "course_utils installed" in printed
+
+
+def test_install_cell_without_a_repository_stops_with_how_to_install(monkeypatch):
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("pip ran"))
+    monkeypatch.setitem(sys.modules, "course_utils", None)
+    with pytest.raises(ModuleNotFoundError, match="names no repository.*pip install -e"):
+        _install_cell_runs(install_cell.cell_source(CourseSettings()))
+
+
+def test_release_in_a_course_project_puts_the_install_cell_first(dirs):
+    solutions, notebooks = dirs
+    (solutions.parent / "pyproject.toml").write_text(
+        '[tool.course]\nrepository = "https://github.com/ann/course"\n'
+    )
+    assert run_cli("--solutions", solutions, "--notebooks", notebooks) == 0
+    nb = json.loads((notebooks / NAME).read_text())
+    first = nb["cells"][0]
+    assert first["id"] == install_cell.CELL_ID and first["cell_type"] == "code"
+    assert "".join(first["source"]) == install_cell.cell_source(
+        CourseSettings("https://github.com/ann/course")
+    )
+    assert [c["id"] for c in nb["cells"][1:]] == [c.id for c in toy_notebook().cells]
+    assert install_cell.CELL_ID not in (solutions / NAME).read_text()  # solutions untouched
+    assert run_cli("--solutions", solutions, "--notebooks", notebooks, "--check") == 0
+    # a changed repository is drift: the committed notebooks must be released again
+    (solutions.parent / "pyproject.toml").write_text(
+        '[tool.course]\nrepository = "https://github.com/bob/course"\n'
+    )
+    assert run_cli("--solutions", solutions, "--notebooks", notebooks, "--check") == 1
+
+
+def test_every_released_course_notebook_starts_with_the_install_cell():
+    expected = install_cell.cell_source(read_settings(REPO))
+    # (the committed notebooks/ are held to this by `course release --check` in CI; a test
+    # never reads notebooks/, which in a student's checkout holds their answers)
+    for path in release.solution_paths(REPO / "solutions"):
+        first = json.loads(release.release_file(path))["cells"][0]
+        assert first["id"] == install_cell.CELL_ID, path.name
+        assert "".join(first["source"]) == expected, path.name
+        assert install_cell.CELL_ID not in path.read_text(encoding="utf-8"), path.name

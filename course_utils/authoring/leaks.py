@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from course_utils.authoring.cells import cell_source, exercise_id
 from course_utils.authoring.regions import find_regions
 
 MIN_CHARS = 12  # needles shorter than this (whitespace removed) are too common to mean anything
@@ -107,15 +108,10 @@ def needles(line: str) -> list[str]:
     return [f.strip() for f in forms if f.strip() and not is_trivial(f)]
 
 
-def _source(cell: Mapping[str, Any]) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else str(src)
-
-
 def _solution_lines(cell: Mapping[str, Any]) -> tuple[list[str], str]:
     """The code lines inside the cell's solution regions, and the rest of the cell (scaffold)."""
-    lines = _source(cell).split("\n")
-    regions, _ = find_regions(_source(cell))
+    lines = cell_source(cell).split("\n")
+    regions, _ = find_regions(cell_source(cell))
     inside: set[int] = set()
     for r in regions:
         inside.update(range(r.begin, r.end + 1))
@@ -130,7 +126,7 @@ def find_leaks(
     """Every solution line of ``solution`` (a parsed ``.ipynb``) that appears in ``student``
     (its student version, parsed). One leak per (needle's line, student cell)."""
     targets = [
-        (i, c.get("id") or f"#{i}", c.get("cell_type", "?"), _squash(_source(c)))
+        (i, c.get("id") or f"#{i}", c.get("cell_type", "?"), _squash(cell_source(c)))
         for i, c in enumerate(student.get("cells", []))
     ]
     leaks: list[Leak] = []
@@ -140,7 +136,7 @@ def find_leaks(
         lines, scaffold = _solution_lines(cell)
         if not lines:
             continue
-        ex_id = str(cell.get("metadata", {}).get("course", {}).get("id", "?"))
+        ex_id = exercise_id(cell) or "?"
         scaffold_sq = _squash(scaffold)
         for line in lines:
             found: set[int] = set()

@@ -34,16 +34,24 @@ Notebooks without a solution are kept (``--force`` removes those named ``NN_*.ip
 
 The release itself is a chain of small steps, in the spirit of nbgrader's preprocessors:
 :func:`validate`, then :data:`STEPS` (:func:`strip_solutions`, :func:`clear_outputs`,
-:func:`drop_volatile_metadata`), :func:`render` and :func:`write`.
+:func:`drop_volatile_metadata`, :func:`add_install_cell`), :func:`render` and :func:`write`.
+
+The first cell of every student notebook of a course project (a ``pyproject.toml`` beside
+``solutions/``) installs the course where ``course_utils`` is missing, from the repository set
+once in ``[tool.course]`` (:mod:`course_utils.authoring.install_cell`); elsewhere it does
+nothing.
 
 Before anything is written, every solution is validated; problems are listed with the file and
 cell they are in and the command exits 2. A notebook is invalid when: a cell has no id or two
-cells share one; markers are unbalanced, nested, malformed or outside an ``exercise`` cell; an
-exercise cell has no solution region; a code region is not inside a function body (its stub
-would raise when the student runs the cell, and an untouched notebook must run to the end); a
-check cell's id is not registered, its source is not exactly ``check("ID", function)``, or it
-has no exercise cell before it; an exercise's points differ from the registry's; a registered
-exercise of this notebook has no exercise or check cell.
+cells share one; an exercise or check cell (by the one rule of
+:mod:`course_utils.authoring.cells`: ``course.role`` metadata, else tag, else an ``ex-NN-k`` /
+``check-NN-k`` cell id) does not state its role both as a tag and as ``course`` metadata;
+markers are unbalanced, nested, malformed or outside an ``exercise`` cell; an exercise cell has
+no solution region; a code region is not inside a function body (its stub would raise when the
+student runs the cell, and an untouched notebook must run to the end); a check cell's id is not
+registered, its source is not exactly ``check("ID", function)``, or it has no exercise cell
+before it; an exercise's points differ from the registry's; a registered exercise of this
+notebook has no exercise or check cell.
 
 Exit codes: 0 ok, 1 drift (``--check``) or notebooks kept because they hold a student's work,
 2 invalid solutions or usage error.
@@ -64,13 +72,25 @@ from typing import Any
 
 import nbformat
 
-from course_utils.authoring import student_work
+from course_utils.authoring import install_cell, student_work
+from course_utils.authoring.cells import (
+    CHECK,
+    EXERCISE,
+    ROLES,
+    cell_role,
+    cell_source,
+    cell_tags,
+    course_metadata,
+    exercise_id,
+    role_origin,
+)
 from course_utils.authoring.leaks import Leak, find_leaks
+from course_utils.authoring.project import CourseSettings, read_settings
 from course_utils.authoring.regions import BEGIN, END, Region, find_regions
 
 ANSWER_PLACEHOLDER = "YOUR ANSWER HERE"
 SOLUTION_GLOB = "[0-9][0-9]_*.ipynb"
-EXERCISE_TAG, CHECK_TAG = "exercise", "check"
+EXERCISE_TAG, CHECK_TAG = EXERCISE, CHECK  # the tags are the role names (authoring.cells)
 ID_PATTERN = re.compile(r"^(\d\d)\.(\d+)$")
 
 EXIT_OK, EXIT_DRIFT, EXIT_INVALID = 0, 1, 2
@@ -103,31 +123,6 @@ class _Problems:
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _source(cell: Mapping[str, Any]) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else str(src)
-
-
-def _tags(cell: Mapping[str, Any]) -> list[str]:
-    tags = cell.get("metadata", {}).get("tags", [])
-    return list(tags) if isinstance(tags, list) else []
-
-
-def _course_meta(cell: Mapping[str, Any]) -> dict[str, Any]:
-    meta = cell.get("metadata", {}).get("course")
-    return dict(meta) if isinstance(meta, Mapping) else {}
-
-
-def _role(cell: Mapping[str, Any]) -> str | None:
-    """``"exercise"``, ``"check"`` or ``None``, from the tags (validated against metadata)."""
-    tags = _tags(cell)
-    if EXERCISE_TAG in tags:
-        return "exercise"
-    if CHECK_TAG in tags:
-        return "check"
-    return _course_meta(cell).get("role")
 
 
 def _enclosing_function(lines: list[str], begin: int) -> tuple[str | None, str | None]:
@@ -186,17 +181,19 @@ def _load_registry() -> Mapping[str, Any]:
 #
 # Like nbgrader's preprocessors, a release is a chain of small steps over a copy of the
 # notebook: ``validate`` (every problem at once, nothing changed), then each of
-# :data:`STEPS` (``strip_solutions``, ``clear_outputs``, ``drop_volatile_metadata``), then
-# ``render`` and ``write``. A step takes and returns the notebook (plain dicts) and a
+# :data:`STEPS` (``strip_solutions``, ``clear_outputs``, ``drop_volatile_metadata``,
+# ``add_install_cell``), then ``render`` and ``write``. A step takes and returns the notebook (plain dicts) and a
 # :class:`Context`; it may assume the notebook is valid.
 
 
 @dataclass(frozen=True)
 class Context:
-    """What every step may read: the file name and the exercise registry."""
+    """What every step may read: the file name, the exercise registry and the course's
+    settings for the install cell (None: no install cell, e.g. a notebook outside a course)."""
 
     name: str
     registry: Mapping[str, Any]
+    install: CourseSettings | None = None
 
 
 @dataclass
@@ -216,6 +213,11 @@ def validate(nb: Mapping[str, Any], ctx: Context) -> list[str]:
 
     See the module docstring for the rules; nothing is modified.
     """
+    return _scan(nb, ctx).probs.items
+
+
+def _scan(nb: Mapping[str, Any], ctx: Context) -> _Scan:
+    """Walk every cell of ``nb``: the problems found and where its exercise and check cells are."""
     scan = _Scan(ctx.name, ctx.registry, _Problems(ctx.name))
     if nb.get("nbformat") != 4 or int(nb.get("nbformat_minor", 0)) < 5:
         scan.probs.add(
@@ -225,7 +227,7 @@ def validate(nb: Mapping[str, Any], ctx: Context) -> list[str]:
     for index, cell in enumerate(nb.get("cells", [])):
         _validate_cell(scan, cell, index)
     _validate_coverage(scan)
-    return scan.probs.items
+    return scan
 
 
 def _validate_cell(scan: _Scan, cell: Mapping[str, Any], index: int) -> None:
@@ -243,15 +245,15 @@ def _validate_cell(scan: _Scan, cell: Mapping[str, Any], index: int) -> None:
         )
     else:
         scan.seen_ids[cid] = index
-    tags, meta, source = _tags(cell), _course_meta(cell), _source(cell)
+    tags, meta, source = cell_tags(cell), course_metadata(cell), cell_source(cell)
     if EXERCISE_TAG in tags and CHECK_TAG in tags:
         probs.add("cell is tagged both 'exercise' and 'check'", cell, index)
         return
-    role = _role(cell)
+    role = cell_role(cell)
     regions, marker_problems = find_regions(source)
     for msg in marker_problems:
         probs.add(msg, cell, index)
-    if role not in ("exercise", "check"):
+    if role is None:
         if regions and not marker_problems:
             probs.add(
                 "solution markers in a cell not tagged 'exercise' (tag it and give it "
@@ -266,11 +268,11 @@ def _validate_cell(scan: _Scan, cell: Mapping[str, Any], index: int) -> None:
                 index,
             )
         return
-    found = _validate_course_metadata(scan, cell, index, role, tags, meta)
+    found = _validate_course_metadata(scan, cell, index)
     if found is None:
         return
     ex_id, exercise = found
-    if role == "check":
+    if role == CHECK:
         _validate_check_cell(scan, cell, index, ex_id, exercise, source, regions)
         return
     scan.exercise_cells.setdefault(ex_id, []).append(index)
@@ -288,30 +290,40 @@ def _validate_cell(scan: _Scan, cell: Mapping[str, Any], index: int) -> None:
             probs.add(msg, cell, index)
 
 
+def _validate_role_marks(probs: _Problems, cell: Mapping[str, Any], index: int) -> str:
+    """A solution states a course cell's role all three ways (:mod:`course_utils.authoring.cells`):
+    the tag and the ``course.role`` metadata must both say the role the rule gives. Returns how
+    the cell is named in messages (``"cell tagged 'exercise'"``)."""
+    role, origin = role_origin(cell)
+    tags, meta_role = cell_tags(cell), course_metadata(cell).get("role")
+    tag_role = next((t for t in ROLES if t in tags), None)
+    if tag_role is None:
+        said = "'course' metadata" if origin == "metadata" else f"cell id {cell.get('id')!r}"
+        probs.add(f"{said} says role {role!r} but the cell is not tagged {role!r}", cell, index)
+    expected = tag_role or role
+    what = f"cell tagged {tag_role!r}" if tag_role else f"{role} cell"
+    if meta_role != expected:
+        probs.add(
+            f'{what} needs metadata "course": {{"role": {expected!r}, ...}}, got role '
+            f"{meta_role!r}",
+            cell,
+            index,
+        )
+    return what
+
+
 def _validate_course_metadata(
-    scan: _Scan, cell: Mapping[str, Any], index: int, role: str, tags: list, meta: dict
+    scan: _Scan, cell: Mapping[str, Any], index: int
 ) -> tuple[str, Any] | None:
     """Tag, role, id and points of an exercise or check cell, against the registry.
     Returns ``(exercise id, registered exercise or None)``, or None without a usable id."""
     probs, name, prefix = scan.probs, scan.name, scan.name[:2]
-    tag = EXERCISE_TAG if role == "exercise" else CHECK_TAG
-    if tag not in tags:
-        probs.add(
-            f"'course' metadata says role {role!r} but the cell is not tagged {tag!r}",
-            cell,
-            index,
-        )
-    if meta.get("role") != role:
-        probs.add(
-            f'cell tagged {tag!r} needs metadata "course": {{"role": {role!r}, '
-            f"...}}, got role {meta.get('role')!r}",
-            cell,
-            index,
-        )
+    what = _validate_role_marks(probs, cell, index)
+    meta = course_metadata(cell)
     ex_id = meta.get("id")
     if not isinstance(ex_id, str) or not ID_PATTERN.match(ex_id):
         probs.add(
-            f'cell tagged {tag!r} needs metadata "course": {{"id": "NN.k", ...}} '
+            f'{what} needs metadata "course": {{"id": "NN.k", ...}} '
             f'(e.g. "{prefix}.1"), got id {ex_id!r}',
             cell,
             index,
@@ -405,11 +417,11 @@ def strip_solutions(nb: dict[str, Any], ctx: Context) -> dict[str, Any]:
     """Step 1: every solution region of an exercise cell becomes its stub line (code) or
     ``YOUR ANSWER HERE`` (markdown)."""
     for cell in nb.get("cells", []):
-        if _role(cell) != "exercise":
+        if cell_role(cell) != EXERCISE:
             continue
-        source = _source(cell)
+        source = cell_source(cell)
         regions, _ = find_regions(source)
-        ex_id = _course_meta(cell).get("id")
+        ex_id = exercise_id(cell)
         new_source, _ = _stub_source(cell, source, regions, ex_id, ctx.registry.get(ex_id))
         cell["source"] = new_source
     return nb
@@ -435,21 +447,36 @@ def drop_volatile_metadata(nb: dict[str, Any], ctx: Context) -> dict[str, Any]:
     return nb
 
 
-STEPS = (strip_solutions, clear_outputs, drop_volatile_metadata)
+def add_install_cell(nb: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """Step 4: put the install cell (:mod:`course_utils.authoring.install_cell`) first, so a
+    notebook opened on Colab or anywhere without the package installs the course from the
+    configured repository; where ``course_utils`` imports it does nothing. Skipped when
+    ``ctx.install`` is None."""
+    if ctx.install is None:
+        return nb
+    cells = [c for c in nb.get("cells", []) if c.get("id") != install_cell.CELL_ID]
+    nb["cells"] = [install_cell.install_cell(ctx.install), *cells]
+    return nb
+
+
+STEPS = (strip_solutions, clear_outputs, drop_volatile_metadata, add_install_cell)
 
 
 def release_notebook(
-    nb: Mapping[str, Any], name: str, registry: Mapping[str, Any] | None = None
+    nb: Mapping[str, Any],
+    name: str,
+    registry: Mapping[str, Any] | None = None,
+    install: CourseSettings | None = None,
 ) -> dict[str, Any]:
     """The student version of solution notebook ``nb`` (a parsed ``.ipynb`` dict).
 
     ``name`` is the file name (``"03_scaled_dot_product.ipynb"``), used in messages and to
     match the registry's ``Exercise.notebook``; ``registry`` maps exercise ids to exercises
-    (default: ``course_utils.checks.REGISTRY``). Runs :func:`validate` (raises
-    :class:`ReleaseError` listing every problem found), then each of :data:`STEPS`.
-    ``nb`` itself is not modified.
+    (default: ``course_utils.checks.REGISTRY``); ``install``, the course's settings, adds the
+    install cell (None: none). Runs :func:`validate` (raises :class:`ReleaseError` listing
+    every problem found), then each of :data:`STEPS`. ``nb`` itself is not modified.
     """
-    ctx = Context(name, _load_registry() if registry is None else registry)
+    ctx = Context(name, _load_registry() if registry is None else registry, install)
     problems = validate(nb, ctx)
     if problems:
         raise ReleaseError(problems)
@@ -520,11 +547,25 @@ def _read(path: Path) -> dict[str, Any]:
     return nb
 
 
+def course_settings(path: str | Path) -> CourseSettings | None:
+    """The settings of the course a solution notebook belongs to: ``[tool.course]`` of the
+    ``pyproject.toml`` beside its ``solutions/`` folder; None when there is none (a notebook
+    outside a course project gets no install cell: there is no package to install)."""
+    root = Path(path).resolve().parent.parent
+    if not (root / "pyproject.toml").is_file():
+        return None
+    try:
+        return read_settings(root)
+    except (ValueError, OSError) as exc:
+        raise ReleaseError([str(exc)]) from None
+
+
 def release_file(path: str | Path, registry: Mapping[str, Any] | None = None) -> str:
-    """The text of the student version of the solution notebook at ``path``."""
+    """The text of the student version of the solution notebook at ``path`` (with the install
+    cell when it belongs to a course project, :func:`course_settings`)."""
     path = Path(path)
     nb = _read(path)
-    student = release_notebook(nb, path.name, registry)
+    student = release_notebook(nb, path.name, registry, course_settings(path))
     try:
         nbformat.validate(nbformat.from_dict(json.loads(json.dumps(student))))
     except nbformat.ValidationError as exc:

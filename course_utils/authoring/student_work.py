@@ -4,8 +4,9 @@
 files. Before a notebook is replaced, :func:`work_at_risk` compares the file on disk with the
 version about to be written and names every cell whose content would be lost:
 
-* an exercise cell (tag ``exercise`` or ``course.role`` metadata) whose source differs from
-  the released stub: the student's answer;
+* an exercise cell (by the one rule of :mod:`course_utils.authoring.cells`: ``course.role``
+  metadata, else tag, else ``ex-NN-k`` cell id) whose source differs from the released stub:
+  the student's answer;
 * a cell whose id the release does not have, with any source: a cell the student added (an
   answer split over extra cells, notes, experiments).
 
@@ -21,21 +22,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from course_utils.authoring.cells import EXERCISE, cell_role, cell_source, exercise_id
+
 __all__ = ["work_at_risk", "describe"]
-
-
-def _source(cell: Mapping[str, Any]) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else str(src)
-
-
-def _is_exercise(cell: Mapping[str, Any]) -> bool:
-    meta = cell.get("metadata", {})
-    tags = meta.get("tags", []) if isinstance(meta, Mapping) else []
-    course = meta.get("course", {}) if isinstance(meta, Mapping) else {}
-    return "exercise" in (tags if isinstance(tags, list) else []) or (
-        isinstance(course, Mapping) and course.get("role") == "exercise"
-    )
 
 
 def _first_line(source: str, width: int = 60) -> str:
@@ -51,15 +40,14 @@ def work_at_risk(current: Mapping[str, Any], new: Mapping[str, Any]) -> list[str
     for index, cell in enumerate(current.get("cells", [])):
         if not isinstance(cell, Mapping):
             continue
-        cid, source = cell.get("id"), _source(cell)
+        cid, source = cell.get("id"), cell_source(cell)
         released = new_cells.get(cid) if cid else None
         label = f"cell {index + 1}" + (f" ({cid!r})" if cid else "")
         if released is None:
             if source.strip():
                 lost.append(f"{label}: a cell you added: {_first_line(source)!r}")
-        elif _is_exercise(cell) and source != _source(released):
-            course = cell.get("metadata", {}).get("course", {})
-            ex_id = course.get("id") if isinstance(course, Mapping) else None
+        elif cell_role(cell) == EXERCISE and source != cell_source(released):
+            ex_id = exercise_id(cell)
             what = f"exercise {ex_id}" if ex_id else "an exercise cell"
             lost.append(f"{label}: your answer to {what}")
     return lost

@@ -24,6 +24,7 @@ BENCHMARKS = {
     "gpt": "course_utils.bench.gpt",
     "vit": "course_utils.bench.vit",
     "notebooks": "course_utils.bench.notebooks",
+    "grading": "course_utils.bench.grading",
 }
 
 

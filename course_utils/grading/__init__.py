@@ -60,7 +60,8 @@ Report (JSON, one object per submission)
 "title", "points", "max_points", "status", "message", "flags", "runtime_s"}], "flags",
 "notes", "error", "error_kind", "kernel", "cells", "output", "seed", "runtime_s"}`` with
 ``status`` in ``passed / failed / not_attempted / error / timeout`` and ``error_kind`` in
-``null / bad_input / usage / grader``. ``cells.errors[].cell`` is the 0-based index into the
+``null / bad_input / usage / grader / busy`` (busy: the kernel did not start in time on a
+busy machine; regrade). ``cells.errors[].cell`` is the 0-based index into the
 notebook's cells; messages meant for people count cells from 1.
 
 Memory limit default

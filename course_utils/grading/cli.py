@@ -15,7 +15,8 @@ process (see :mod:`course_utils.grading`). Exit codes (the highest that applies)
   with zero points);
 - ``3`` the grading machine failed: no kernel could start, the installed course lacks a
   check an assignment needs, or a grading process died (in a batch each submission has its
-  own process, so a submission that kills it loses only its own report).
+  own process, so a submission that kills it loses only its own report); or a kernel did not
+  start in time twice because the machine was busy (``error_kind`` ``busy``: grade it again).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ exit codes (the highest that applies):
   2  usage error or bad input: missing file, malformed JSON, not a notebook, a notebook of
      another assignment (the other submissions are still graded and reported)
   3  the grading machine failed: no kernel could start, a check is missing from the course,
-     or a grading process died (possibly killed by its submission; the others are reported)
+     or a grading process died (possibly killed by its submission; the others are reported),
+     or a kernel did not start in time twice on a busy machine (error_kind busy: regrade)
 
 what the grader does:
   Each submission runs top to bottom in a fresh python3 kernel in its own sandbox (--sandbox:
@@ -60,13 +62,21 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``course grade``."""
+    """The options of ``course grade``, one argument group each."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument(
         "submissions", nargs="+", metavar="SUBMISSION.ipynb", help="notebooks to grade"
     )
-    out = parser.add_argument_group("reports")
+    _report_arguments(parser.add_argument_group("reports"))
+    _reference_arguments(parser.add_argument_group("what to grade against"))
+    _limit_arguments(parser.add_argument_group("limits"))
+    _sandbox_arguments(parser.add_argument_group("sandbox"))
+    _policy_arguments(parser.add_argument_group("policy"))
+
+
+def _report_arguments(out) -> None:
+    """Where the reports go (and the similarity report)."""
     out.add_argument("--json", metavar="F", help="JSON report (an array for several submissions)")
     out.add_argument("--junit", metavar="F", help="JUnit XML, exercise ids as test names")
     out.add_argument("--feedback", metavar="DIR", help="Markdown feedback, one file per student")
@@ -83,7 +93,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also save each notebook as the grader executed it (capped outputs)",
     )
     out.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
-    what = parser.add_argument_group("what to grade against")
+    out.add_argument(
+        "--similarity",
+        action="store_true",
+        help="compare each exercise's code with the course's own source and solutions and "
+        "across the batch (copydetect); adds columns to --csv/--json and a section to "
+        "--report",
+    )
+    out.add_argument(
+        "--report",
+        metavar="F",
+        help="the instructor's Markdown summary (scores, sandbox, similarity)",
+    )
+
+
+def _reference_arguments(what) -> None:
+    """The references and checks a submission is graded against."""
     what.add_argument(
         "--reference-dir",
         metavar="DIR",
@@ -104,7 +129,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="extra exercise module (importable name or path to a .py file) "
         "exposing EXERCISES; repeatable",
     )
-    lim = parser.add_argument_group("limits")
+
+
+def _limit_arguments(lim) -> None:
+    """Parallelism, time, memory and output limits."""
     lim.add_argument(
         "-j",
         "--jobs",
@@ -149,7 +177,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="leave CUDA devices visible to the kernel (lifts the memory limit: "
         "CUDA maps far more virtual memory than any sane limit)",
     )
-    box = parser.add_argument_group("sandbox")
+
+
+def _sandbox_arguments(box) -> None:
+    """How each submission is isolated, and its other limits."""
     box.add_argument(
         "--sandbox",
         choices=("auto", "bwrap", "docker", "podman", "none"),
@@ -186,7 +217,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="container image for --sandbox docker/podman (default course-grade:latest, "
         "built from .github/classroom/Dockerfile)",
     )
-    pol = parser.add_argument_group("policy")
+
+
+def _policy_arguments(pol) -> None:
+    """Pass marks, seeds and what flagged answers earn."""
     pol.add_argument(
         "--fail-under",
         type=float,
@@ -198,18 +232,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="seed of the check inputs (default: drawn at random at grade time)",
-    )
-    out.add_argument(
-        "--similarity",
-        action="store_true",
-        help="compare each exercise's code with the course's own source and solutions and "
-        "across the batch (copydetect); adds columns to --csv/--json and a section to "
-        "--report",
-    )
-    out.add_argument(
-        "--report",
-        metavar="F",
-        help="the instructor's Markdown summary (scores, sandbox, similarity)",
     )
     pol.add_argument(
         "--zero-flagged",
@@ -300,11 +322,17 @@ def _grade_isolated(paths: list[str], options, jobs: int, bar) -> list[dict[str,
     import dataclasses
     import json
     import multiprocessing as mp
-    import shutil
     import tempfile
     import time
     from multiprocessing.connection import wait
 
+    from course_utils.grading.confine import (
+        BATCH_PREFIX,
+        hold_lock,
+        is_mount,
+        remove_tree,
+        unmount,
+    )
     from course_utils.grading.grader import lost_report
 
     # Never fork a process that may hold torch threads: workers come from a fresh fork
@@ -321,7 +349,8 @@ def _grade_isolated(paths: list[str], options, jobs: int, bar) -> list[dict[str,
     # a grading process past every limit it enforces itself is killed: the batch finishes
     overdue = options.timeout + 2 * options.startup_timeout + 300
     # the workers' sandboxes live here: removed by this process even if a worker is killed
-    tmpdir = tempfile.mkdtemp(prefix="cgb-")
+    tmpdir = tempfile.mkdtemp(prefix=BATCH_PREFIX)
+    lock = hold_lock(tmpdir)  # a running batch: no other grader's start-up removes it
     options = dataclasses.replace(options, box_parent=tmpdir)
     try:
         while todo or running:
@@ -357,9 +386,16 @@ def _grade_isolated(paths: list[str], options, jobs: int, bar) -> list[dict[str,
                 del running[i]
                 bar.update(1)
     finally:
-        for proc, _ in running.values():  # interrupted (Ctrl-C): leave nothing behind
-            proc.kill()
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        try:
+            for proc, _ in running.values():  # interrupted (Ctrl-C): leave nothing behind
+                proc.kill()
+            for box in Path(tmpdir).glob("cg-*"):  # a killed worker's box may be mounted
+                if is_mount(box):
+                    unmount(box)
+            os.close(lock)
+            remove_tree(tmpdir)  # iterative, through handles, never raises
+        except BaseException:  # noqa: BLE001 - clean-up never costs the batch its reports
+            pass
     return [results[i] for i in range(len(paths))]
 
 
@@ -368,7 +404,7 @@ def exit_code(reports: list[dict[str, Any]], fail_under: float | None) -> int:
     code = EXIT_OK
     for rep in reports:
         kind = rep.get("error_kind")
-        if kind == "grader":
+        if kind in ("grader", "busy"):
             code = max(code, EXIT_GRADER)
         elif kind in ("bad_input", "usage"):
             code = max(code, EXIT_BAD_INPUT)
@@ -381,11 +417,48 @@ def _indent(text: str, prefix: str) -> str:
     return "\n".join(prefix + line for line in str(text).splitlines())
 
 
+def display_name(rep: dict[str, Any]) -> str:
+    """The submission as the terminal names it, on one line: its file name, prefixed by the
+    student (the folder) when the student is not the file's stem."""
+    from course_utils.grading.grader import terminal_name
+
+    name = terminal_name(Path(rep["notebook"]).name)
+    student = terminal_name(rep.get("student") or "")
+    if student and student != terminal_name(Path(rep["notebook"]).stem):
+        return f"{student}/{name}"
+    return name
+
+
+def name_students(reports: list[dict[str, Any]]) -> None:
+    """Name each report's student: the notebook's stem, or, when stems repeat (one folder
+    per student, every notebook named alike), the folder; ``folder/stem`` if those repeat too.
+    Names are one line (control characters shown as ``?``)."""
+    from course_utils.grading.grader import terminal_name
+
+    def counts(names: list[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for n in names:
+            out[n] = out.get(n, 0) + 1
+        return out
+
+    paths = [Path(os.path.abspath(r["notebook"])) for r in reports]
+    stems = counts([p.stem for p in paths])
+    folders = counts([p.parent.name for p in paths])
+    for rep, p in zip(reports, paths, strict=True):
+        if stems[p.stem] == 1:
+            name = p.stem
+        elif folders[p.parent.name] == 1:
+            name = p.parent.name
+        else:
+            name = f"{p.parent.name}/{p.stem}"
+        rep["student"] = terminal_name(name)
+
+
 def _summary(rep: dict[str, Any], detailed: bool) -> str:
     """What the terminal shows for one report; hints and notes in full when ``detailed``."""
     from course_utils.grading.reports import STATUS_LABEL, terminal_safe
 
-    name = terminal_safe(Path(rep["notebook"]).name)
+    name = display_name(rep)
     if rep.get("missing"):
         return f"{name}: no such file (nothing graded)"
     head = f"{name}: {rep['total']:g}/{rep['max']:g} points"
@@ -434,7 +507,8 @@ def _write_reports(args: argparse.Namespace, reports: list[dict]) -> bool:
         (args.feedback, rp.write_feedback),
         (args.report, rp.write_instructor_report),
     ]
-    for target, writer in writers:
+    ok = True
+    for target, writer in writers:  # each independently: one that fails stops no other
         if not target:
             continue
         try:
@@ -443,8 +517,8 @@ def _write_reports(args: argparse.Namespace, reports: list[dict]) -> bool:
             writer(reports, target)
         except OSError as exc:
             print(f"course grade: cannot write {target}: {exc}", file=sys.stderr)
-            return False
-    return True
+            ok = False
+    return ok
 
 
 def _load_checks(args: argparse.Namespace) -> tuple[list, str]:
@@ -523,8 +597,12 @@ def main(args: argparse.Namespace) -> int:
             + "): fine for checking your own work, not for grading others'",
             file=sys.stderr,
         )
+    if options.sandbox != "none":
+        from course_utils.grading.confine import remove_stale
+
+        remove_stale()  # boxes and cgroups of graders killed from outside (own prefixes only)
     paths = [str(p) for p in args.submissions]
-    missing = [p for p in paths if not Path(p).exists()]
+    missing = [p for p in paths if not os.path.lexists(p)]
     for p in missing:
         print(f"course grade: {p}: no such file", file=sys.stderr)
     if missing and len(missing) == len(paths):
@@ -535,6 +613,7 @@ def main(args: argparse.Namespace) -> int:
     for rep in reports:
         if rep["notebook"] in missing:
             rep["missing"] = True  # graded without a kernel: zero, one line in the summary
+    name_students(reports)
     if args.similarity:
         from course_utils.grading.similarity import add_similarity
 

@@ -12,7 +12,7 @@ import ast
 import importlib
 import os
 import secrets
-import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -23,6 +23,7 @@ from typing import Any
 from course_utils.checks import core
 from course_utils.checks.core import ERROR, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT
 from course_utils.grading import harvest as hv
+from course_utils.grading.confine import BOX_PREFIX, open_dir, remove_tree
 from course_utils.grading.kernel import GradingKernel, KernelStartError, OutputBudget, kernel_env
 from course_utils.grading.plan import (
     Assignment,
@@ -37,6 +38,7 @@ from course_utils.grading.plan import (
     reference_dirs,
     resolve_assignment,
 )
+from course_utils.grading.reports import one_line as terminal_name
 from course_utils.grading.sandbox import (
     DOCKER_IMAGE,
     Limits,
@@ -104,7 +106,7 @@ def _entry(g: GradedExercise, status: str, message: str, points: float = 0) -> d
 def _skeleton(path: str, seed: int | None) -> dict[str, Any]:
     return {
         "notebook": str(path),
-        "student": Path(path).stem,
+        "student": terminal_name(Path(path).stem),
         "assignment": None,
         "total": 0,
         "max": 0,
@@ -171,7 +173,8 @@ def grade_submission(
     nb: dict[str, Any] | None = None
     bad: str | None = None
     try:
-        nb = read_notebook(path)
+        bad = admit(path)
+        nb = read_notebook(path) if bad is None else None
     except BadSubmission as exc:
         bad = str(exc)
     try:
@@ -179,20 +182,7 @@ def grade_submission(
             path, nb, dirs=reference_dirs(opts.reference_dir), table=table, forced=opts.assignment
         )
     except NoAssignment as exc:
-        report.update(error=bad or str(exc), error_kind="bad_input")
-        if opts.assignment:  # zero for every exercise of the required assignment
-            try:
-                forced = resolve_assignment(
-                    path,
-                    None,
-                    dirs=reference_dirs(opts.reference_dir),
-                    table=table,
-                    forced=opts.assignment,
-                )
-                report["assignment"] = forced.name
-                report["exercises"] = [_entry(g, ERROR, report["error"]) for g in forced.exercises]
-            except NoAssignment:
-                report["error_kind"] = "usage"
+        _no_assignment(report, path, opts, table, bad or str(exc))
         return _finish(report, t0)
     except BadSubmission as exc:  # the reference notebook itself is unreadable
         report.update(error=f"reference notebook: {exc}", error_kind="grader")
@@ -234,6 +224,22 @@ def grade_submission(
     return _finish(report, t0)
 
 
+def _no_assignment(report, path: str, opts: GradeOptions, table, error: str) -> None:
+    """A submission of no known assignment: bad input; with ``--assignment``, zero for every
+    exercise of the required one."""
+    report.update(error=error, error_kind="bad_input")
+    if not opts.assignment:
+        return
+    try:
+        forced = resolve_assignment(
+            path, None, dirs=reference_dirs(opts.reference_dir), table=table, forced=opts.assignment
+        )
+        report["assignment"] = forced.name
+        report["exercises"] = [_entry(g, ERROR, report["error"]) for g in forced.exercises]
+    except NoAssignment:
+        report["error_kind"] = "usage"
+
+
 def _reference_points(assignment: Assignment, ex_id: str) -> float:
     for cell in (assignment.reference or {}).get("cells", []):
         course = cell.get("metadata", {}).get("course")
@@ -257,7 +263,7 @@ def lost_report(path: str | os.PathLike, options: GradeOptions | None, why: str)
     try:
         table = exercise_table(opts.checks_modules)
         try:
-            nb = read_notebook(path)
+            nb = read_notebook(path) if admit(path) is None else None
         except BadSubmission:
             nb = None
         assignment = resolve_assignment(
@@ -274,37 +280,115 @@ def lost_report(path: str | os.PathLike, options: GradeOptions | None, why: str)
     return _finish(report, time.monotonic())
 
 
-def _copy_submission_dir(src: Path, dst: Path) -> None:
-    """Copy the submission's folder (small files only, no notebooks, no hidden folders)."""
+MAX_SUBMISSION_BYTES = 32 << 20  # a notebook larger than this is refused before parsing
+MAX_JSON_STRINGS = 1_000_000  # ... and one with more JSON strings (bounds the parse's memory)
+
+
+def admit(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be graded before anything parses it (``None``: it can).
+
+    A submission must be a regular file in a real folder: a symbolic link (to ``solutions/``,
+    another student's notebook, ``/etc/shadow``), a device, a FIFO or a socket is refused, and
+    so is a notebook larger than ``MAX_SUBMISSION_BYTES`` or with more than
+    ``MAX_JSON_STRINGS`` strings (so the trusted grader's memory for parsing stays bounded).
+    Read through one handle opened without following links, never past the cap.
+    """
+    p = os.path.abspath(os.fspath(path))
+    name = terminal_name(os.path.basename(p))
+    try:
+        st = os.lstat(p)
+    except OSError:
+        return None  # read_notebook says "no such file"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{name}: a symbolic link, not a notebook file; submit the file itself"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{name}: not a regular file (a folder, device, FIFO or socket)"
+    if os.path.islink(os.path.dirname(p)):
+        return f"{name}: its folder is a symbolic link; submit a real folder"
+    if st.st_size > MAX_SUBMISSION_BYTES:
+        return (
+            f"{name}: {st.st_size >> 20} MB is too large for a notebook (limit "
+            f"{MAX_SUBMISSION_BYTES >> 20} MB); clear the outputs and save again"
+        )
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"{name}: cannot be read ({exc.strerror})"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return f"{name}: not a regular file"
+        quotes = 0
+        while chunk := os.read(fd, 1 << 20):
+            quotes += chunk.count(b'"')
+            if quotes > 2 * MAX_JSON_STRINGS:
+                return (
+                    f"{name}: more than {MAX_JSON_STRINGS} strings (a million cells?); "
+                    "not a notebook the grader will parse"
+                )
+    finally:
+        os.close(fd)
+    return None
+
+
+def _copy_submission_dir(src: str | os.PathLike, dst: Path) -> None:
+    """Copy the submission's own folder (``src``, never a link's target): regular files only
+    (checked on the open handle), no notebooks, no hidden entries, at most 4 levels, each
+    file read through a handle opened without following links and never past its cap."""
     dst.mkdir(parents=True, exist_ok=True)
-    total, count = 0, 0
-    for root, dirs, files in os.walk(src):
-        rel = Path(root).relative_to(src)
-        dirs[:] = [
-            d
-            for d in dirs
-            if not d.startswith(".")
-            and d not in ("__pycache__", "node_modules")
-            and len(rel.parts) < 4
-        ]
-        for name in files:
-            p = Path(root) / name
-            if name.endswith(".ipynb") or name.startswith(".") or p.is_symlink():
-                continue
-            try:
-                size = p.stat().st_size
-            except OSError:
-                continue
-            if size > COPY_MAX_FILE or total + size > COPY_MAX_TOTAL or count >= COPY_MAX_FILES:
-                continue
-            target = dst / rel / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                shutil.copyfile(p, target)
-            except OSError:
-                continue
-            total += size
-            count += 1
+    budget = {"total": 0, "count": 0}
+    try:
+        top = open_dir(src)
+    except OSError:
+        return
+    stack: list[tuple[int, Path, int]] = [(top, dst, 0)]
+    while stack:
+        fd, target, depth = stack.pop()
+        try:
+            for entry in os.scandir(fd):
+                name = entry.name
+                if name.startswith(".") or name in ("__pycache__", "node_modules"):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    if depth < 3:
+                        try:
+                            stack.append((open_dir(name, dir_fd=fd), target / name, depth + 1))
+                        except OSError:
+                            continue
+                elif entry.is_file(follow_symlinks=False) and not name.endswith(".ipynb"):
+                    _copy_one(fd, name, target, budget)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def _copy_one(dir_fd: int, name: str, target: Path, budget: dict[str, int]) -> None:
+    """Copy the regular file ``name`` of ``dir_fd`` into ``target`` within the budget."""
+    if budget["count"] >= COPY_MAX_FILES:
+        return
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return
+    try:
+        st = os.fstat(fd)
+        size = st.st_size
+        if not stat.S_ISREG(st.st_mode) or size > COPY_MAX_FILE:
+            return
+        if budget["total"] + size > COPY_MAX_TOTAL:
+            return
+        target.mkdir(parents=True, exist_ok=True)
+        left = size
+        with open(target / name, "wb") as out:
+            while left > 0 and (chunk := os.read(fd, min(1 << 20, left))):
+                out.write(chunk)
+                left -= len(chunk)
+        budget["total"] += size
+        budget["count"] += 1
+    except OSError:
+        return
+    finally:
+        os.close(fd)
 
 
 def _static_flags(sources: list[str], ex: core.Exercise) -> list[str]:
@@ -358,7 +442,33 @@ def _memory_error(ename: str, evalue: str) -> bool:
     )
 
 
-def _run(  # noqa: C901 -- one pass over the plan's steps, a branch per step kind
+@dataclass
+class _Run:
+    """The state of one grading run, shared by the steps of :func:`_run`."""
+
+    nb: dict[str, Any]
+    assignment: Assignment
+    report: dict[str, Any]
+    opts: GradeOptions
+    seed: int
+    path: str
+    box: Path
+    plan: Any = None
+    budget: OutputBudget | None = None
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cell_errors: dict[int, tuple[str, str]] = field(default_factory=dict)
+    executed: list[tuple[Any, Any]] = field(default_factory=list)  # (step, result or entry)
+    kernel: GradingKernel | None = None
+    sandbox: Sandbox | None = None
+    stop_reason: tuple[str, str] | None = None  # (status for the rest, message)
+
+    def stop(self, status: str, message: str, kernel: dict[str, Any] | None = None) -> None:
+        self.stop_reason = (status, message)
+        if kernel is not None:
+            self.report["kernel"] = kernel
+
+
+def _run(
     nb: dict[str, Any],
     assignment: Assignment,
     report: dict[str, Any],
@@ -366,185 +476,226 @@ def _run(  # noqa: C901 -- one pass over the plan's steps, a branch per step kin
     seed: int,
     path: str,
 ) -> None:
-    plan = build_plan(nb, assignment)
-    report["notes"].extend(plan.notes)
-    by_id = {g.id: g for g in assignment.exercises}
-    entries: dict[str, dict[str, Any]] = {}
-    cell_errors: dict[int, tuple[str, str]] = {}
-    executed: list[tuple[Any, Any]] = []  # (step, ExecResult or verdict entry)
-    budget = OutputBudget(opts.max_output_kb * 1024)
-    kernel: GradingKernel | None = None
-    stop_reason: tuple[str, str] | None = None  # (status for the rest, message)
-    sandbox: Sandbox | None = None
-    box = Path(tempfile.mkdtemp(prefix="cg-", dir=opts.box_parent))
+    """Execute the plan of ``nb`` in a fresh sandboxed kernel and fill ``report``."""
+    box = Path(tempfile.mkdtemp(prefix=BOX_PREFIX, dir=opts.box_parent))
+    run = _Run(nb, assignment, report, opts, seed, path, box)
+    run.plan = build_plan(nb, assignment)
+    report["notes"].extend(run.plan.notes)
+    run.budget = OutputBudget(opts.max_output_kb * 1024)
     try:
-        try:
-            sandbox = make_sandbox(opts, box)
-        except SandboxError as exc:
-            report.update(error=str(exc), error_kind="grader")
-            stop_reason = (ERROR, f"not graded: {exc}")
-            return
-        report["sandbox"] = sandbox.describe()
-        if not sandbox.isolated:
-            report["notes"].append(NOT_SANDBOXED)
-        _copy_submission_dir(Path(path).resolve().parent, sandbox.work)
-        sandbox.hand_over()
-        env = sandbox.kernel_env(
-            kernel_env(
-                profile=None,
-                threads=opts.threads,
-                hide_gpus=not opts.gpu,
-                ipython_dir=str(box / "home" / ".ipython"),
-            )
+        if _start(run):
+            _execute_plan(run)
+    finally:
+        _teardown(run)
+
+
+def _start(run: _Run) -> bool:
+    """Sandbox, files, kernel (retried once), warm-up; False (with the reason) if any fails."""
+    opts, report, box = run.opts, run.report, run.box
+    try:
+        run.sandbox = sandbox = make_sandbox(opts, box)
+    except SandboxError as exc:
+        report.update(error=str(exc), error_kind="grader")
+        run.stop(ERROR, f"not graded: {exc}")
+        return False
+    report["sandbox"] = sandbox.describe()
+    if not sandbox.isolated:
+        report["notes"].append(NOT_SANDBOXED)
+    # the submission's own folder, never a link's target (admit() refused links)
+    _copy_submission_dir(os.path.dirname(os.path.abspath(run.path)), sandbox.work)
+    sandbox.hand_over()
+    env = sandbox.kernel_env(
+        kernel_env(
+            profile=None,
+            threads=opts.threads,
+            hide_gpus=not opts.gpu,
+            ipython_dir=str(box / "home" / ".ipython"),
         )
-        sandbox.env = env
-        memory_mb = 0 if opts.gpu else opts.memory_mb
+    )
+    sandbox.env = env
+    if not _start_kernel(run, env):
+        return False
+    # Import the heavy modules before the clock starts: per-cell limits measure the
+    # student's code, not torch's import time on a busy machine.
+    warm = run.kernel.execute(_warmup_code(opts.checks_modules), opts.startup_timeout, silent=True)
+    if warm.status != "ok":
+        detail = (
+            f"the kernel could not import the course ({warm.ename or warm.status}: "
+            f"{_clip(warm.evalue, 300)}); is course_utils installed in the kernel's Python?"
+        )
+        report.update(error=detail, error_kind="grader")
+        run.stop(ERROR, f"not graded: {detail}", {"status": "not_started", "detail": detail})
+        return False
+    report["kernel"] = {"status": "ok", "detail": ""}
+    return True
+
+
+KERNEL_START_TRIES = 2
+
+
+def _start_kernel(run: _Run, env: dict[str, str]) -> bool:
+    """Start the kernel, once more if the first does not start (a busy machine); a kernel
+    that never answers is ``error_kind = "busy"`` (not the student's fault, nothing of the
+    notebook ran), one that cannot start at all is the grader's (``"grader"``)."""
+    opts, sandbox = run.opts, run.sandbox
+    exc: KernelStartError | None = None
+    for _ in range(KERNEL_START_TRIES):
         kernel = GradingKernel(
             cwd=str(sandbox.work),
-            workdir=str(box),
+            workdir=str(run.box),
             sandbox=sandbox,
-            memory_mb=memory_mb,
+            memory_mb=0 if opts.gpu else opts.memory_mb,
             kernel_name=opts.kernel_name,
             env=env,
-            output_budget=budget,
+            output_budget=run.budget,
             startup_timeout=opts.startup_timeout,
             interrupt_grace=opts.interrupt_grace,
         )
         try:
             kernel.start()
-        except KernelStartError as exc:
-            report.update(error=str(exc), error_kind="grader")
-            report["kernel"] = {"status": "not_started", "detail": _clip(str(exc))}
-            stop_reason = (ERROR, f"not graded: the grader could not start a kernel ({exc})")
-            return
-        # Import the heavy modules before the clock starts: per-cell limits measure the
-        # student's code, not torch's import time on a busy machine.
-        warm = kernel.execute(_warmup_code(opts.checks_modules), opts.startup_timeout, silent=True)
-        if warm.status != "ok":
-            detail = (
-                f"the kernel could not import the course ({warm.ename or warm.status}: "
-                f"{_clip(warm.evalue, 300)}); is course_utils installed in the kernel's "
-                f"Python?"
+            run.kernel = kernel
+            return True
+        except KernelStartError as err:
+            exc = err
+    slow = "didn't respond" in str(exc) or "timed out" in str(exc).lower()
+    if slow:
+        message = (
+            f"not graded: the kernel did not start within {opts.startup_timeout:g} s, "
+            f"{KERNEL_START_TRIES} times; the machine was too busy at that moment. Nothing "
+            "in your notebook had run yet: this says nothing about your work, and the "
+            "notebook must be graded again"
+        )
+        run.report.update(error=message, error_kind="busy")
+    else:
+        message = f"not graded: the grader could not start a kernel ({exc})"
+        run.report.update(error=str(exc), error_kind="grader")
+    run.stop(ERROR, message, {"status": "not_started", "detail": _clip(str(exc))})
+    return False
+
+
+def _execute_plan(run: _Run) -> None:
+    """Each step of the plan in order (a cell, or a check), until a step stops the run."""
+    opts = run.opts
+    deadline = time.monotonic() + opts.timeout
+    trusted = {"collect_outputs": hv.fingerprint(core.collect_outputs)}
+    by_id = {g.id: g for g in run.assignment.exercises}
+    for step in run.plan.steps:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            message = (
+                "not graded: the notebook ran past the total time limit "
+                f"of {opts.timeout:g} s before this exercise's check"
             )
-            report.update(error=detail, error_kind="grader")
-            report["kernel"] = {"status": "not_started", "detail": detail}
-            stop_reason = (ERROR, f"not graded: {detail}")
+            run.stop(TIMEOUT, message, {"status": "timeout", "detail": message})
             return
-        report["kernel"] = {"status": "ok", "detail": ""}
-        deadline = time.monotonic() + opts.timeout
-        trusted = {"collect_outputs": hv.fingerprint(core.collect_outputs)}
-        for step in plan.steps:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                stop_reason = (
-                    TIMEOUT,
-                    f"not graded: the notebook ran past the total time limit "
-                    f"of {opts.timeout:g} s before this exercise's check",
-                )
-                report["kernel"] = {"status": "timeout", "detail": stop_reason[1]}
-                break
-            limit = min(opts.cell_timeout, remaining)
-            total_bound = remaining < opts.cell_timeout
-            if step.kind == "cell":
-                src = nb["cells"][step.index]["source"]
-                r = kernel.execute(src, limit)
-                report["cells"]["executed"] += 1
-                executed.append((step, r))
-                if r.status in ("error", "timeout", "hung", "died"):
-                    ename = r.ename or r.status
-                    evalue = r.evalue
-                    cell_errors[step.index] = (ename, evalue)
-                    report["cells"]["errors"].append(
-                        {"cell": step.index, "ename": ename, "evalue": _clip(evalue, 500)}
-                    )
-                    if _memory_error(ename, evalue):
-                        report["notes"].append(
-                            f"cell {step.index + 1} ran out of memory "
-                            f"(limit {opts.memory_mb} MB): {ename}"
-                        )
-                if r.status == "timeout":
-                    if total_bound:
-                        stop_reason = (
-                            TIMEOUT,
-                            "not graded: the notebook ran past the total time "
-                            f"limit of {opts.timeout:g} s",
-                        )
-                        report["kernel"] = {"status": "timeout", "detail": stop_reason[1]}
-                        break
-                    report["notes"].append(
-                        f"cell {step.index + 1} ran past the per-cell limit of "
-                        f"{opts.cell_timeout:g} s and was interrupted"
-                    )
-                if r.kernel_lost:
-                    stop_reason = _lost(r, f"cell {step.index + 1}", opts)
-                    report["kernel"] = {
-                        "status": r.status,
-                        "exit_code": r.exit_code,
-                        "detail": stop_reason[1],
-                    }
-                    break
-            else:
-                g = by_id[step.exercise_id]
-                entry, r = _check(
-                    kernel,
-                    g,
-                    seed,
-                    limit,
-                    sandbox,
-                    plan,
-                    cell_errors,
-                    opts,
-                    trusted,
-                    nb,
-                    total_bound,
-                )
-                entries[g.id] = entry
-                executed.append((step, entry))
-                if r is not None and r.kernel_lost:
-                    stop_reason = _lost(r, f"the check of {g.id}", opts)
-                    report["kernel"] = {
-                        "status": r.status,
-                        "exit_code": r.exit_code,
-                        "detail": stop_reason[1],
-                    }
-                    break
-                if r is not None and r.status == "timeout" and total_bound:
-                    stop_reason = (
-                        TIMEOUT,
-                        "not graded: the notebook ran past the total time "
-                        f"limit of {opts.timeout:g} s",
-                    )
-                    report["kernel"] = {"status": "timeout", "detail": stop_reason[1]}
-                    break
-    finally:
-        if kernel is not None:
-            kernel.shutdown()
-        if sandbox is not None:
-            sandbox.close()
-            report["sandbox"] = sandbox.describe()
-            if sandbox.kill_reason:
-                report["notes"].append(f"the submission was stopped: {sandbox.kill_reason}")
-        for g in assignment.exercises:
-            if g.id not in entries:
-                status, message = stop_reason or (ERROR, "not graded")
-                entries[g.id] = _entry(g, status, message)
-        report["exercises"] = [entries[g.id] for g in assignment.exercises]
-        report["output"] = {
-            "bytes_seen": budget.seen,
-            "bytes_kept": budget.kept,
-            "truncated": budget.truncated,
-        }
-        if budget.truncated:
+        limit = min(opts.cell_timeout, remaining)
+        total_bound = remaining < opts.cell_timeout
+        if step.kind == "cell":
+            stopped = _run_cell(run, step, limit, total_bound)
+        else:
+            stopped = _run_check(run, by_id[step.exercise_id], step, limit, trusted, total_bound)
+        if stopped:
+            return
+
+
+def _total_timeout(run: _Run) -> None:
+    message = f"not graded: the notebook ran past the total time limit of {run.opts.timeout:g} s"
+    run.stop(TIMEOUT, message, {"status": "timeout", "detail": message})
+
+
+def _kernel_lost(run: _Run, r, where: str) -> None:
+    status, message = _lost(r, where, run.opts)
+    run.stop(status, message, {"status": r.status, "exit_code": r.exit_code, "detail": message})
+
+
+def _run_cell(run: _Run, step, limit: float, total_bound: bool) -> bool:
+    """Execute one of the student's cells; True when the run must stop."""
+    opts, report = run.opts, run.report
+    r = run.kernel.execute(run.nb["cells"][step.index]["source"], limit)
+    report["cells"]["executed"] += 1
+    run.executed.append((step, r))
+    if r.status in ("error", "timeout", "hung", "died"):
+        ename, evalue = r.ename or r.status, r.evalue
+        run.cell_errors[step.index] = (ename, evalue)
+        report["cells"]["errors"].append(
+            {"cell": step.index, "ename": ename, "evalue": _clip(evalue, 500)}
+        )
+        if _memory_error(ename, evalue):
             report["notes"].append(
-                f"the notebook printed {budget.seen / 1e6:.1f} MB of output; "
-                f"the grader kept {budget.kept // 1024} KB"
+                f"cell {step.index + 1} ran out of memory (limit {opts.memory_mb} MB): {ename}"
             )
-        if opts.executed_dir:
-            try:
-                _write_executed(nb, executed, assignment, opts.executed_dir, path)
-            except Exception as exc:  # an artifact, never a reason to fail grading
-                report["notes"].append(f"could not write the executed notebook: {exc}")
-        shutil.rmtree(box, ignore_errors=True)
+    if r.status == "timeout":
+        if total_bound:
+            _total_timeout(run)
+            return True
+        report["notes"].append(
+            f"cell {step.index + 1} ran past the per-cell limit of "
+            f"{opts.cell_timeout:g} s and was interrupted"
+        )
+    if r.kernel_lost:
+        _kernel_lost(run, r, f"cell {step.index + 1}")
+        return True
+    return False
+
+
+def _run_check(run: _Run, g: GradedExercise, step, limit, trusted, total_bound: bool) -> bool:
+    """Run the check of exercise ``g`` at its position; True when the run must stop."""
+    entry, r = _check(run, g, limit, trusted, total_bound)
+    run.entries[g.id] = entry
+    run.executed.append((step, entry))
+    if r is not None and r.kernel_lost:
+        _kernel_lost(run, r, f"the check of {g.id}")
+        return True
+    if r is not None and r.status == "timeout" and total_bound:
+        _total_timeout(run)
+        return True
+    return False
+
+
+def _teardown(run: _Run) -> None:
+    """Stop everything, complete the report, then remove the box (never raises)."""
+    report, opts, budget = run.report, run.opts, run.budget
+    try:
+        if run.kernel is not None:
+            run.kernel.shutdown()
+        if run.sandbox is not None:
+            run.sandbox.close()
+            report["sandbox"] = run.sandbox.describe()
+            if run.sandbox.kill_reason:
+                report["notes"].append(f"the submission was stopped: {run.sandbox.kill_reason}")
+    except Exception as exc:  # the report is written whatever clean-up does
+        report["notes"].append(f"clean-up of the sandbox failed: {type(exc).__name__}")
+    for g in run.assignment.exercises:
+        if g.id not in run.entries:
+            status, message = run.stop_reason or (ERROR, "not graded")
+            run.entries[g.id] = _entry(g, status, message)
+    report["exercises"] = [run.entries[g.id] for g in run.assignment.exercises]
+    report["output"] = {
+        "bytes_seen": budget.seen,
+        "bytes_kept": budget.kept,
+        "truncated": budget.truncated,
+    }
+    if budget.truncated:
+        report["notes"].append(
+            f"the notebook printed {budget.seen / 1e6:.1f} MB of output; "
+            f"the grader kept {budget.kept // 1024} KB"
+        )
+    if opts.executed_dir:
+        try:
+            _write_executed(run.nb, run.executed, run.assignment, opts.executed_dir, run.path)
+        except Exception as exc:  # an artifact, never a reason to fail grading
+            report["notes"].append(f"could not write the executed notebook: {exc}")
+    _remove_box(run)
+
+
+def _remove_box(run: _Run) -> None:
+    try:
+        if run.sandbox is not None:
+            run.sandbox.remove_box()
+        else:
+            remove_tree(run.box)
+    except BaseException:  # noqa: BLE001 - clean-up never costs a report
+        pass
 
 
 NOT_SANDBOXED = (
@@ -630,143 +781,135 @@ def _lost(r, where: str, opts: GradeOptions) -> tuple[str, str]:
     return (ERROR, f"not graded: {why} during {where}{hint}")
 
 
-def _check(  # noqa: C901 -- one branch per outcome of a check, each with its own report line
-    kernel: GradingKernel,
-    g: GradedExercise,
-    seed: int,
-    limit: float,
-    sandbox: Sandbox,
-    plan,
-    cell_errors,
-    opts: GradeOptions,
-    trusted: dict[str, str],
-    nb,
-    total_bound: bool,
-):
-    ex = g.exercise
-    fn = ex.function
+def _check(run: _Run, g: GradedExercise, limit: float, trusted: dict[str, str], total_bound: bool):
+    """Harvest exercise ``g``'s outputs in the kernel and judge them here: (entry, result)."""
+    ex, opts, sandbox = g.exercise, run.opts, run.sandbox
     t0 = time.monotonic()
-    out_dir = sandbox.results / f"{ex.id}-{secrets.token_hex(8)}"
-    out_dir.mkdir()
-    sandbox.own(out_dir)
+    out_dir = sandbox.result_dir(f"{ex.id}-{secrets.token_hex(8)}")
     code = hv.harvest_code(
         exercise_id=ex.id,
-        function=fn,
-        seed=seed,
+        function=ex.function,
+        seed=run.seed,
         out_dir=sandbox.inside(out_dir),
         module=g.module,
     )
-    r = kernel.execute(code, limit, silent=True, keep_outputs=False)
+    r = run.kernel.execute(code, limit, silent=True, keep_outputs=False)
     entry = _entry(g, ERROR, "")
-    own_cells = plan.exercise_cells.get(ex.id, [])
-    static = _static_flags([nb["cells"][i]["source"] for i in own_cells], ex)
     try:
-        if r.status == "timeout":
-            if total_bound:
-                entry.update(
-                    status=TIMEOUT,
-                    message="not graded: the notebook ran past the total "
-                    f"time limit of {opts.timeout:g} s during this check",
-                )
-            else:
-                entry.update(
-                    status=TIMEOUT,
-                    message=f"your {fn} did not finish within "
-                    f"{opts.cell_timeout:g} s on the check's inputs (an infinite loop?)",
-                )
+        problem = _run_problem(r, ex.function, opts, total_bound)
+        if problem is not None:
+            entry.update(status=TIMEOUT if r.status != "died" else ERROR, message=problem)
             return entry, r
-        if r.status == "hung":
-            entry.update(
-                status=TIMEOUT,
-                message=f"your {fn} did not finish within "
-                f"{opts.cell_timeout:g} s and ignored the interrupt; the kernel was killed",
+        _judge_check(run, g, r, out_dir, trusted, entry)
+        return entry, r
+    finally:
+        entry["runtime_s"] = round(time.monotonic() - t0, 3)
+
+
+def _run_problem(r, fn: str, opts: GradeOptions, total_bound: bool) -> str | None:
+    """The message when the check's own request timed out, hung or lost the kernel."""
+    if r.status == "timeout":
+        if total_bound:
+            return (
+                "not graded: the notebook ran past the total "
+                f"time limit of {opts.timeout:g} s during this check"
             )
-            return entry, r
-        if r.status == "died":
-            entry.update(
-                status=ERROR, message=f"the kernel died while the check ran your {fn}: {r.evalue}"
-            )
-            return entry, r
-        try:
-            cases = ex.make_cases(seed)
-        except Exception as exc:
-            entry.update(status=ERROR, message=f"grader error: could not draw the cases ({exc})")
-            return entry, r
-        h = hv.load_harvest(str(out_dir), len(cases))
-        if h.status == "malformed" and r.status == "error":
-            entry.update(
-                status=ERROR,
-                message="the check could not run in your kernel "
-                f"({r.ename}: {_clip(r.evalue, 300)}); did the notebook redefine a Python "
-                "builtin such as exec, compile or globals?",
-            )
-            return entry, r
-        tampered = _tampering(h, ex, trusted, same_files=sandbox.backend in ("bwrap", "none"))
-        if tampered:
-            entry.update(
-                status=ERROR,
-                message="cannot grade: the grading code inside your kernel "
-                f"was modified or shadowed ({'; '.join(tampered)}). Restart the kernel "
-                "without patching course_utils, torch or numpy.",
-            )
-            entry["flags"] = [f"tampered: {t}" for t in tampered]
-            return entry, r
-        entry["flags"] = sorted(set(static) | set(h.flags))
-        own_error = next((cell_errors[i] for i in reversed(own_cells) if i in cell_errors), None)
-        if h.status == "passed":
-            try:
-                verdict = core.judge(ex, cases, h.outputs)
-                entry.update(status=verdict.status, points=verdict.points, message=verdict.message)
-                if verdict.mistake:
-                    entry["mistake"] = verdict.mistake
-            except Exception as exc:
-                entry.update(
-                    status=ERROR,
-                    message="the grader could not compare your outputs "
-                    f"({type(exc).__name__}: {_clip(str(exc), 300)})",
-                )
-        elif h.status == "not_attempted":
-            entry.update(status=NOT_ATTEMPTED, message=h.message or "not attempted")
-        elif h.status == "error":
-            message = h.message
-            if "MemoryError" in message or "allocate" in message:
-                message += (
-                    f"\n(the kernel's memory limit is {opts.memory_mb} MB)"
-                    if opts.memory_mb and not opts.gpu
-                    else ""
-                )
-            entry.update(status=ERROR, message=message)
-        elif h.status == "missing":
-            if own_error is not None:
-                entry.update(
-                    status=ERROR,
-                    message=f"your exercise cell raised {own_error[0]}: "
-                    f"{_clip(own_error[1], 300)} — so {fn} is not defined",
-                )
-            elif not own_cells:
-                entry.update(
-                    status=NOT_ATTEMPTED,
-                    message=f"{fn} is not defined: the exercise cell is missing from the notebook",
-                )
-            else:
-                entry.update(status=NOT_ATTEMPTED, message=f"{fn} is not defined")
-        else:  # harness_error / malformed
-            entry.update(
-                status=ERROR, message=f"the check could not run in your kernel: {h.message}"
-            )
-        if (
-            own_error is not None
-            and entry["status"] in (NOT_ATTEMPTED, ERROR, FAILED)
-            and h.status != "missing"
-        ):
+        return (
+            f"your {fn} did not finish within {opts.cell_timeout:g} s on the check's "
+            "inputs (an infinite loop?)"
+        )
+    if r.status == "hung":
+        return (
+            f"your {fn} did not finish within {opts.cell_timeout:g} s and ignored the "
+            "interrupt; the kernel was killed"
+        )
+    if r.status == "died":
+        return f"the kernel died while the check ran your {fn}: {r.evalue}"
+    return None
+
+
+def _judge_check(run: _Run, g: GradedExercise, r, out_dir: Path, trusted, entry) -> None:
+    """Read the harvest in ``out_dir``, check it was not tampered with, judge it."""
+    ex, opts = g.exercise, run.opts
+    try:
+        cases = ex.make_cases(run.seed)
+    except Exception as exc:
+        entry.update(status=ERROR, message=f"grader error: could not draw the cases ({exc})")
+        return
+    h = hv.load_harvest(str(out_dir), len(cases))
+    if h.status == "malformed" and r.status == "error":
+        entry.update(
+            status=ERROR,
+            message="the check could not run in your kernel "
+            f"({r.ename}: {_clip(r.evalue, 300)}); did the notebook redefine a Python "
+            "builtin such as exec, compile or globals?",
+        )
+        return
+    same = run.sandbox.backend in ("bwrap", "none")
+    tampered = _tampering(h, ex, trusted, same_files=same)
+    if tampered:
+        entry.update(
+            status=ERROR,
+            message="cannot grade: the grading code inside your kernel "
+            f"was modified or shadowed ({'; '.join(tampered)}). Restart the kernel "
+            "without patching course_utils, torch or numpy.",
+        )
+        entry["flags"] = [f"tampered: {t}" for t in tampered]
+        return
+    own_cells = run.plan.exercise_cells.get(ex.id, [])
+    static = _static_flags([run.nb["cells"][i]["source"] for i in own_cells], ex)
+    entry["flags"] = sorted(set(static) | set(h.flags))
+    own_error = next(
+        (run.cell_errors[i] for i in reversed(own_cells) if i in run.cell_errors), None
+    )
+    _verdict(entry, ex, cases, h, opts, own_cells, own_error)
+    if own_error is not None and entry["status"] in (NOT_ATTEMPTED, ERROR, FAILED):
+        if h.status != "missing":
             entry["message"] = _clip(
                 f"{entry['message']} (note: your exercise cell raised "
                 f"{own_error[0]}: {_clip(own_error[1], 200)})"
             )
-        apply_flag_policy(entry, zero_flagged=opts.zero_flagged)
-        return entry, r
-    finally:
-        entry["runtime_s"] = round(time.monotonic() - t0, 3)
+    apply_flag_policy(entry, zero_flagged=opts.zero_flagged)
+
+
+def _verdict(entry, ex: core.Exercise, cases, h, opts: GradeOptions, own_cells, own_error) -> None:
+    """Status, points and message of ``entry`` from the validated harvest ``h``."""
+    fn = ex.function
+    if h.status == "passed":
+        try:
+            verdict = core.judge(ex, cases, h.outputs)
+            entry.update(status=verdict.status, points=verdict.points, message=verdict.message)
+            if verdict.mistake:
+                entry["mistake"] = verdict.mistake
+        except Exception as exc:
+            entry.update(
+                status=ERROR,
+                message="the grader could not compare your outputs "
+                f"({type(exc).__name__}: {_clip(str(exc), 300)})",
+            )
+    elif h.status == "not_attempted":
+        entry.update(status=NOT_ATTEMPTED, message=h.message or "not attempted")
+    elif h.status == "error":
+        message = h.message
+        if ("MemoryError" in message or "allocate" in message) and opts.memory_mb and not opts.gpu:
+            message += f"\n(the kernel's memory limit is {opts.memory_mb} MB)"
+        entry.update(status=ERROR, message=message)
+    elif h.status == "missing":
+        if own_error is not None:
+            entry.update(
+                status=ERROR,
+                message=f"your exercise cell raised {own_error[0]}: "
+                f"{_clip(own_error[1], 300)} — so {fn} is not defined",
+            )
+        elif not own_cells:
+            entry.update(
+                status=NOT_ATTEMPTED,
+                message=f"{fn} is not defined: the exercise cell is missing from the notebook",
+            )
+        else:
+            entry.update(status=NOT_ATTEMPTED, message=f"{fn} is not defined")
+    else:  # harness_error / malformed
+        entry.update(status=ERROR, message=f"the check could not run in your kernel: {h.message}")
 
 
 def apply_flag_policy(entry: dict[str, Any], *, zero_flagged: bool = False) -> dict[str, Any]:

@@ -27,17 +27,18 @@ from __future__ import annotations
 
 import os
 import queue
-import shutil
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from course_utils.grading.confine import remove_tree
 from course_utils.grading.sandbox import Limits, Sandbox
 
 MAX_FILE_BYTES = 4 << 30  # RLIMIT_FSIZE: no single file written by the kernel above 4 GiB
-MAX_MESSAGE_BYTES = 256 << 20  # the largest Jupyter message the grader accepts (larger: dropped)
+MAX_MESSAGE_BYTES = 128 << 20  # the largest Jupyter message the grader accepts (larger: dropped;
+# an honest loop printing 100 MB can reach the grader as one aggregated stream message)
 
 # Environment variables passed from the grader to the kernel; everything else (tokens, cloud
 # credentials, CI secrets) stays out of the student's reach.
@@ -217,7 +218,8 @@ class GradingKernel:
                 return sandbox.command(cmd, self.connection_file, rlimits)
 
         ipc_dir = self.ipc_dir
-        os.makedirs(ipc_dir, exist_ok=True)
+        if not os.path.isdir(ipc_dir):
+            os.makedirs(ipc_dir)
         if len(ipc_dir) > 80:  # unix socket paths are limited to about 104 bytes
             raise KernelStartError(f"the grading folder's path is too long: {ipc_dir}")
         try:
@@ -228,9 +230,13 @@ class GradingKernel:
             if sandbox.isolated:  # no signals across the sandbox: interrupt by message
                 km.kernel_spec.interrupt_mode = "message"
             self.km = km
-            km.start_kernel(
-                cwd=self.cwd, env=self.env, stdin=None, stdout=_devnull(), stderr=_kernel_log()
-            )
+            log = self._log()
+            try:
+                km.start_kernel(
+                    cwd=self.cwd, env=self.env, stdin=None, stdout=_devnull(), stderr=log
+                )
+            finally:
+                os.close(log)
             proc = getattr(km.provisioner, "process", None)
             if proc is not None:
                 sandbox.watch(proc.pid, self._stop_for_limit)
@@ -243,6 +249,9 @@ class GradingKernel:
             kc.wait_for_ready(timeout=self.startup_timeout)
         except Exception as exc:  # any failure here is the grading machine's problem
             detail = f"{type(exc).__name__}: {exc}".strip()
+            said = _last_line(self.log_path)
+            if said:
+                detail += f"; the kernel said: {said}"
             if self.memory_mb and self._poll_exit() is not None:
                 detail += (
                     f" (the kernel exited with code {self.exit_code}; is --memory-mb "
@@ -252,6 +261,16 @@ class GradingKernel:
             raise KernelStartError(
                 f"could not start a '{self.kernel_name}' kernel: {detail}"
             ) from exc
+
+    @property
+    def log_path(self) -> str:
+        """The kernel's stderr: ``$COURSE_GRADE_KERNEL_LOG`` (appended; for debugging the
+        grading machine), else ``kernel.log`` in the grader's private folder."""
+        return os.environ.get("COURSE_GRADE_KERNEL_LOG") or os.path.join(self.workdir, "kernel.log")
+
+    def _log(self) -> int:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.open(self.log_path, flags, 0o600)
 
     def _stop_for_limit(self, reason: str) -> None:
         """Called by the sandbox's watchdog: kill the submission's processes now."""
@@ -290,7 +309,8 @@ class GradingKernel:
             self.context = None
         if self.own_sandbox:
             self.sandbox.close()
-        shutil.rmtree(self.ipc_dir, ignore_errors=True)
+        if self.own_sandbox:
+            remove_tree(self.ipc_dir)
 
     def _kill_group(self) -> None:
         prov = getattr(self.km, "provisioner", None) if self.km is not None else None
@@ -326,7 +346,7 @@ class GradingKernel:
         self.shutdown()
 
     # -- execution -------------------------------------------------------------------------
-    def execute(  # noqa: C901 -- one loop over the kernel's message kinds
+    def execute(
         self, code: str, timeout: float, *, silent: bool = False, keep_outputs: bool = True
     ) -> ExecResult:
         """Run ``code`` with a deadline of ``timeout`` seconds; never raises for kernel trouble.
@@ -339,32 +359,16 @@ class GradingKernel:
             return ExecResult(
                 "died", evalue="the kernel is no longer running", exit_code=self.exit_code
             )
-        kc = self.kc
-        msg_id = kc.execute(
+        msg_id = self.kc.execute(
             code, silent=silent, store_history=not silent, allow_stdin=False, stop_on_error=False
         )
-        deadline = start + max(0.0, timeout)
+        wait = _Waiting(msg_id, start + max(0.0, timeout))
         result = ExecResult("ok")
-        reply: dict[str, Any] | None = None
-        idle = False
-        interrupted_at: float | None = None
-        reply_at: float | None = None
-        last_poll = 0.0
         while True:
             now = time.monotonic()
-            if reply is not None and (idle or now - (reply_at or now) > 2.0):
+            if wait.reply is not None and (wait.idle or now - (wait.reply_at or now) > 2.0):
                 break
-            if interrupted_at is None and reply is None and now >= deadline:
-                interrupted_at = now
-                try:
-                    self.km.interrupt_kernel()
-                except Exception:
-                    pass
-            if (
-                interrupted_at is not None
-                and reply is None
-                and now - interrupted_at > self.interrupt_grace
-            ):
+            if self._past_deadline(wait, now):
                 self.kill()
                 result.status = "hung"
                 result.evalue = (
@@ -373,36 +377,10 @@ class GradingKernel:
                 )
                 result.duration = time.monotonic() - start
                 return result
-            got = False
-            try:
-                msg = kc.get_iopub_msg(timeout=0.05)
-                got = True
-                if msg.get("parent_header", {}).get("msg_id") == msg_id:
-                    if (
-                        msg["msg_type"] == "status"
-                        and msg["content"].get("execution_state") == "idle"
-                    ):
-                        idle = True
-                    else:
-                        self._collect(msg, result, keep_outputs)
-            except queue.Empty:
-                pass
-            except Exception:  # a malformed message: ignore it
-                got = True
-            if reply is None:
-                try:
-                    while kc.shell_channel.msg_ready():
-                        shell = kc.get_shell_msg(timeout=0)
-                        if shell.get("parent_header", {}).get("msg_id") == msg_id:
-                            reply = shell
-                            reply_at = time.monotonic()
-                            break
-                except queue.Empty:
-                    pass
-                except Exception:
-                    pass
-            if reply is None and (not got or now - last_poll > 0.25):
-                last_poll = now
+            got = self._read_iopub(wait, result, keep_outputs)
+            self._read_shell(wait)
+            if wait.reply is None and (not got or now - wait.last_poll > 0.25):
+                wait.last_poll = now
                 if self._poll_exit() is not None:
                     self.lost = True
                     result.status = "died"
@@ -411,22 +389,53 @@ class GradingKernel:
                     result.duration = time.monotonic() - start
                     self.shutdown()
                     return result
-        content = reply["content"] if reply else {}
-        result.duration = time.monotonic() - start
-        if interrupted_at is not None:
-            result.status = "timeout"
-            result.ename = "TimeoutError"
-            result.evalue = f"ran past the time limit of {timeout:g} s and was interrupted"
-            return result
-        if content.get("status") == "ok":
-            result.status = "ok"
-        else:
-            result.status = "error"
-            result.ename = str(content.get("ename", "Error"))[:200]
-            result.evalue = str(content.get("evalue", ""))[:2000]
-            tb = [str(line) for line in content.get("traceback", [])][-40:]
-            result.traceback = _strip_ansi(tb)
-        return result
+        return _finish_result(result, wait, start, timeout)
+
+    def _past_deadline(self, wait: _Waiting, now: float) -> bool:
+        """Interrupt at the deadline; True once the interrupt has gone unanswered too long."""
+        if wait.interrupted_at is None and wait.reply is None and now >= wait.deadline:
+            wait.interrupted_at = now
+            try:
+                self.km.interrupt_kernel()
+            except Exception:
+                pass
+        return (
+            wait.interrupted_at is not None
+            and wait.reply is None
+            and now - wait.interrupted_at > self.interrupt_grace
+        )
+
+    def _read_iopub(self, wait: _Waiting, result: ExecResult, keep: bool) -> bool:
+        """One IOPub message of this request (outputs, idle); whether one arrived."""
+        try:
+            msg = self.kc.get_iopub_msg(timeout=0.05)
+        except queue.Empty:
+            return False
+        except Exception:  # a malformed message: ignore it
+            return True
+        try:
+            if msg.get("parent_header", {}).get("msg_id") == wait.msg_id:
+                if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
+                    wait.idle = True
+                else:
+                    self._collect(msg, result, keep)
+        except Exception:  # a malformed message: ignore it
+            pass
+        return True
+
+    def _read_shell(self, wait: _Waiting) -> None:
+        """The shell channel's reply to this request, once it is there."""
+        if wait.reply is not None:
+            return
+        try:
+            while self.kc.shell_channel.msg_ready():
+                shell = self.kc.get_shell_msg(timeout=0)
+                if shell.get("parent_header", {}).get("msg_id") == wait.msg_id:
+                    wait.reply = shell
+                    wait.reply_at = time.monotonic()
+                    return
+        except Exception:
+            pass
 
     def _collect(self, msg: dict[str, Any], result: ExecResult, keep: bool) -> None:
         kind = msg["msg_type"]
@@ -483,6 +492,39 @@ class GradingKernel:
         return describe_exit(self.exit_code)
 
 
+@dataclass
+class _Waiting:
+    """Where one request stands while :meth:`GradingKernel.execute` waits for it."""
+
+    msg_id: str
+    deadline: float
+    reply: dict[str, Any] | None = None
+    reply_at: float | None = None
+    idle: bool = False
+    interrupted_at: float | None = None
+    last_poll: float = 0.0
+
+
+def _finish_result(result: ExecResult, wait: _Waiting, start: float, timeout: float) -> ExecResult:
+    """The result of a request that got its reply (or was interrupted at its deadline)."""
+    content = wait.reply["content"] if wait.reply else {}
+    result.duration = time.monotonic() - start
+    if wait.interrupted_at is not None:
+        result.status = "timeout"
+        result.ename = "TimeoutError"
+        result.evalue = f"ran past the time limit of {timeout:g} s and was interrupted"
+        return result
+    if content.get("status") == "ok":
+        result.status = "ok"
+    else:
+        result.status = "error"
+        result.ename = str(content.get("ename", "Error"))[:200]
+        result.evalue = str(content.get("evalue", ""))[:2000]
+        tb = [str(line) for line in content.get("traceback", [])][-40:]
+        result.traceback = _strip_ansi(tb)
+    return result
+
+
 def describe_exit(code: int | None) -> str:
     """A student-readable sentence for a kernel's exit code."""
     if code is None:
@@ -508,8 +550,19 @@ def _devnull():
     return subprocess.DEVNULL
 
 
-def _kernel_log():
-    """The kernel's stderr: ``$COURSE_GRADE_KERNEL_LOG`` (a file, appended) for debugging the
-    grading machine, else nowhere."""
-    path = os.environ.get("COURSE_GRADE_KERNEL_LOG")
-    return open(path, "ab") if path else _devnull()  # noqa: SIM115 - owned by the kernel
+def _last_line(path: str, cap: int = 4096) -> str:
+    """The last non-empty line of the file ``path`` (its last ``cap`` bytes), one line."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        size = os.fstat(fd).st_size
+        os.lseek(fd, max(0, size - cap), os.SEEK_SET)
+        text = os.read(fd, cap).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""

@@ -47,9 +47,9 @@ def _kernel_connection(spec: dict) -> None:
     info["ip"] = conn["ip"]
     fd = os.open(conn["kernel"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        if conn.get("owner"):
+            os.fchown(fh.fileno(), *conn["owner"])
         json.dump(info, fh)
-    if conn.get("owner"):
-        os.chown(conn["kernel"], *conn["owner"])
 
 
 def _set_limits(limits: dict) -> None:
@@ -170,6 +170,10 @@ def main(argv: list[str]) -> None:
     wrapper = list(spec.get("wrapper", []))
     if spec.get("backend") == "bwrap":
         wrapper += _bind_args(spec.get("binds", []))
+        if spec.get("seccomp"):  # bwrap reads the filter from an inherited descriptor
+            bpf = os.open(spec["seccomp"], os.O_RDONLY | os.O_NOFOLLOW)
+            os.set_inheritable(bpf, True)
+            wrapper += ["--seccomp", str(bpf)]
         wrapper += list(spec.get("wrapper_tail", [])) + ["--"]
     elif wrapper:
         wrapper += list(spec.get("wrapper_tail", []))

@@ -7,8 +7,9 @@ else by the exercise ids in its cell metadata, else by which exercise functions 
 Without any reference folder the exercise registry alone (``Exercise.notebook``) is used.
 
 **The execution plan.** The grader executes the submission's own cells, in the submission's
-order, except check cells, which are all dropped (recognised by tag ``check``, metadata role
-``check``, a ``check-`` cell id, or by matching a reference check cell by id or source). For
+order, except check cells, which are all dropped (recognised by the schema's one rule,
+:func:`course_utils.authoring.cells.cell_role`: metadata role ``check``, else tag ``check``, else
+a ``check-`` cell id; or by matching a reference check cell by id or source). For
 every exercise of the assignment one *check position* is inserted, where the trusted harvest
 runs (see :mod:`course_utils.grading.harvest`); edited, moved or deleted check cells therefore
 change nothing. The check position of exercise X is:
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from course_utils.authoring.cells import cell_role, cell_source, exercise_id
 from course_utils.checks.core import Exercise
 
 MAX_NOTEBOOK_BYTES = 256 << 20
@@ -126,15 +128,12 @@ def read_notebook(path: str | os.PathLike) -> dict[str, Any]:
     for cell in nb.get("cells", []):
         if not isinstance(cell, dict):
             continue
-        source = cell.get("source", "")
-        if isinstance(source, list):
-            source = "".join(str(s) for s in source)
         meta = cell.get("metadata", {}) if isinstance(cell.get("metadata"), dict) else {}
         cells.append(
             {
                 "cell_type": str(cell.get("cell_type", "")),
                 "id": str(cell.get("id") or ""),
-                "source": str(source),
+                "source": cell_source(cell),
                 "metadata": meta,
             }
         )
@@ -142,23 +141,10 @@ def read_notebook(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def course_meta(cell: dict[str, Any]) -> tuple[str | None, str | None]:
-    """``(exercise id, role)`` from a cell's ``course`` metadata / tags / cell id, if any."""
-    meta = cell.get("metadata", {})
-    course = meta.get("course") if isinstance(meta.get("course"), dict) else {}
-    ex_id = course.get("id") if isinstance(course.get("id"), str) else None
-    role = course.get("role") if isinstance(course.get("role"), str) else None
-    tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
-    cid = cell.get("id", "")
-    m = re.fullmatch(r"(ex|check)-(\d+)-(\d+)", cid)
-    if m:
-        ex_id = ex_id or f"{m.group(2)}.{m.group(3)}"
-        role = role or ("exercise" if m.group(1) == "ex" else "check")
-    if role is None:
-        if "check" in tags:
-            role = "check"
-        elif "exercise" in tags:
-            role = "exercise"
-    return ex_id, role
+    """``(exercise id, role)`` of a cell: :func:`~course_utils.authoring.cells.exercise_id` and
+    :func:`~course_utils.authoring.cells.cell_role` (``course`` metadata, then tag, then a
+    ``ex-NN-k``/``check-NN-k`` cell id; the rule release and the student-work guard use)."""
+    return exercise_id(cell), cell_role(cell)
 
 
 def notebook_exercise_ids(nb: dict[str, Any]) -> list[str]:
@@ -390,113 +376,157 @@ def _match_reference(sub_cells, ref_cells) -> list[int | None]:
     return out
 
 
-def build_plan(sub_nb: dict[str, Any], assignment: Assignment) -> Plan:  # noqa: C901 -- one pass over the cells, a branch per cell kind
+def build_plan(sub_nb: dict[str, Any], assignment: Assignment) -> Plan:
     """The steps to execute for ``sub_nb`` (see the module docstring)."""
-    cells = sub_nb["cells"]
-    ref_cells = assignment.reference["cells"] if assignment.reference else []
-    match = _match_reference(cells, ref_cells)
-    notes: list[str] = []
+    cells = _MatchedCells.of(sub_nb, assignment)
     ids = [g.id for g in assignment.exercises]
-
-    # reference positions of each exercise's exercise cell and check cell
-    ref_ex: dict[str, int] = {}
-    ref_check: dict[str, int] = {}
-    for i, c in enumerate(ref_cells):
-        ex_id, role = course_meta(c)
-        if ex_id and role == "exercise":
-            ref_ex[ex_id] = i
-        elif ex_id and role == "check":
-            ref_check.setdefault(ex_id, i)
-
-    dropped: set[int] = set()
-    for i, c in enumerate(cells):
-        _, role = course_meta(c)
-        j = match[i]
-        ref_role = course_meta(ref_cells[j])[1] if j is not None else None
-        if role == "check" or ref_role == "check":
-            dropped.add(i)
-
-    own_checks: dict[str, list[int]] = {}
-    for x in ids:  # tell the instructor what the student did to the check cells
-        theirs = sorted(
-            i
-            for i in dropped
-            if (
-                course_meta(cells[i])[0]
-                or (course_meta(ref_cells[match[i]])[0] if match[i] is not None else None)
-            )
-            == x
-        )
-        own_checks[x] = theirs
-        ref_src = _norm(ref_cells[ref_check[x]]["source"]) if x in ref_check else None
-        if not theirs:
-            notes.append(f"the check cell of {x} was deleted; it was restored from the reference")
-        elif ref_src is not None and any(_norm(cells[i]["source"]) != ref_src for i in theirs):
-            notes.append(f"the check cell of {x} was edited; the reference check was used")
-
-    exercise_cells: dict[str, list[int]] = {x: [] for x in ids}
-    for i, c in enumerate(cells):
-        if i in dropped or c["cell_type"] != "code":
-            continue
-        ex_id, role = course_meta(c)
-        j = match[i]
-        if j is not None:
-            rid, rrole = course_meta(ref_cells[j])
-            if rrole == "exercise":
-                ex_id, role = rid, rrole
-        if role == "exercise" and ex_id in exercise_cells:
-            exercise_cells[ex_id].append(i)
-    for g in assignment.exercises:
-        if not exercise_cells[g.id]:
-            fn = g.exercise.function
-            defs = [
-                i
-                for i, c in enumerate(cells)
-                if c["cell_type"] == "code"
-                and i not in dropped
-                and fn in defined_names(c["source"])
-            ]
-            if defs:
-                exercise_cells[g.id] = [defs[-1]]
-                notes.append(
-                    f"exercise {g.id}: its exercise cell was not found by id or "
-                    f"metadata; graded after the cell that defines {fn}"
-                )
-
-    def is_landmark(i: int, x: str) -> bool:
-        if i in dropped:
-            return False
-        j = match[i]
-        if ref_cells:
-            after = ref_check.get(x, ref_ex.get(x))
-            if j is not None and after is not None:
-                return j > after
-            return False
-        ex_id, role = course_meta(cells[i])
-        return role in ("exercise", "check") and ex_id is not None and ex_id != x
-
+    notes: list[str] = []
+    own_checks = _own_check_cells(cells, ids, notes)
+    exercise_cells = _exercise_cells(cells, assignment.exercises, notes)
     insert_before: dict[int, list[str]] = {}
     for x in ids:
-        own = exercise_cells[x]
-        if own:
-            # the student's own check cell, if it still sits in this window, marks the spot
-            p = own[-1] + 1
-            while p < len(cells) and not is_landmark(p, x) and p not in own_checks[x]:
-                p += 1
-        else:
-            p = next((i for i in range(len(cells)) if is_landmark(i, x)), len(cells))
-        insert_before.setdefault(p, []).append(x)
+        at = _check_position(cells, x, exercise_cells[x], own_checks[x])
+        insert_before.setdefault(at, []).append(x)
+    return Plan(_steps(cells, ids, insert_before), exercise_cells, notes)
 
+
+@dataclass
+class _MatchedCells:
+    """A submission's cells beside its reference's: what every part of the plan reads."""
+
+    cells: list[dict[str, Any]]  # the submission's
+    ref_cells: list[dict[str, Any]]  # the reference's (empty without a reference)
+    match: list[int | None]  # submission cell -> the reference cell it is, or None
+    ref_ex: dict[str, int]  # exercise id -> index of its exercise cell in the reference (last)
+    ref_check: dict[str, int]  # exercise id -> index of its check cell in the reference (first)
+    dropped: set[int]  # the submission's check cells: never executed
+
+    @classmethod
+    def of(cls, sub_nb: dict[str, Any], assignment: Assignment) -> _MatchedCells:
+        cells = sub_nb["cells"]
+        ref_cells = assignment.reference["cells"] if assignment.reference else []
+        ref_ex: dict[str, int] = {}
+        ref_check: dict[str, int] = {}
+        for i, c in enumerate(ref_cells):
+            ex_id, role = course_meta(c)
+            if ex_id and role == "exercise":
+                ref_ex[ex_id] = i
+            elif ex_id and role == "check":
+                ref_check.setdefault(ex_id, i)
+        found = cls(cells, ref_cells, _match_reference(cells, ref_cells), ref_ex, ref_check, set())
+        found.dropped = {
+            i
+            for i, c in enumerate(cells)
+            if course_meta(c)[1] == "check" or found.reference_meta(i)[1] == "check"
+        }
+        return found
+
+    def reference_meta(self, i: int) -> tuple[str | None, str | None]:
+        """:func:`course_meta` of the reference cell submission cell ``i`` is, if any."""
+        j = self.match[i]
+        return course_meta(self.ref_cells[j]) if j is not None else (None, None)
+
+    def is_landmark(self, i: int, x: str) -> bool:
+        """Whether submission cell ``i`` ends the run of cells exercise ``x``'s check follows:
+        a cell the reference places after ``x``'s check (or exercise) cell, or, without a
+        reference, a cell of another exercise (see the module docstring)."""
+        if i in self.dropped:
+            return False
+        if self.ref_cells:
+            after = self.ref_check.get(x, self.ref_ex.get(x))
+            j = self.match[i]
+            return j is not None and after is not None and j > after
+        ex_id, role = course_meta(self.cells[i])
+        return role in ("exercise", "check") and ex_id is not None and ex_id != x
+
+
+def _own_check_cells(
+    cells: _MatchedCells, ids: list[str], notes: list[str]
+) -> dict[str, list[int]]:
+    """Exercise id -> the submission's own (dropped) check cells for it; notes for the
+    instructor when the student deleted or edited one."""
+    own_checks: dict[str, list[int]] = {}
+    for x in ids:
+        theirs = sorted(
+            i
+            for i in cells.dropped
+            if (course_meta(cells.cells[i])[0] or cells.reference_meta(i)[0]) == x
+        )
+        own_checks[x] = theirs
+        ref_src = (
+            _norm(cells.ref_cells[cells.ref_check[x]]["source"]) if x in cells.ref_check else None
+        )
+        if not theirs:
+            notes.append(f"the check cell of {x} was deleted; it was restored from the reference")
+        elif ref_src is not None and any(
+            _norm(cells.cells[i]["source"]) != ref_src for i in theirs
+        ):
+            notes.append(f"the check cell of {x} was edited; the reference check was used")
+    return own_checks
+
+
+def _exercise_cells(
+    cells: _MatchedCells, exercises: list[GradedExercise], notes: list[str]
+) -> dict[str, list[int]]:
+    """Exercise id -> the submission's code cells marked as its exercise cell (by their own
+    metadata, or as the reference's exercise cell they match); failing both, the last code
+    cell that defines the exercise's function, with a note."""
+    found: dict[str, list[int]] = {g.id: [] for g in exercises}
+    for i, c in enumerate(cells.cells):
+        if i in cells.dropped or c["cell_type"] != "code":
+            continue
+        ex_id, role = course_meta(c)
+        rid, rrole = cells.reference_meta(i)
+        if rrole == "exercise":
+            ex_id, role = rid, rrole
+        if role == "exercise" and ex_id in found:
+            found[ex_id].append(i)
+    for g in exercises:
+        if found[g.id]:
+            continue
+        fn = g.exercise.function
+        defs = [
+            i
+            for i, c in enumerate(cells.cells)
+            if c["cell_type"] == "code"
+            and i not in cells.dropped
+            and fn in defined_names(c["source"])
+        ]
+        if defs:
+            found[g.id] = [defs[-1]]
+            notes.append(
+                f"exercise {g.id}: its exercise cell was not found by id or "
+                f"metadata; graded after the cell that defines {fn}"
+            )
+    return found
+
+
+def _check_position(cells: _MatchedCells, x: str, own: list[int], own_checks: list[int]) -> int:
+    """The submission cell index exercise ``x``'s check runs before (``len(cells)``: at the
+    end), from its exercise cells ``own`` and the student's check cells ``own_checks``."""
+    n = len(cells.cells)
+    if not own:
+        return next((i for i in range(n) if cells.is_landmark(i, x)), n)
+    # the student's own check cell, if it still sits in this window, marks the spot
+    p = own[-1] + 1
+    while p < n and not cells.is_landmark(p, x) and p not in own_checks:
+        p += 1
+    return p
+
+
+def _steps(cells: _MatchedCells, ids: list[str], insert_before: dict[int, list[str]]) -> list[Step]:
+    """The submission's non-empty code cells that are not checks, in order, with each
+    exercise's check step before the cell index ``insert_before`` gives it."""
     steps: list[Step] = []
     order = {x: k for k, x in enumerate(ids)}
-    for i in range(len(cells) + 1):
+    for i in range(len(cells.cells) + 1):
         for x in sorted(insert_before.get(i, []), key=order.__getitem__):
             steps.append(Step("check", exercise_id=x))
         if (
-            i < len(cells)
-            and i not in dropped
-            and cells[i]["cell_type"] == "code"
-            and cells[i]["source"].strip()
+            i < len(cells.cells)
+            and i not in cells.dropped
+            and cells.cells[i]["cell_type"] == "code"
+            and cells.cells[i]["source"].strip()
         ):
             steps.append(Step("cell", index=i))
-    return Plan(steps, exercise_cells, notes)
+    return steps

@@ -55,19 +55,23 @@ def write_junit(reports: list[dict[str, Any]], path: str | Path) -> None:
     for rep in reports:
         cases = rep["exercises"]
         suite = ET.SubElement(
-            root, "testsuite", name=_xml_text(rep.get("student") or rep["notebook"])
+            root, "testsuite", name=one_line(_xml_text(rep.get("student") or rep["notebook"]))
         )
         props = ET.SubElement(suite, "properties")
         for key in ("notebook", "assignment", "total", "max", "seed"):
-            ET.SubElement(props, "property", name=key, value=_xml_text(rep.get(key)))
+            ET.SubElement(props, "property", name=key, value=one_line(_xml_text(rep.get(key))))
         n_fail = n_err = 0
         for ex in cases:
             case = ET.SubElement(
                 suite,
                 "testcase",
                 name=_xml_text(ex["id"]),
-                classname=_xml_text(
-                    f"{rep.get('assignment') or 'notebook'}.{rep.get('student') or ''}".rstrip(".")
+                classname=one_line(
+                    _xml_text(
+                        f"{rep.get('assignment') or 'notebook'}.{rep.get('student') or ''}".rstrip(
+                            "."
+                        )
+                    )
                 ),
                 time=f"{float(ex.get('runtime_s', 0.0)):.3f}",
             )
@@ -188,6 +192,12 @@ def terminal_safe(text: Any) -> str:
     return _CONTROL.sub("?", str(text))
 
 
+def one_line(text: Any) -> str:
+    """A name (file, student) on one line: every control character, newline and tab included,
+    shown as ``?``, so no name can add a line to a summary, a CSV row or a JUnit name."""
+    return re.sub("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]", "?", str(text))
+
+
 def md_code(text: Any, table: bool = False) -> str:
     """Student text as one inline Markdown code span: nothing in it renders (no heading,
     link, image, HTML, emphasis); whitespace collapsed, pipes escaped for tables."""
@@ -274,8 +284,8 @@ def write_csv(reports: list[dict[str, Any]], path: str | Path) -> None:
         writer.writeheader()
         for rep in reports:
             row = {
-                "student": rep.get("student"),
-                "notebook": rep["notebook"],
+                "student": one_line(rep.get("student") or ""),
+                "notebook": one_line(rep["notebook"]),
                 "assignment": rep.get("assignment") or "",
                 "total": _num(rep["total"]),
                 "max": _num(rep["max"]),
@@ -304,7 +314,10 @@ def classroom_result(reports: list[dict[str, Any]]) -> dict[str, Any]:
     all_pass = True
     max_score = 0.0
     for rep in reports:
-        if rep.get("error_kind") in ("bad_input", "grader", "usage") or not rep["exercises"]:
+        if (
+            rep.get("error_kind") in ("bad_input", "grader", "busy", "usage")
+            or not rep["exercises"]
+        ):
             any_error = True
         multi = len(reports) > 1
         for ex in rep["exercises"]:

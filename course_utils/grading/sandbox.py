@@ -22,9 +22,17 @@ Limits on the whole submission (:class:`Limits`), enforced by the first that app
 memory by a cgroup (v1 ``memory`` controller, or v2 ``memory.max`` where delegated), else by
 the watchdog summing the resident memory of the sandbox's process tree; processes by a
 ``pids`` cgroup, else ``RLIMIT_NPROC`` on the per-submission uid (root), else the watchdog;
-bytes written by ``RLIMIT_FSIZE`` per file, a ``/dev/shm`` tmpfs of that size and the
-watchdog summing the sandbox's writable folders; CPU time by the watchdog (user + system time of the tree); wall time by the grader's
-per-cell and total limits. :meth:`Sandbox.describe` says which mechanism enforced what.
+disk: as root, one tmpfs of ``--disk-mb`` holding every writable folder (the box), else
+``RLIMIT_FSIZE`` per file and the watchdog summing the writable folders; a ``/dev/shm``
+tmpfs of that size; CPU share and quota by a ``cpu`` cgroup; CPU time by the watchdog (user +
+system time of the tree); wall time by the grader's per-cell and total limits. A seccomp
+filter (bubblewrap ``--seccomp``) refuses new user namespaces and the kernel keyrings.
+:meth:`Sandbox.describe` says which mechanism enforced what.
+
+The grader never works by name inside the folders the sandbox can write: ``run/`` and
+``run/results/`` stay the grader's, result folders are made through directory handles
+(:meth:`Sandbox.result_dir`), and the box is removed by unmounting it or through handles
+(:func:`~course_utils.grading.confine.remove_tree`).
 """
 
 from __future__ import annotations
@@ -45,9 +53,18 @@ from course_utils.grading.confine import (
     Cgroups,
     ConfineError,
     UidLease,
+    chown_tree,
+    hold_lock,
+    is_mount,
+    make_owned_dir,
+    mount_tmpfs,
+    open_dir,
     proc_table,
     process_tree,
+    remove_tree,
+    seccomp_filter,
     tree_size,
+    unmount,
 )
 
 BACKENDS = ("auto", "bwrap", "docker", "podman", "none")
@@ -182,6 +199,8 @@ class Sandbox:
         self._stop = threading.Event()
         self._root_pid: int | None = None
         self._killer = None
+        self._tmpfs = False  # the whole box is a tmpfs of --disk-mb (root): a real disk quota
+        self._lock: int | None = None
 
     # -- layout ------------------------------------------------------------------------
     @property
@@ -210,9 +229,18 @@ class Sandbox:
         return str(Path(base, *rest))
 
     def prepare(self) -> None:
-        """Create the folders, the uid lease and the cgroups (before copying files in)."""
+        """Create the folders, the uid lease and the cgroups (before copying files in).
+
+        As root with bubblewrap the box is first mounted as a tmpfs of ``--disk-mb``: every
+        writable folder of the sandbox together can never take more of the host's disk
+        (``posix_fallocate`` included), and removing it is an unmount, never a walk.
+        """
+        self.box.mkdir(parents=True, exist_ok=True)
+        if self.backend == "bwrap" and os.geteuid() == 0 and self.limits.disk_mb:
+            self._tmpfs = mount_tmpfs(self.box, self.limits.disk_mb)
+        self._lock = hold_lock(self.box)
         for sub in ("work", "tmp", "home", "run", "run/ipc", "run/results"):
-            (self.box / sub).mkdir(parents=True, exist_ok=True)
+            (self.box / sub).mkdir(mode=0o755, exist_ok=True)
         if self.backend == "bwrap" and os.geteuid() == 0:
             try:
                 self._lease = UidLease()
@@ -222,31 +250,71 @@ class Sandbox:
         elif self.backend in ("docker", "podman"):
             self.uid = self.gid = 65534 if os.geteuid() == 0 else None
         if self.backend != "docker" and self.backend != "podman":
-            self.cgroups = Cgroups(self.name, self.limits.memory_mb, self.limits.max_procs)
-
-    def own(self, path: Path) -> None:
-        """Make ``path`` (a folder or file under ``box``) the submission's own."""
-        if self.uid is None:
-            if self.backend in ("docker", "podman"):
-                os.chmod(path, 0o777 if path.is_dir() else 0o666)
-            return
-        for root, dirs, files in os.walk(path):
-            os.chown(root, self.uid, self.gid, follow_symlinks=False)
-            for name in dirs + files:
-                os.chown(os.path.join(root, name), self.uid, self.gid, follow_symlinks=False)
+            self.cgroups = Cgroups(
+                self.name,
+                self.limits.memory_mb,
+                self.limits.max_procs,
+                cpus=self.cpus if self.isolated else 0,
+            )
 
     def hand_over(self) -> None:
-        """Give the writable folders to the sandbox's uid (after the files are copied in)."""
+        """Give the writable folders to the sandbox's uid (after the files are copied in).
+
+        ``/run/course`` and ``/run/course/results`` stay the grader's (the sandbox cannot
+        rename, replace or plant anything in them); each check's result folder is made by
+        :meth:`result_dir`. Everything goes through directory handles, never a path by name.
+        """
         if self.isolated:  # matplotlib's font cache: seconds per submission when rebuilt
             cache = Path(os.environ.get("MPLCONFIGDIR") or Path.home() / ".cache" / "matplotlib")
             for f in sorted(cache.glob("fontlist-*.json"))[-3:] if cache.is_dir() else []:
                 dest = self.box / "home" / ".matplotlib"
                 dest.mkdir(exist_ok=True)
                 shutil.copyfile(f, dest / f.name)
-        for sub in ("work", "tmp", "home", "run/ipc", "run/results"):
-            self.own(self.box / sub)
-        if self.uid is not None:
-            os.chown(self.box / "run", self.uid, self.gid)
+        box = open_dir(self.box)
+        try:
+            for sub in ("work", "tmp", "home", "run/ipc"):
+                fd = open_dir(sub, dir_fd=box)
+                try:
+                    if self.uid is not None and self.backend == "bwrap":
+                        chown_tree(fd, self.uid, self.gid)
+                    elif self.backend in ("docker", "podman"):
+                        os.fchmod(fd, 0o777)
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(box)
+
+    def result_dir(self, name: str) -> Path:
+        """A fresh result folder ``run/results/NAME`` the kernel may write, made through a
+        handle on the grader's own ``run/results`` (``mkdirat`` + ``fchown``): no link the
+        sandbox plants and no rename it races can redirect it."""
+        results = open_dir(self.results)
+        try:
+            owner = self.uid if self.backend == "bwrap" else None
+            make_owned_dir(results, name, owner, self.gid)
+            if self.backend in ("docker", "podman"):
+                fd = open_dir(name, dir_fd=results)
+                try:
+                    os.fchmod(fd, 0o777)
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(results)
+        return self.results / name
+
+    def remove_box(self) -> None:
+        """Remove the box (after :meth:`close`): unmount its tmpfs, or remove it file by file
+        through handles (any depth); never raises."""
+        try:
+            if self._lock is not None:
+                os.close(self._lock)
+                self._lock = None
+            if self._tmpfs or is_mount(self.box):
+                unmount(self.box)
+                self._tmpfs = False
+        except Exception:
+            pass
+        remove_tree(self.box)
 
     def kernel_env(self, env: dict[str, str]) -> dict[str, str]:
         """The kernel's environment with the paths it sees inside."""
@@ -351,12 +419,19 @@ class Sandbox:
                     "--",
                 ]
                 spec["uid"] = spec["gid"] = None
-            spec["binds"] = self.system_binds() + [
-                ["rw", str(self.work), INSIDE_WORK],
-                ["rw", str(self.box / "tmp"), "/tmp"],
-                ["rw", str(self.box / "home"), INSIDE_HOME],
-                ["rw", str(self.run_dir), INSIDE_RUN],
-            ]
+            spec["binds"] = ordered_binds(
+                self.system_binds(),
+                [
+                    ["rw", str(self.work), INSIDE_WORK],
+                    ["rw", str(self.box / "tmp"), "/tmp"],
+                    ["rw", str(self.box / "home"), INSIDE_HOME],
+                    ["rw", str(self.run_dir), INSIDE_RUN],
+                ],
+            )
+            bpf = seccomp_filter()
+            if bpf is not None:  # no user namespaces, no keyrings inside
+                (self.box / "seccomp.bpf").write_bytes(bpf)
+                spec["seccomp"] = str(self.box / "seccomp.bpf")
             shm = str((self.limits.disk_mb or 1024) << 20)
             spec["wrapper_tail"] = ["--size", shm, "--perms", "1777", "--tmpfs", "/dev/shm"]
             spec["wrapper_tail"] += ["--remount-ro", "/", "--chdir", INSIDE_WORK]
@@ -435,17 +510,25 @@ class Sandbox:
         if lim.cpu_s and cpu > lim.cpu_s:
             return f"its processes together used more than {lim.cpu_s:g} s of CPU time"
         if disk and lim.disk_mb:
-            size = 0
-            entries = 0
-            for sub in ("work", "tmp", "home", "run"):
-                b, n = tree_size(self.box / sub)
-                size, entries = size + b, entries + n
+            size, entries = self.disk_usage()
             use.peak_disk_mb = max(use.peak_disk_mb, size / 2**20)
             if size > lim.disk_mb << 20:
                 return f"it wrote more than {lim.disk_mb} MB of files"
             if entries > 100_000:
                 return "it created more than 100000 files"
         return None
+
+    def disk_usage(self) -> tuple[int, int]:
+        """(bytes, files) in the writable folders: the tmpfs's own count when the box is one
+        (no walk through folders the sandbox controls), else a walk that follows no link."""
+        if self._tmpfs:
+            st = os.statvfs(self.box)
+            return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_files - st.f_ffree
+        size = entries = 0
+        for sub in ("work", "tmp", "home", "run"):
+            b, n = tree_size(self.box / sub)
+            size, entries = size + b, entries + n
+        return size, entries
 
     def kill_all(self) -> None:
         """Kill every process of the submission (idempotent; nothing outlives this)."""
@@ -514,13 +597,25 @@ class Sandbox:
                     if (root and self.backend == "bwrap")
                     else "watchdog: process count of the tree, sampled every 0.25 s"
                 ),
-                "bytes_written": "RLIMIT_FSIZE per file; /dev/shm tmpfs of --disk-mb; "
-                "watchdog on the writable folders (1 s)"
+                "bytes_written": (
+                    "a tmpfs of --disk-mb holding every writable folder"
+                    if self._tmpfs
+                    else "RLIMIT_FSIZE per file; watchdog on the writable folders (1 s)"
+                )
+                + "; /dev/shm tmpfs of --disk-mb"
                 if self.isolated
                 else "RLIMIT_FSIZE per file only (unsandboxed: it can write wherever you can)",
                 "cpu_time": "watchdog: user+system time of the process tree"
                 if self.limits.cpu_s
                 else "none (wall-time limits only)",
+                "cpu_share": (
+                    f"cgroup cpu: an equal share and at most {self.cpus} CPU(s)"
+                    if "cpu" in dirs
+                    else "none (no cpu cgroup here)"
+                ),
+                "kernel_surface": "seccomp: no new user namespaces, no keyrings"
+                if self.backend == "bwrap" and seccomp_filter() is not None
+                else "not restricted",
                 "wall_time": "grader: per-cell and total limits",
             }
         return {
@@ -540,6 +635,17 @@ class Sandbox:
             "cpu_s": round(self.usage.cpu_s, 2),
             "killed_for": self.kill_reason,
         }
+
+
+WRITABLE_INSIDE = (INSIDE_WORK, "/tmp", INSIDE_HOME, INSIDE_RUN)
+
+
+def ordered_binds(system: list[list[str]], writable: list[list[str]]) -> list[list[str]]:
+    """The sandbox's binds in mount order: system binds, the writable folders, then any
+    system bind that lies inside a writable folder (a virtual environment under ``/tmp`` or
+    ``$HOME``), so the private folder does not hide the Python the kernel runs."""
+    inside = [b for b in system if b[2].startswith(tuple(w + "/" for w in WRITABLE_INSIDE))]
+    return [b for b in system if b not in inside] + writable + inside
 
 
 def bwrap_head(privileged: bool = False) -> list[str]:

@@ -24,6 +24,7 @@ import io
 import re
 from typing import Any
 
+from course_utils.authoring.cells import cell_source
 from course_utils.grading import plan as pl
 
 NOISE = 12  # k-gram length in normalised characters: shorter matches are ignored
@@ -57,9 +58,7 @@ def share(a, b) -> float:
 
 
 def _cells_of(nb: dict[str, Any], ex_id: str) -> list[str]:
-    return [
-        c.get("source", "") for c in nb.get("cells", []) if pl.course_meta(c) == (ex_id, "exercise")
-    ]
+    return [cell_source(c) for c in nb.get("cells", []) if pl.course_meta(c) == (ex_id, "exercise")]
 
 
 def _code(sources: list[str]) -> str:
@@ -68,7 +67,7 @@ def _code(sources: list[str]) -> str:
         try:
             parts.append(pl.python_source(src))
         except Exception:
-            parts.append("".join(src) if isinstance(src, list) else str(src))
+            parts.append(src)
     return "\n\n".join(parts)
 
 
@@ -97,7 +96,7 @@ def add_similarity(reports: list[dict[str, Any]], options) -> None:
             if key not in course:
                 course[key] = _course_fingerprints(g, assignment)
             cells = plan.exercise_cells.get(g.id, [])
-            code = _code([nb["cells"][i].get("source", "") for i in cells])
+            code = _code([cell_source(nb["cells"][i]) for i in cells])
             stub = _stub(assignment, g.id)
             boiler = list(_fingerprint(stub).hashes) if stub.strip() else None
             codes.setdefault(key, {})[k] = _fingerprint(code, boiler)

@@ -14,7 +14,7 @@ tested to give the same outputs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -22,6 +22,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import check_mask, combine_masks, fast_attention, scaled_dot_product_attention
+from .positional import alibi_bias, apply_rope
+
+POSITIONS_IN_ATTENTION = (None, "rope", "alibi")
 
 __all__ = [
     "split_heads",
@@ -30,6 +33,7 @@ __all__ = [
     "MultiHeadAttention",
     "record_attention",
     "MLP",
+    "residual",
     "TransformerBlock",
     "TransformerDecoderBlock",
     "pre_norm_stack",
@@ -108,14 +112,31 @@ class MultiHeadAttention(nn.Module):
     ``dropout`` is applied to the attention weights in training mode.
     ``fast`` (default True) attends through ``F.scaled_dot_product_attention``; False, or
     recording with :func:`record_attention`, uses the taught manual path (same result).
+    ``position`` (self attention only): ``"rope"`` rotates q and k by their positions
+    (:func:`~course_utils.modeling.positional.apply_rope`), ``"alibi"`` adds ALiBi's distance
+    penalty to the scores (:func:`~course_utils.modeling.positional.alibi_bias`); positions
+    count from the start of the sequence, a :class:`KVCache`'s length included.
     """
 
-    def __init__(self, d_model: int, n_heads: int, *, bias: bool = True, dropout: float = 0.0):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        bias: bool = True,
+        dropout: float = 0.0,
+        position: str | None = None,
+    ):
         super().__init__()
         if d_model % n_heads != 0:
             raise ValueError(
                 f"expected d_model divisible by n_heads, got d_model={d_model}, n_heads={n_heads}"
             )
+        if position not in POSITIONS_IN_ATTENTION:
+            raise ValueError(f"expected position None, 'rope' or 'alibi', got {position!r}")
+        if position == "rope" and (d_model // n_heads) % 2:
+            raise ValueError(f"rope needs an even head width, got {d_model // n_heads}")
+        self.position = position
         self.d_model = d_model
         self.n_heads = n_heads
         self.head_dim = d_model // n_heads
@@ -144,6 +165,10 @@ class MultiHeadAttention(nn.Module):
         self._check_inputs(x, context, cache)
         q, k, v = self._project(x, context)  # (B, T, D), (B, S, D), (B, S, D)
         q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))  # (B, H, L, Dh)
+        if self.position == "rope":
+            start = 0 if cache is None else len(cache)
+            pos = torch.arange(start, start + q.shape[-2], device=q.device)  # (T,)
+            q, k = apply_rope(q, pos), apply_rope(k, pos)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H, S_past + T, Dh)
         y = self._attend(q, k, v, attn_mask, key_padding_mask, is_causal)  # (B, H, T, Dh)
@@ -164,6 +189,8 @@ class MultiHeadAttention(nn.Module):
             )
         if cache is not None:
             raise ValueError("cache is for self attention: pass context=None with a KVCache")
+        if self.position is not None:
+            raise ValueError(f"position={self.position!r} is for self attention (context=None)")
 
     def _project(self, x: Tensor, context: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """q from x (B, T, D); k, v from context (B, S, D) (x itself for self attention)."""
@@ -190,6 +217,8 @@ class MultiHeadAttention(nn.Module):
         B, H, T, S = *q.shape[:-1], k.shape[-2]
         if attn_mask is not None:
             check_mask(attn_mask, torch.Size((B, H, T, S)))
+        if self.position == "alibi":
+            attn_mask = _with_alibi(attn_mask, H, T, S, q)
         mask = combine_masks(attn_mask, key_padding_mask, S=S)  # causality is applied below
         dropout_p = self.dropout if self.training else 0.0
         if self.fast and self.recorded is None:
@@ -221,6 +250,16 @@ class MultiHeadAttention(nn.Module):
                 ours.qkv.bias.copy_(mha.in_proj_bias)
                 ours.out.bias.copy_(mha.out_proj.bias)
         return ours
+
+
+def _with_alibi(attn_mask: Tensor | None, H: int, T: int, S: int, q: Tensor) -> Tensor:
+    """ALiBi's bias (H, T, S) merged into ``attn_mask``: a float mask (blocked entries -inf)."""
+    bias = alibi_bias(H, T, S, dtype=q.dtype, device=q.device)
+    if attn_mask is None:
+        return bias
+    if attn_mask.dtype == torch.bool:
+        return bias.masked_fill(~attn_mask, float("-inf"))
+    return bias + attn_mask
 
 
 @contextmanager
@@ -320,6 +359,20 @@ def _copy_norm(dst: nn.LayerNorm, src: nn.LayerNorm) -> None:
         dst.bias.copy_(src.bias)
 
 
+def residual(
+    x: Tensor,
+    branch: Callable[[Tensor], Tensor],
+    norm: nn.Module,
+    dropout: nn.Module,
+    norm_first: bool,
+) -> Tensor:
+    """One sublayer with its residual connection, (B, T, D) -> (B, T, D):
+    pre-norm ``x + dropout(branch(norm(x)))``, post-norm ``norm(x + dropout(branch(x)))``."""
+    if norm_first:
+        return x + dropout(branch(norm(x)))
+    return norm(x + dropout(branch(x)))
+
+
 class TransformerBlock(nn.Module):
     """Encoder block: self attention + MLP, each with a residual connection and LayerNorm.
 
@@ -341,10 +394,13 @@ class TransformerBlock(nn.Module):
         activation: str = "relu",
         layer_norm_eps: float = 1e-5,
         bias: bool = True,
+        position: str | None = None,
     ):
         super().__init__()
         self.norm_first = norm_first
-        self.attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout)
+        self.attn = MultiHeadAttention(
+            d_model, n_heads, bias=bias, dropout=dropout, position=position
+        )
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.mlp = MLP(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
@@ -365,11 +421,8 @@ class TransformerBlock(nn.Module):
         kw = dict(
             attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal, cache=cache
         )
-        if self.norm_first:
-            x = x + self.dropout1(self.attn(self.norm1(x), **kw))
-            return x + self.dropout2(self.mlp(self.norm2(x)))
-        x = self.norm1(x + self.dropout1(self.attn(x, **kw)))
-        return self.norm2(x + self.dropout2(self.mlp(x)))
+        x = residual(x, lambda h: self.attn(h, **kw), self.norm1, self.dropout1, self.norm_first)
+        return residual(x, self.mlp, self.norm2, self.dropout2, self.norm_first)
 
     @classmethod
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> TransformerBlock:
@@ -395,10 +448,11 @@ def pre_norm_stack(
     activation: str = "gelu",
     layer_norm_eps: float = 1e-5,
     bias: bool = True,
+    position: str | None = None,
 ) -> nn.ModuleList:
     """``n_layers`` pre-norm :class:`TransformerBlock` s of width ``d_model``: the trunk that
     GPT (causal, over tokens) and ViT (bidirectional, over patches) share.
-    Each maps (B, T, d_model) -> (B, T, d_model)."""
+    Each maps (B, T, d_model) -> (B, T, d_model); ``position``: see :class:`MultiHeadAttention`."""
     return nn.ModuleList(
         TransformerBlock(
             d_model,
@@ -409,6 +463,7 @@ def pre_norm_stack(
             activation=activation,
             layer_norm_eps=layer_norm_eps,
             bias=bias,
+            position=position,
         )
         for _ in range(n_layers)
     )
@@ -479,13 +534,9 @@ class TransformerDecoderBlock(nn.Module):
                 h, memory, attn_mask=memory_mask, key_padding_mask=memory_key_padding_mask
             )
 
-        if self.norm_first:
-            x = x + self.dropout1(sa(self.norm1(x)))
-            x = x + self.dropout2(ca(self.norm2(x)))
-            return x + self.dropout3(self.mlp(self.norm3(x)))
-        x = self.norm1(x + self.dropout1(sa(x)))
-        x = self.norm2(x + self.dropout2(ca(x)))
-        return self.norm3(x + self.dropout3(self.mlp(x)))
+        x = residual(x, sa, self.norm1, self.dropout1, self.norm_first)
+        x = residual(x, ca, self.norm2, self.dropout2, self.norm_first)
+        return residual(x, self.mlp, self.norm3, self.dropout3, self.norm_first)
 
     @classmethod
     def from_torch(cls, layer: nn.TransformerDecoderLayer) -> TransformerDecoderBlock:

@@ -8,10 +8,14 @@ the same way. These are the ways to tell it where each token is:
 - rotary, applied to q and k: :func:`apply_rope` (Su et al. 2021) -- scores then depend only
   on the *relative* position i - j;
 - a learned bias on the scores per relative distance: :class:`RelativePositionBias`
-  (Shaw et al. 2018 / T5 style, without T5's log buckets).
+  (Shaw et al. 2018 / T5 style, without T5's log buckets);
+- a fixed, linear penalty on the scores per distance, one slope per head: :func:`alibi_bias`
+  (ALiBi, Press et al. 2022).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor, nn
@@ -22,6 +26,8 @@ __all__ = [
     "rope_angles",
     "apply_rope",
     "RelativePositionBias",
+    "alibi_slopes",
+    "alibi_bias",
 ]
 
 
@@ -137,3 +143,43 @@ class RelativePositionBias(nn.Module):
         rel = self.relative_positions(T, S).clamp(-self.max_distance, self.max_distance)
         bias = self.table[rel + self.max_distance]  # (T, S, H)
         return bias.permute(2, 0, 1)  # (H, T, S)
+
+
+def alibi_slopes(n_heads: int) -> Tensor:
+    """ALiBi's head slopes (Press et al. 2022), shape (H,), float64.
+
+    For H a power of two: m_i = 2^(-8i/H), i = 1..H (a geometric sequence from 2^(-8/H)).
+    Otherwise the paper's rule: the slopes of the closest smaller power of two n, then every
+    other slope of 2n's sequence until there are H.
+    """
+    if n_heads < 1:
+        raise ValueError(f"expected n_heads >= 1, got {n_heads}")
+
+    def power_of_two(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * i / n) for i in range(1, n + 1)]
+
+    n = 2 ** int(math.floor(math.log2(n_heads)))
+    slopes = power_of_two(n) + power_of_two(2 * n)[0::2][: n_heads - n]
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
+def alibi_bias(
+    n_heads: int,
+    T: int,
+    S: int | None = None,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """ALiBi's bias on the attention scores: bias[h, i, j] = m_h * (j - i), shape (H, T, S).
+
+    Key j at distance i - j behind query i costs ``m_h * (i - j)`` (:func:`alibi_slopes`);
+    keys ahead get a positive value, so use it with a causal mask, as the paper does. With
+    S > T the queries are the last T of S positions (as with a KV cache). Add it to the scores
+    (a float ``attn_mask``); nothing is learned and any length works.
+    """
+    S = T if S is None else S
+    q_pos = torch.arange(T, dtype=torch.float64, device=device)[:, None] + (S - T)  # (T, 1)
+    k_pos = torch.arange(S, dtype=torch.float64, device=device)[None, :]  # (1, S)
+    slopes = alibi_slopes(n_heads).to(device)[:, None, None]  # (H, 1, 1)
+    return (slopes * (k_pos - q_pos)).to(dtype)  # (H, T, S)

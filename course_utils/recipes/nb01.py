@@ -40,7 +40,8 @@ from course_utils.data.tasks import (
 )
 from course_utils.modeling.attention import AdditiveAttention
 from course_utils.modeling.models.seq2seq_rnn import Seq2SeqRNN
-from course_utils.runtime.profiles import pick
+from course_utils.modeling.module_state import eval_mode, model_device
+from course_utils.runtime.profiles import ProfileTable
 from course_utils.runtime.training import History, sequence_cross_entropy, train
 
 __all__ = [
@@ -110,9 +111,9 @@ def _buckets(lo: int, hi: int, width: int) -> tuple[Bucket, ...]:
     return tuple((a, min(a + width - 1, hi)) for a in range(lo, hi + 1, width))
 
 
-def recipe() -> Recipe:
-    """The active profile's recipe (``ci``: seconds on 2 CPU cores; ``cpu``: a few minutes)."""
-    ci = Recipe(
+# ``ci``: seconds on 2 CPU cores; ``cpu``: a few minutes; ``gpu``: longer sentences, wider models
+RECIPES = ProfileTable(
+    ci=Recipe(
         n_train=3000,
         n_test=300,
         min_len=3,
@@ -128,8 +129,8 @@ def recipe() -> Recipe:
         profile="ci",
         control_factor=2,
         evals=8,
-    )
-    cpu = Recipe(
+    ),
+    cpu=Recipe(
         n_train=20000,
         n_test=600,
         min_len=3,
@@ -144,8 +145,8 @@ def recipe() -> Recipe:
         hidden_sizes=(32, 64, 128, 256),
         profile="cpu",
         control_factor=3,
-    )
-    gpu = Recipe(
+    ),
+    gpu=Recipe(
         n_train=50000,
         n_test=1000,
         min_len=3,
@@ -159,8 +160,13 @@ def recipe() -> Recipe:
         warmup=100,
         hidden_sizes=(64, 128, 256, 512, 1024),
         profile="gpu",
-    )
-    return pick(ci=ci, cpu=cpu, gpu=gpu)
+    ),
+)
+
+
+def recipe(profile: str | None = None) -> Recipe:
+    """The recipe of the active profile (or of ``profile``: "ci", "cpu" or "gpu")."""
+    return RECIPES.for_profile(profile)
 
 
 def make_data(r: Recipe) -> TaskData:
@@ -325,7 +331,7 @@ def train_seq2seq(
     """
     forward = forward_fn or teacher_forced_logits
     gen = torch.Generator().manual_seed(r.seed)
-    device = next(model.parameters()).device
+    device = model_device(model)
 
     def loss_fn(m: nn.Module, batch: Seq2SeqData) -> Tensor:
         logits = forward(m, batch.src, batch.src_lengths, batch.tgt_in)
@@ -407,21 +413,16 @@ def decode_tokens(
     max_len)`` in chunks -> tokens (N, max_len), PAD-filled. ``max_len`` default: longest
     target + 5."""
     max_len = max_len or split.tgt_out.shape[1] + 5
-    device = next(model.parameters()).device
+    device = model_device(model)
     out = torch.zeros(len(split), max_len, dtype=torch.long)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for start in range(0, len(split), batch_size):
-                part = split[torch.arange(start, min(start + batch_size, len(split)))].to(device)
-                tokens = decode_fn(model, part.src, part.src_lengths, max_len)
-                if isinstance(tokens, (tuple, list)):
-                    tokens = tokens[0]
-                tokens = tokens[:, :max_len].cpu()
-                out[start : start + tokens.shape[0], : tokens.shape[1]] = tokens
-    finally:
-        model.train(was_training)
+    with eval_mode(model), torch.no_grad():
+        for start in range(0, len(split), batch_size):
+            part = split[torch.arange(start, min(start + batch_size, len(split)))].to(device)
+            tokens = decode_fn(model, part.src, part.src_lengths, max_len)
+            if isinstance(tokens, (tuple, list)):
+                tokens = tokens[0]
+            tokens = tokens[:, :max_len].cpu()
+            out[start : start + tokens.shape[0], : tokens.shape[1]] = tokens
     return out
 
 

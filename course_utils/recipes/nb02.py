@@ -41,6 +41,7 @@ from course_utils.data.tasks import (
 )
 from course_utils.modeling.attention import AdditiveAttention, masked_softmax
 from course_utils.modeling.models.seq2seq_rnn import Seq2SeqRNN
+from course_utils.modeling.module_state import model_device
 from course_utils.plots import show_heatmap
 from course_utils.recipes import nb01
 from course_utils.recipes.nb01 import (
@@ -52,6 +53,7 @@ from course_utils.recipes.nb01 import (
     teacher_forced_logits,
     train_seq2seq,
 )
+from course_utils.runtime.profiles import PROFILES, ProfileTable
 
 __all__ = [
     "Recipe",
@@ -93,11 +95,17 @@ StepFn = Callable[[Seq2SeqRNN, Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Te
 # --------------------------------------------------------------------------------------------
 # Data and models: train short, test long; additive or dot-product scores; a bidirectional encoder
 # --------------------------------------------------------------------------------------------
+# the longest training sentence per profile (the recipes' max_len: 11, 20, 30 words)
+TRAIN_MAX_LEN = ProfileTable(ci=8, cpu=14, gpu=20)
+
+
 def train_max_len(r: Recipe) -> int:
     """The longest training sentence of notebook 02: test sentences go up to ``r.max_len``,
     so the longest test buckets hold lengths no model has seen in training (ci: 8 of 11 words,
     cpu: 14 of 20, gpu: 20 of 30; another recipe: two thirds of its longest sentence)."""
-    return {"ci": 8, "cpu": 14, "gpu": 20}.get(r.profile, max(r.min_len, 2 * r.max_len // 3))
+    if r.profile in PROFILES:
+        return TRAIN_MAX_LEN.for_profile(r.profile)
+    return max(r.min_len, 2 * r.max_len // 3)
 
 
 def make_data(r: Recipe) -> TaskData:
@@ -278,7 +286,7 @@ class MissBreakdown:
 @torch.no_grad()
 def miss_breakdown(model: Seq2SeqRNN, data: TaskData) -> MissBreakdown:
     """Classify every alignment miss of ``model`` on ``data``'s test set (teacher-forced)."""
-    device = next(model.parameters()).device
+    device = model_device(model)
     split = data.test.to(device)
     _, weights = teacher_forced_logits(
         model, split.src, split.src_lengths, split.tgt_in, return_attention=True
@@ -389,7 +397,7 @@ def translate_examples(
     """Decode ``examples`` (from ``data.test_examples`` or ``data.task.example(...)``) and keep
     each one's attention map, trimmed to the real source words and output steps."""
     enc = encode_examples(list(examples), data.src_vocab, data.tgt_vocab)
-    device = next(model.parameters()).device
+    device = model_device(model)
     max_len = enc.tgt_out.shape[1] + 5
     tokens, weights = greedy_translate(
         model, enc.src.to(device), enc.src_lengths.to(device), max_len, step_fn=step_fn
@@ -421,7 +429,7 @@ def alignment_accuracy(model: Seq2SeqRNN, split: Seq2SeqData) -> float:
     Teacher-forced attention over ``split`` (each target word, EOS excluded), compared with
     the task's gold alignment by :func:`course_utils.data.tasks.alignment_score`.
     """
-    device = next(model.parameters()).device
+    device = model_device(model)
     split = split.to(device)
     _, weights = teacher_forced_logits(
         model, split.src, split.src_lengths, split.tgt_in, return_attention=True

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from course_utils.runtime.profiles import pick
+from course_utils.runtime.profiles import ProfileTable
 
 
 @dataclass(frozen=True)
@@ -34,25 +34,68 @@ class Config:
     timing_repeats: int  # timings per form; the median is reported
 
 
-def config() -> Config:
-    """The active profile's sizes."""
+@dataclass(frozen=True)
+class Sizes:
+    """The sizes of :class:`Config` that depend on the profile (one row of :data:`SIZES`)."""
+
+    dims: tuple[int, ...]
+    n_pairs: int
+    n_queries: int
+    recall_steps: int
+    recall_batch: int
+    timing_tokens: int
+    timing_repeats: int
+
+
+SIZES = ProfileTable(
+    ci=Sizes(
+        dims=(2, 8, 32, 128, 512, 2048),
+        n_pairs=2_000,
+        n_queries=256,
+        recall_steps=300,
+        recall_batch=64,
+        timing_tokens=128,
+        timing_repeats=5,
+    ),
+    cpu=Sizes(
+        dims=(2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
+        n_pairs=8_000,
+        n_queries=1_024,
+        recall_steps=600,
+        recall_batch=128,
+        timing_tokens=512,
+        timing_repeats=9,
+    ),
+    gpu=Sizes(
+        dims=(2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
+        n_pairs=8_000,
+        n_queries=1_024,
+        recall_steps=600,
+        recall_batch=128,
+        timing_tokens=512,
+        timing_repeats=9,
+    ),
+)
+
+
+def config(profile: str | None = None) -> Config:
+    """The sizes of the active profile (or of ``profile``: "ci", "cpu" or "gpu")."""
+    s = SIZES.for_profile(profile)
     return Config(
-        dims=pick(
-            ci=(2, 8, 32, 128, 512, 2048), cpu=(2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
-        ),
+        dims=s.dims,
         hist_dims=(4, 64, 1024),
-        n_pairs=pick(ci=2_000, cpu=8_000),
+        n_pairs=s.n_pairs,
         n_keys=16,
-        n_queries=pick(ci=256, cpu=1_024),
-        recall_steps=pick(ci=300, cpu=600, gpu=600),
-        recall_batch=pick(ci=64, cpu=128, gpu=128),
+        n_queries=s.n_queries,
+        recall_steps=s.recall_steps,
+        recall_batch=s.recall_batch,
         recall_records=8,
         recall_d_key=8,
         recall_d_value=8,
         recall_lr=0.03,
-        timing_tokens=pick(ci=128, cpu=512),
+        timing_tokens=s.timing_tokens,
         timing_width=64,
-        timing_repeats=pick(ci=5, cpu=9),
+        timing_repeats=s.timing_repeats,
     )
 
 

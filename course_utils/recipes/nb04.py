@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from course_utils.runtime.profiles import pick
+from course_utils.runtime.profiles import ProfileTable
 
 
 @dataclass(frozen=True)
@@ -29,18 +29,34 @@ class Config:
     n_test: int  # test sequences
 
 
-def config() -> Config:
-    """The active profile's sizes."""
+@dataclass(frozen=True)
+class Sizes:
+    """The sizes of :class:`Config` that depend on the profile (one row of :data:`SIZES`)."""
+
+    steps: int
+    n_test: int
+
+
+SIZES = ProfileTable(
+    ci=Sizes(steps=150, n_test=256),
+    cpu=Sizes(steps=400, n_test=1024),
+    gpu=Sizes(steps=400, n_test=1024),
+)
+
+
+def config(profile: str | None = None) -> Config:
+    """The sizes of the active profile (or of ``profile``: "ci", "cpu" or "gpu")."""
+    s = SIZES.for_profile(profile)
     return Config(
         vocab=16,
         seq_len=24,
         d_model=32,
         lag=2,
-        steps=pick(ci=150, cpu=400),
+        steps=s.steps,
         batch=32,
         lr=0.01,
         max_distance=8,
-        n_test=pick(ci=256, cpu=1024),
+        n_test=s.n_test,
     )
 
 

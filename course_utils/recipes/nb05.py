@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from course_utils.data.tasks import TranslationTask
 from course_utils.modeling.attention import scaled_dot_product_attention
-from course_utils.runtime.profiles import pick
+from course_utils.runtime.profiles import ProfileTable
 
 
 @dataclass(frozen=True)
@@ -33,16 +33,32 @@ class Config:
     sample_len: int  # characters generated per sample
 
 
-def config() -> Config:
-    """The active profile's sizes."""
+@dataclass(frozen=True)
+class Sizes:
+    """The sizes of :class:`Config` that depend on the profile (one row of :data:`SIZES`)."""
+
+    steps: int
+    n_eval: int
+
+
+SIZES = ProfileTable(
+    ci=Sizes(steps=200, n_eval=32),
+    cpu=Sizes(steps=800, n_eval=128),
+    gpu=Sizes(steps=800, n_eval=128),
+)
+
+
+def config(profile: str | None = None) -> Config:
+    """The sizes of the active profile (or of ``profile``: "ci", "cpu" or "gpu")."""
+    s = SIZES.for_profile(profile)
     return Config(
         n_sentences=3000,
         seq_len=32,
         d_model=48,
-        steps=pick(ci=200, cpu=800),
+        steps=s.steps,
         batch=32,
         lr=1e-2,
-        n_eval=pick(ci=32, cpu=128),
+        n_eval=s.n_eval,
         sample_len=48,
     )
 

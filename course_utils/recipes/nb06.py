@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from course_utils.modeling.layers import TransformerBlock, record_attention
 from course_utils.runtime import devices
-from course_utils.runtime.profiles import pick
+from course_utils.runtime.profiles import ProfileTable
 
 __all__ = [
     "Config",
@@ -72,24 +72,81 @@ class Config:
     min_run_time: float  # seconds per torch.utils.benchmark measurement
 
 
-def config() -> Config:
-    """The active profile's sizes."""
+@dataclass(frozen=True)
+class Sizes:
+    """The sizes of :class:`Config` that depend on the profile (one row of :data:`SIZES`)."""
+
+    d_model: int
+    d_ff: int
+    steps: int
+    batch: int
+    lr: float
+    time_batch: int
+    time_len: int
+    time_d_model: int
+    time_heads: tuple[int, ...]
+    min_run_time: float
+
+
+SIZES = ProfileTable(
+    ci=Sizes(
+        d_model=32,
+        d_ff=64,
+        steps=150,
+        batch=64,
+        lr=1e-2,
+        time_batch=2,
+        time_len=32,
+        time_d_model=128,
+        time_heads=(1, 4, 16, 32),
+        min_run_time=0.05,
+    ),
+    cpu=Sizes(
+        d_model=48,
+        d_ff=96,
+        steps=600,
+        batch=128,
+        lr=5e-3,
+        time_batch=4,
+        time_len=64,
+        time_d_model=256,
+        time_heads=(1, 2, 4, 8, 16, 32, 64),
+        min_run_time=0.2,
+    ),
+    gpu=Sizes(
+        d_model=48,
+        d_ff=96,
+        steps=600,
+        batch=128,
+        lr=5e-3,
+        time_batch=32,
+        time_len=512,
+        time_d_model=1024,
+        time_heads=(1, 2, 4, 8, 16, 32, 64),
+        min_run_time=0.2,
+    ),
+)
+
+
+def config(profile: str | None = None) -> Config:
+    """The sizes of the active profile (or of ``profile``: "ci", "cpu" or "gpu")."""
+    s = SIZES.for_profile(profile)
     return Config(
         vocab=8,
         seq_len=10,
-        d_model=pick(ci=32, cpu=48),
+        d_model=s.d_model,
         n_heads=4,
         n_layers=2,
-        d_ff=pick(ci=64, cpu=96),
-        steps=pick(ci=150, cpu=600, gpu=600),
-        batch=pick(ci=64, cpu=128),
-        lr=pick(ci=1e-2, cpu=5e-3),
+        d_ff=s.d_ff,
+        steps=s.steps,
+        batch=s.batch,
+        lr=s.lr,
         n_sentences=6,
-        time_batch=pick(ci=2, cpu=4, gpu=32),
-        time_len=pick(ci=32, cpu=64, gpu=512),
-        time_d_model=pick(ci=128, cpu=256, gpu=1024),
-        time_heads=pick(ci=(1, 4, 16, 32), cpu=(1, 2, 4, 8, 16, 32, 64)),
-        min_run_time=pick(ci=0.05, cpu=0.2),
+        time_batch=s.time_batch,
+        time_len=s.time_len,
+        time_d_model=s.time_d_model,
+        time_heads=s.time_heads,
+        min_run_time=s.min_run_time,
     )
 
 

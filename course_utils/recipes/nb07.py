@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from course_utils.modeling.layers import MLP, MultiHeadAttention
 from course_utils.runtime import devices
-from course_utils.runtime.profiles import pick
+from course_utils.runtime.profiles import ProfileTable
 from course_utils.scaling import fit_exponent
 
 __all__ = [
@@ -67,22 +67,75 @@ class Config:
     stack_batch: int
 
 
-def config() -> Config:
-    """The active profile's sizes."""
+@dataclass(frozen=True)
+class Sizes:
+    """The sizes of :class:`Config` that depend on the profile (one row of :data:`SIZES`)."""
+
+    lengths: tuple[int, ...]
+    d_model: int
+    time_batch: int
+    min_run_time: float
+    depth: int
+    stack_d_model: int
+    stack_d_ff: int
+    stack_len: int
+    stack_batch: int
+
+
+SIZES = ProfileTable(
+    ci=Sizes(
+        lengths=(16, 32, 64, 128, 256),
+        d_model=32,
+        time_batch=2,
+        min_run_time=0.02,
+        depth=24,
+        stack_d_model=32,
+        stack_d_ff=64,
+        stack_len=16,
+        stack_batch=8,
+    ),
+    cpu=Sizes(
+        lengths=(16, 32, 64, 128, 256, 512, 1024),
+        d_model=64,
+        time_batch=4,
+        min_run_time=0.2,
+        depth=48,
+        stack_d_model=64,
+        stack_d_ff=256,
+        stack_len=32,
+        stack_batch=16,
+    ),
+    gpu=Sizes(
+        lengths=(16, 32, 64, 128, 256, 512, 1024),
+        d_model=64,
+        time_batch=4,
+        min_run_time=0.2,
+        depth=48,
+        stack_d_model=64,
+        stack_d_ff=256,
+        stack_len=32,
+        stack_batch=16,
+    ),
+)
+
+
+def config(profile: str | None = None) -> Config:
+    """The sizes of the active profile (or of ``profile``: "ci", "cpu" or "gpu")."""
+    s = SIZES.for_profile(profile)
     return Config(
-        lengths=pick(ci=(16, 32, 64, 128, 256), cpu=(16, 32, 64, 128, 256, 512, 1024)),
-        d_model=pick(ci=32, cpu=64),
-        time_batch=pick(ci=2, cpu=4),
+        lengths=s.lengths,
+        d_model=s.d_model,
+        time_batch=s.time_batch,
         kernel=3,
         n_heads=4,
-        min_run_time=pick(ci=0.02, cpu=0.2),
+        min_run_time=s.min_run_time,
         influence_len=32,
-        depth=pick(ci=24, cpu=48),
-        stack_d_model=pick(ci=32, cpu=64),
+        depth=s.depth,
+        stack_d_model=s.stack_d_model,
         stack_n_heads=4,
-        stack_d_ff=pick(ci=64, cpu=256),
-        stack_len=pick(ci=16, cpu=32),
-        stack_batch=pick(ci=8, cpu=16),
+        stack_d_ff=s.stack_d_ff,
+        stack_len=s.stack_len,
+        stack_batch=s.stack_batch,
     )
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -49,8 +49,9 @@ from course_utils.data.images import (
 )
 from course_utils.modeling.layers import record_attention
 from course_utils.modeling.models.vit import ViT, ViTConfig
+from course_utils.modeling.module_state import eval_mode
 from course_utils.runtime import devices
-from course_utils.runtime.profiles import current
+from course_utils.runtime.profiles import ProfileTable, current
 from course_utils.runtime.training import History, train
 
 __all__ = [
@@ -61,7 +62,6 @@ __all__ = [
     "Config",
     "config",
     "load_images",
-    "init_vit_",
     "augment_affine",
     "augment_batch",
     "ImageRun",
@@ -167,6 +167,117 @@ class Config:
     n_test: int | None = None  # test on the first n_test images only (None: all)
 
 
+# The quality bars: the cpu recipe on digits (stratified 80/20), the gpu recipe on CIFAR-10
+CPU_ACC_BAR, CPU_SECONDS_BAR = 0.98, 30.0  # test accuracy, within this wall time on 2 cores
+GPU_CIFAR10_ACC_BAR = 0.85  # test accuracy, from scratch
+
+_DIGITS_AUG = Augment(kind="affine", rotate=10.0, zoom=0.1, shift=0.5)
+_NO_AUG = Augment(kind="none")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What notebook 09 sizes by profile (one row of :data:`SIZES`). The CIFAR-10 recipe is the
+    same in every profile (it is meant for a GPU); the rest of :class:`Config` is fixed."""
+
+    digits_layers: int  # the digits ViT's depth
+    digits_train: TrainConfig  # how the digits ViT trains
+    digits_cnn_epochs: int
+    mnist_d_model: int  # the MNIST ViT's width ...
+    mnist_layers: int  # ... depth
+    mnist_d_ff: int  # ... and feed-forward width
+    mnist_epochs: int
+    mnist_cnn_epochs: int
+    mnist_n_train: int | None  # the first n MNIST training images (None: all 60,000)
+    mnist_n_test: int | None  # the first n test images (None: all 10,000)
+    mnist_autocast: torch.dtype | None
+    spectrogram_n_train: int
+    spectrogram_epochs: int
+    spectrogram_batch: int
+
+
+SIZES = ProfileTable(
+    ci=Sizes(
+        digits_layers=2,
+        # seconds on 2 cores, >= 93%: too short a run for augmentation to pay off
+        digits_train=TrainConfig(
+            epochs=6,
+            batch_size=64,
+            lr=3e-3,
+            min_lr=3e-5,
+            warmup_epochs=0.5,
+            weight_decay=0.1,
+            augment=_NO_AUG,
+            eval_every_epochs=3,
+        ),
+        digits_cnn_epochs=3,
+        mnist_d_model=64,
+        mnist_layers=2,
+        mnist_d_ff=128,
+        mnist_epochs=10,
+        mnist_cnn_epochs=5,
+        mnist_n_train=12_000,
+        mnist_n_test=2_000,
+        mnist_autocast=None,
+        spectrogram_n_train=450,
+        spectrogram_epochs=12,
+        spectrogram_batch=32,
+    ),
+    cpu=Sizes(
+        digits_layers=2,
+        # the quality bar: CPU_ACC_BAR in CPU_SECONDS_BAR on 2 cores (see the module docstring)
+        digits_train=TrainConfig(
+            epochs=30,
+            batch_size=64,
+            lr=3e-3,
+            min_lr=3e-5,
+            warmup_epochs=1.5,
+            weight_decay=0.1,
+            augment=_DIGITS_AUG,
+            eval_every_epochs=10,
+        ),
+        digits_cnn_epochs=15,
+        mnist_d_model=64,
+        mnist_layers=2,
+        mnist_d_ff=128,
+        mnist_epochs=10,
+        mnist_cnn_epochs=5,
+        mnist_n_train=12_000,
+        mnist_n_test=2_000,
+        mnist_autocast=None,
+        spectrogram_n_train=1500,
+        spectrogram_epochs=15,
+        spectrogram_batch=64,
+    ),
+    gpu=Sizes(
+        digits_layers=4,
+        # digits on a GPU (when CIFAR-10 is absent): bigger and longer, still seconds
+        digits_train=TrainConfig(
+            epochs=60,
+            batch_size=128,
+            lr=2e-3,
+            min_lr=2e-5,
+            warmup_epochs=3,
+            weight_decay=0.1,
+            augment=_DIGITS_AUG,
+            eval_every_epochs=20,
+        ),
+        digits_cnn_epochs=30,
+        mnist_d_model=128,
+        mnist_layers=6,
+        mnist_d_ff=256,
+        mnist_epochs=30,
+        mnist_cnn_epochs=15,
+        mnist_n_train=None,
+        mnist_n_test=None,
+        mnist_autocast=torch.bfloat16,
+        spectrogram_n_train=3000,
+        spectrogram_epochs=30,
+        spectrogram_batch=64,
+    ),
+)
+
+
 def _digits_vit(profile: str) -> ViTConfig:
     """8x8 digits in 2x2 patches: 16 patch tokens and a class token."""
     return ViTConfig(
@@ -175,7 +286,7 @@ def _digits_vit(profile: str) -> ViTConfig:
         in_channels=1,
         num_classes=10,
         d_model=64,
-        n_layers={"ci": 2, "cpu": 2, "gpu": 4}[profile],
+        n_layers=SIZES.for_profile(profile).digits_layers,
         n_heads=4,
         d_ff=128,
         pool="cls",
@@ -186,7 +297,7 @@ def _digits_vit(profile: str) -> ViTConfig:
 def _spectrogram(profile: str) -> SpectrogramConfig:
     """16 frequency bins x 24 frames in 4x4 patches: 24 tokens and a class token."""
     return SpectrogramConfig(
-        n_train={"ci": 450, "cpu": 1500, "gpu": 3000}[profile],
+        n_train=SIZES.for_profile(profile).spectrogram_n_train,
         n_test=600,
         n_freq=16,
         n_time=24,
@@ -203,8 +314,8 @@ def _spectrogram(profile: str) -> SpectrogramConfig:
             pool="cls",
         ),
         train=TrainConfig(
-            epochs={"ci": 12, "cpu": 15, "gpu": 30}[profile],
-            batch_size={"ci": 32, "cpu": 64, "gpu": 64}[profile],
+            epochs=SIZES.for_profile(profile).spectrogram_epochs,
+            batch_size=SIZES.for_profile(profile).spectrogram_batch,
             lr=3e-3,
             min_lr=3e-5,
             warmup_epochs=0.5,
@@ -215,15 +326,24 @@ def _spectrogram(profile: str) -> SpectrogramConfig:
     )
 
 
+# The data sets each profile tries, in order: the first one in the cache is used (digits ships
+# with scikit-learn, so it is always there)
+DATASET_PREFERENCE = ProfileTable(
+    ci=("digits",),
+    cpu=("mnist", "digits"),
+    gpu=("cifar10", "mnist", "digits"),
+)
+
+
 def default_dataset(profile: str) -> str:
-    """The data set a profile uses when none is named: ``ci`` always trains on digits (no data
-    files needed); ``cpu`` on MNIST when it is in the cache; ``gpu`` on CIFAR-10, else MNIST,
-    when cached; digits otherwise. Nothing is downloaded."""
-    if profile == "ci":
-        return "digits"
-    if profile == "gpu" and find_cifar10() is not None:
-        return "cifar10"
-    return "mnist" if find_mnist() is not None else "digits"
+    """The data set a profile uses when none is named (:data:`DATASET_PREFERENCE`): ``ci``
+    always trains on digits (no data files needed); ``cpu`` on MNIST when it is in the cache;
+    ``gpu`` on CIFAR-10, else MNIST, when cached; digits otherwise. Nothing is downloaded."""
+    for dataset in DATASET_PREFERENCE.for_profile(profile):
+        found = {"cifar10": find_cifar10, "mnist": find_mnist}.get(dataset)
+        if found is None or found() is not None:
+            return dataset
+    raise AssertionError(f"no data set for profile {profile!r}")  # digits is always last
 
 
 def config(profile: str | None = None, dataset: str | None = None) -> Config:
@@ -245,52 +365,17 @@ def config(profile: str | None = None, dataset: str | None = None) -> Config:
     if dataset == "mnist":
         return _mnist_config(name)
 
-    digits_aug = Augment(kind="affine", rotate=10.0, zoom=0.1, shift=0.5)
-    train_cfg = {
-        # seconds on 2 cores, >= 93%: too short a run for augmentation to pay off
-        "ci": TrainConfig(
-            epochs=6,
-            batch_size=64,
-            lr=3e-3,
-            min_lr=3e-5,
-            warmup_epochs=0.5,
-            weight_decay=0.1,
-            augment=Augment(kind="none"),
-            eval_every_epochs=3,
-        ),
-        # the quality bar: >= 98% in <= 30 s on 2 cores (see the module docstring)
-        "cpu": TrainConfig(
-            epochs=30,
-            batch_size=64,
-            lr=3e-3,
-            min_lr=3e-5,
-            warmup_epochs=1.5,
-            weight_decay=0.1,
-            augment=digits_aug,
-            eval_every_epochs=10,
-        ),
-        # digits on a GPU (when CIFAR-10 is absent): bigger and longer, still seconds
-        "gpu": TrainConfig(
-            epochs=60,
-            batch_size=128,
-            lr=2e-3,
-            min_lr=2e-5,
-            warmup_epochs=3,
-            weight_decay=0.1,
-            augment=digits_aug,
-            eval_every_epochs=20,
-        ),
-    }[name]
+    sizes = SIZES.for_profile(name)
     cnn = CNNConfig(
         d_model=32,
         train=TrainConfig(
-            epochs={"ci": 3, "cpu": 15, "gpu": 30}[name],
+            epochs=sizes.digits_cnn_epochs,
             batch_size=64,
             lr=3e-3,
             min_lr=3e-5,
             warmup_epochs=0.5,
             weight_decay=0.01,
-            augment=digits_aug,
+            augment=_DIGITS_AUG,
             eval_every_epochs=100,
         ),
     )
@@ -298,7 +383,7 @@ def config(profile: str | None = None, dataset: str | None = None) -> Config:
         profile=name,
         dataset="digits",
         vit=_digits_vit(name),
-        train=train_cfg,
+        train=sizes.digits_train,
         cnn=cnn,
         svc={"gamma": 0.256, "C": 1.0},
         spectrogram=_spectrogram(name),
@@ -312,16 +397,16 @@ def _mnist_config(name: str) -> Config:
     laptop CPU (not measured on the machine the course was built on, which has no MNIST).
     """
     aug = Augment(kind="affine", rotate=10.0, zoom=0.1, shift=1.0)
-    full = name == "gpu"
+    sizes = SIZES.for_profile(name)
     vit = ViTConfig(
         image_size=28,
         patch_size=4,
         in_channels=1,
         num_classes=10,
-        d_model=128 if full else 64,
-        n_layers=6 if full else 2,
+        d_model=sizes.mnist_d_model,
+        n_layers=sizes.mnist_layers,
         n_heads=4,
-        d_ff=256 if full else 128,
+        d_ff=sizes.mnist_d_ff,
         pool="cls",
         activation="gelu",
     )
@@ -336,19 +421,19 @@ def _mnist_config(name: str) -> Config:
             weight_decay=weight_decay,
             augment=aug,
             eval_every_epochs=5,
-            autocast_dtype=torch.bfloat16 if full else None,
+            autocast_dtype=sizes.mnist_autocast,
         )
 
     return Config(
         profile=name,
         dataset="mnist",
         vit=vit,
-        train=schedule(30 if full else 10, 0.1),
-        cnn=CNNConfig(d_model=32, train=schedule(15 if full else 5, 0.01)),
+        train=schedule(sizes.mnist_epochs, 0.1),
+        cnn=CNNConfig(d_model=32, train=schedule(sizes.mnist_cnn_epochs, 0.01)),
         svc={"gamma": "scale", "C": 10.0, "max_train": 5000},
         spectrogram=_spectrogram(name),
-        n_train=None if full else 12_000,
-        n_test=None if full else 2_000,
+        n_train=sizes.mnist_n_train,
+        n_test=sizes.mnist_n_test,
     )
 
 
@@ -473,27 +558,6 @@ def dataset_description(cfg: Config, data: ImageSplit) -> str:
 # --------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------
-def init_vit_(model: ViT, pos_std: float = 0.2) -> ViT:
-    """Xavier-uniform weights and zero biases for every linear layer (the original ViT's
-    initialisation), a zero classification head, position embeddings and class token drawn
-    from N(0, pos_std^2); in place, returns ``model``.
-
-    The course ViT's default (timm's ``std=0.02`` everywhere) suits large models and data; on
-    digits it leaves the patch tokens, and the positions beside them, so small that the first
-    epochs are nearly wasted.
-    """
-    for module in model.modules():
-        if isinstance(module, nn.Linear):
-            nn.init.xavier_uniform_(module.weight)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-    nn.init.zeros_(model.head.weight)
-    nn.init.normal_(model.pos_embed, std=pos_std)
-    if model.cls_token is not None:
-        nn.init.normal_(model.cls_token, std=pos_std)
-    return model
-
-
 def augment_affine(
     x: Tensor,
     generator: torch.Generator | None = None,
@@ -595,18 +659,14 @@ def run_model(
     in batches on the model's device (under autocast to ``autocast_dtype`` when given);
     returns the logits (N, K) on the CPU in float32.
     """
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    device = devices.model_device(model)
     logits = []
-    try:
+    with eval_mode(model):
         for i in range(0, len(images), batch_size):
             xb = images[i : i + batch_size].to(device)
             with devices.autocast(device, autocast_dtype):
                 out = forward(model, xb) if forward is not None else model(xb)
             logits.append(out.float().cpu())
-    finally:
-        model.train(was_training)
     if not logits:
         raise ValueError("run_model got no images")
     return torch.cat(logits)
@@ -674,9 +734,10 @@ def _fit(
             for a, b in zip(average.buffers(), model.buffers(), strict=True):
                 a.copy_(b)
 
+    def after_step(step: int, net: nn.Module) -> None:  # after the step's evaluation
+        update_average()
+
     def batch(step: int) -> tuple[Tensor, Tensor]:
-        if average is not None and step > 0:  # the optimizer has just taken step - 1
-            update_average()
         epoch, i = divmod(step, per_epoch)
         if i == 0 or "perm" not in order:  # a new shuffle every epoch
             order["perm"] = torch.randperm(n, generator=gen).to(device)
@@ -713,11 +774,11 @@ def _fit(
         log_every=per_epoch,
         seed=seed,
         autocast_dtype=tc.autocast_dtype,
+        on_step=after_step if average is not None else None,
         progress=progress,
         desc=f"training {name}",
     )
     if average is not None:  # the average (with the last step) is the model we keep
-        update_average()
         history.eval["test accuracy"][-1] = evaluate(average)["test accuracy"]
         model = average.eval()
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
@@ -745,11 +806,11 @@ def train_vit(
     name: str = "ViT",
     xavier_init: bool = True,
 ) -> ImageRun:
-    """Train a course :class:`ViT` (Xavier init, see :func:`init_vit_`) on ``data``.
+    """Train a course :class:`ViT` (its own Xavier init, :meth:`ViT.reset_parameters`) on ``data``.
 
     ``cfg`` defaults to :func:`config`, ``data`` to :func:`load_images`; ``vit`` and
-    ``train_cfg`` override the config's parts; ``xavier_init=False`` keeps the ViT's default
-    initialisation (every weight from N(0, 0.02^2)). Deterministic for a given ``seed`` on the
+    ``train_cfg`` override the config's parts; ``xavier_init=False`` uses timm's initialisation
+    instead (``ViTConfig(init="timm")``: every weight from N(0, 0.02^2)). Deterministic for a given ``seed`` on the
     CPU; the model starts as :func:`initial_vit` with the same arguments. Returns an
     :class:`ImageRun` (accuracy on ``data.x_test``).
     """
@@ -765,8 +826,7 @@ def initial_vit(vit: ViTConfig, *, seed: int = 0, xavier_init: bool = True) -> V
     """The untrained ViT that :func:`train_vit` starts from for this ``seed``."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = ViT(vit)
-        return init_vit_(model) if xavier_init else model
+        return ViT(vit if xavier_init else replace(vit, init="timm"))
 
 
 def train_vit_digits(
@@ -956,7 +1016,7 @@ def train_vit_spectrograms(
     data = data if data is not None else spectrogram_split(cfg, seed=seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = init_vit_(ViT(cfg.vit))
+        model = ViT(cfg.vit)
     return _fit(
         "ViT on spectrograms", model, data, cfg.train, seed=seed, device=device, progress=progress
     )

@@ -37,9 +37,13 @@ from course_utils.data.tasks import (
     make_translation_data,
 )
 from course_utils.modeling.models.seq2seq_rnn import Seq2SeqRNN
-from course_utils.modeling.models.transformer import EncoderDecoderTransformer
+from course_utils.modeling.models.transformer import (
+    EncoderDecoderTransformer,
+    cross_attention_maps,  # notebook 10 calls it as nb10.cross_attention_maps
+)
+from course_utils.modeling.module_state import eval_mode
 from course_utils.runtime import devices
-from course_utils.runtime.profiles import pick
+from course_utils.runtime.profiles import ProfileTable
 from course_utils.runtime.training import History, sequence_cross_entropy, train
 
 __all__ = [
@@ -113,12 +117,59 @@ class Config:
     seeds: tuple[int, ...] = (0,)  # seeds of the Transformer's repeat runs
 
 
-def config() -> Config:
-    """The active profile's recipe: notebook 01's task and RNN sizes, this notebook's
-    Transformer and the training budget all three share."""
+@dataclass(frozen=True)
+class Sizes:
+    """The sizes of :class:`Config` that depend on the profile (one row of :data:`SIZES`; the
+    task and the RNNs take notebook 01's table, :data:`course_utils.recipes.nb01.RECIPES`)."""
+
+    d_ff: int  # the Transformer's feed-forward width
+    steps: int
+    transformer_lr: float
+    warmup: int
+    eval_points: int
+    eval_subset: int
+    seeds: tuple[int, ...]
+
+
+SIZES = ProfileTable(
+    ci=Sizes(
+        d_ff=128,
+        steps=200,
+        transformer_lr=5e-3,
+        warmup=20,
+        eval_points=2,
+        eval_subset=100,
+        seeds=(0,),
+    ),
+    cpu=Sizes(
+        d_ff=256,
+        steps=800,
+        transformer_lr=3e-3,
+        warmup=100,
+        eval_points=5,
+        eval_subset=300,
+        seeds=(0, 1),
+    ),
+    gpu=Sizes(
+        d_ff=256,
+        steps=800,
+        transformer_lr=3e-3,
+        warmup=100,
+        eval_points=5,
+        eval_subset=300,
+        seeds=(0, 1),
+    ),
+)
+
+
+def config(profile: str | None = None) -> Config:
+    """The recipe of the active profile (or of ``profile``: "ci", "cpu" or "gpu"): notebook
+    01's task and RNN sizes, this notebook's Transformer and the training budget all three
+    share."""
     from course_utils.recipes import nb01, nb02
 
-    r = nb01.recipe()
+    r = nb01.RECIPES.for_profile(profile)
+    s = SIZES.for_profile(profile)
     return Config(
         task=TaskConfig(
             n_train=r.n_train,
@@ -129,18 +180,16 @@ def config() -> Config:
             buckets=r.buckets,
             seed=r.seed,
         ),
-        transformer=TransformerConfig(
-            d_model=64, n_heads=4, n_layers=2, d_ff=pick(ci=128, cpu=256)
-        ),
+        transformer=TransformerConfig(d_model=64, n_heads=4, n_layers=2, d_ff=s.d_ff),
         rnn=RNNConfig(emb_dim=r.emb_dim, hidden_dim=r.hidden_dim),
         batch_size=64,
-        steps=pick(ci=200, cpu=800),
+        steps=s.steps,
         # the RNNs at notebook 01's rate; the Transformer's tuned for the same step budget
-        lr={"rnn": r.lr, "rnn+attention": r.lr, "transformer": pick(ci=5e-3, cpu=3e-3)},
-        warmup=pick(ci=20, cpu=100),
-        eval_points=pick(ci=2, cpu=5),
-        eval_subset=pick(ci=100, cpu=300),
-        seeds=pick(ci=(0,), cpu=(0, 1)),
+        lr={"rnn": r.lr, "rnn+attention": r.lr, "transformer": s.transformer_lr},
+        warmup=s.warmup,
+        eval_points=s.eval_points,
+        eval_subset=s.eval_subset,
+        seeds=s.seeds,
     )
 
 
@@ -227,11 +276,9 @@ def decode(
     Each chunk runs on the model's device; the tokens come back on the CPU.
     """
     device = devices.model_device(model)
-    was = model.training
-    model.eval()
     max_len = int(data.tgt_out.shape[1]) + 2
     outs = []
-    try:
+    with eval_mode(model):
         for start in range(0, len(data), batch_size):
             part = data[start : start + batch_size].to(device)
             if decode_fn is None:
@@ -239,8 +286,6 @@ def decode(
             else:
                 out = decode_fn(model, part.src, part.src_lengths, max_len)
             outs.append((out[0] if isinstance(out, tuple) else out).cpu())
-    finally:
-        model.train(was)
     width = max(o.shape[1] for o in outs)
     return torch.cat([nn.functional.pad(o, (0, width - o.shape[1])) for o in outs])
 
@@ -386,27 +431,6 @@ def step_time_by_length(
     finally:
         model.train(was)
     return out
-
-
-@torch.no_grad()
-def cross_attention_maps(
-    model: nn.Module, src: torch.Tensor, src_lengths: torch.Tensor, tokens: torch.Tensor
-) -> list[torch.Tensor]:
-    """Cross-attention weights of every decoder layer of ``model`` (anything whose
-    ``decoder`` layers hold a ``cross_attn`` MultiHeadAttention, e.g. notebook 10's own
-    Transformer) while it produces ``tokens`` (B, T'): one (B, n_heads, T', S) per layer.
-    The decoder is causal, so one teacher-forced pass over [BOS, tokens[:-1]] gives them."""
-    from course_utils.modeling.layers import record_attention
-
-    bos = torch.full_like(tokens[:, :1], model.bos_id)
-    was = model.training
-    model.eval()
-    try:
-        with record_attention(*(layer.cross_attn for layer in model.decoder)) as cross:
-            model(src, src_lengths, torch.cat([bos, tokens[:, :-1]], dim=1))
-    finally:
-        model.train(was)
-    return cross
 
 
 @torch.no_grad()

@@ -48,7 +48,7 @@ from course_utils.runtime.distributed import (
     init_distributed,
     spawn_data_parallel,
 )
-from course_utils.runtime.profiles import pick
+from course_utils.runtime.profiles import ProfileTable
 from course_utils.runtime.training import train
 from course_utils.scaling import fit_exponent
 
@@ -102,29 +102,64 @@ class Config:
     dp_batch: int  # data-parallel demo: global batch size
 
 
-def config() -> Config:
-    """The active profile's sizes."""
-    return Config(
-        lengths=pick(
-            ci=(128, 256, 512, 1024),
-            cpu=(128, 256, 512, 1024, 2048, 4096),
-            gpu=(256, 512, 1024, 2048, 4096, 8192, 16384),
-        ),
+SIZES = ProfileTable(
+    ci=Config(
+        lengths=(128, 256, 512, 1024),
         batch=1,
         heads=8,
         head_dim=64,
-        block_k=pick(ci=128, cpu=128, gpu=256),
-        block_q=pick(ci=128, cpu=256, gpu=1024),
-        repeats=pick(ci=2, cpu=3, gpu=10),
-        naive_max=pick(ci=1024, cpu=4096, gpu=16384),
-        backend_lengths=pick(ci=(512,), cpu=(1024, 4096), gpu=(1024, 4096, 16384)),
-        gen_tokens=pick(ci=32, cpu=192, gpu=480),
-        gen_block=pick(ci=64, cpu=256, gpu=512),
-        gen_layers=pick(ci=2, cpu=4, gpu=6),
-        gen_width=pick(ci=64, cpu=128, gpu=384),
-        dp_steps=pick(ci=6, cpu=20, gpu=20),
+        block_k=128,
+        block_q=128,
+        repeats=2,
+        naive_max=1024,
+        backend_lengths=(512,),
+        gen_tokens=32,
+        gen_block=64,
+        gen_layers=2,
+        gen_width=64,
+        dp_steps=6,
         dp_batch=16,
-    )
+    ),
+    cpu=Config(
+        lengths=(128, 256, 512, 1024, 2048, 4096),
+        batch=1,
+        heads=8,
+        head_dim=64,
+        block_k=128,
+        block_q=256,
+        repeats=3,
+        naive_max=4096,
+        backend_lengths=(1024, 4096),
+        gen_tokens=192,
+        gen_block=256,
+        gen_layers=4,
+        gen_width=128,
+        dp_steps=20,
+        dp_batch=16,
+    ),
+    gpu=Config(
+        lengths=(256, 512, 1024, 2048, 4096, 8192, 16384),
+        batch=1,
+        heads=8,
+        head_dim=64,
+        block_k=256,
+        block_q=1024,
+        repeats=10,
+        naive_max=16384,
+        backend_lengths=(1024, 4096, 16384),
+        gen_tokens=480,
+        gen_block=512,
+        gen_layers=6,
+        gen_width=384,
+        dp_steps=20,
+        dp_batch=16,
+    ),
+)
+
+
+def config(profile: str | None = None) -> Config:
+    """The sizes of the active profile (or of ``profile``: "ci", "cpu" or "gpu")."""
+    return SIZES.for_profile(profile)
 
 
 @contextlib.contextmanager

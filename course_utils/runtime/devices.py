@@ -4,7 +4,7 @@ The course's rule (DESIGN.md, "Devices"): library and recipe functions create ev
 the model's (or the profile's) device and move their inputs there; notebook cells never name a
 device. These helpers are the few lines that rule needs, in one place:
 
-    dev = model_device(model)                      # where the parameters are
+    dev = model_device(model)                      # where the parameters are (modeling's)
     prompt = to_model_device(model, prompt)        # a CPU prompt joins the model
     gen = generator(0, dev)                        # a seeded generator on that device
     with autocast(dev, torch.bfloat16): ...        # mixed precision where it exists
@@ -17,10 +17,13 @@ random generator and no autocast: :func:`generator` returns ``None`` there (noth
 from __future__ import annotations
 
 import contextlib
+from dataclasses import is_dataclass
 from typing import Any
 
 import torch
 import torch.nn as nn
+
+from course_utils.modeling.module_state import model_device
 
 __all__ = [
     "resolve",
@@ -44,18 +47,9 @@ def resolve(device: torch.device | str | None = None) -> torch.device:
     return torch.device(device)
 
 
-def model_device(model: nn.Module) -> torch.device:
-    """The device of the model's first parameter (or buffer); the CPU for a model with neither."""
-    for t in model.parameters():
-        return t.device
-    for t in model.buffers():
-        return t.device
-    return torch.device("cpu")
-
-
 def to_device(batch: Any, device: torch.device | str) -> Any:
-    """Move a tensor, or a tuple / list / dict of them (nested), to ``device``; other values
-    pass through unchanged."""
+    """Move a tensor, or a tuple / list / dict of them (nested), to ``device``; a dataclass or
+    module with a ``.to`` method moves itself; other values pass through unchanged."""
     device = torch.device(device)
     if isinstance(batch, torch.Tensor):
         return batch if batch.device == device else batch.to(device)
@@ -65,6 +59,8 @@ def to_device(batch: Any, device: torch.device | str) -> Any:
         return [to_device(b, device) for b in batch]
     if isinstance(batch, dict):
         return {k: to_device(v, device) for k, v in batch.items()}
+    if hasattr(batch, "to") and (is_dataclass(batch) or isinstance(batch, nn.Module)):
+        return batch.to(device)
     return batch
 
 
@@ -99,11 +95,14 @@ def autocast(
     device: torch.device | str, dtype: torch.dtype | None
 ) -> contextlib.AbstractContextManager:
     """``torch.autocast`` to ``dtype`` on ``device``'s type; a no-op context when ``dtype`` is
-    ``None`` or the device has no autocast (``meta``)."""
+    ``None`` or the device has no autocast (``meta``). bfloat16 on a CUDA card without it
+    (a T4) runs in float16 (:func:`course_utils.runtime.precision.autocast_for`)."""
+    from course_utils.runtime.precision import autocast_for
+
     device = torch.device(device)
     if dtype is None or device.type == "meta":
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
+    return torch.autocast(device_type=device.type, dtype=autocast_for(dtype, device))
 
 
 def synchronize(device: torch.device | str) -> None:

@@ -225,15 +225,7 @@ def spawn_data_parallel(
 
     if world_size < 1:
         raise ValueError(f"expected world_size >= 1, got {world_size}")
-    if getattr(fn, "__module__", None) == "__main__" and "<locals>" not in getattr(
-        fn, "__qualname__", ""
-    ):
-        main = __import__("__main__")
-        if not getattr(main, "__file__", None):
-            raise ValueError(
-                f"{fn.__name__} is defined in this notebook; spawned processes cannot import it. "
-                "Put it in a .py file and import it, or use course_utils.recipes.nb11.demo_worker"
-            )
+    _check_importable(fn)
     backend = backend or _default_backend(world_size)
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
@@ -249,40 +241,75 @@ def spawn_data_parallel(
     for p in procs:
         p.start()
     collected: dict[int, tuple[bool, Any]] = {}
-    deadline = time.monotonic() + timeout
     try:
-        while len(collected) < world_size:
-            try:
-                r, ok, payload = results.get(timeout=0.5)
-                collected[r] = (ok, payload)
-                if not ok:
-                    break
-            except queue_module.Empty:
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead:
-                    # a crashed worker may still have queued its report just before dying
-                    time.sleep(0.5)
-                    while not results.empty():
-                        r, ok, payload = results.get()
-                        collected[r] = (ok, payload)
-                    if all(ok for ok, _ in collected.values()):
-                        raise RuntimeError(
-                            f"a data-parallel worker died (exit code {dead[0].exitcode}) without "
-                            "reporting an error"
-                        ) from None
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"the {world_size} data-parallel workers did not finish in {timeout:.0f} s"
-                    ) from None
+        _collect(procs, results, collected, timeout)
     finally:
-        for p in procs:
-            p.join(timeout=10 if len(collected) == world_size else 1)
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5)
+        _join(procs, all_reported=len(collected) == world_size)
     failures = [(r, payload) for r, (ok, payload) in sorted(collected.items()) if not ok]
     if failures:
         r, tb = failures[0]
         raise RuntimeError(f"data-parallel worker rank {r} failed:\n{tb}")
     return [pickle.loads(collected[r][1]) for r in range(world_size)]
+
+
+def _check_importable(fn: Callable[..., Any]) -> None:
+    """ValueError when ``fn`` is defined in a notebook: a spawned process cannot import it."""
+    if getattr(fn, "__module__", None) != "__main__" or "<locals>" in getattr(
+        fn, "__qualname__", ""
+    ):
+        return
+    main = __import__("__main__")
+    if not getattr(main, "__file__", None):
+        raise ValueError(
+            f"{fn.__name__} is defined in this notebook; spawned processes cannot import it. "
+            "Put it in a .py file and import it, or use course_utils.recipes.nb11.demo_worker"
+        )
+
+
+def _collect(
+    procs: list[Any], results: Any, collected: dict[int, tuple[bool, Any]], timeout: float
+) -> None:
+    """Fill ``collected`` (rank -> (ok, payload)) from the workers' reports until every worker
+    reported or one failed; RuntimeError when a worker died without a report, TimeoutError
+    after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while len(collected) < len(procs):
+        try:
+            r, ok, payload = results.get(timeout=0.5)
+        except queue_module.Empty:
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                _collect_after_death(results, collected, dead[0].exitcode)
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the {len(procs)} data-parallel workers did not finish in {timeout:.0f} s"
+                ) from None
+            continue
+        collected[r] = (ok, payload)
+        if not ok:
+            return
+
+
+def _collect_after_death(
+    results: Any, collected: dict[int, tuple[bool, Any]], exitcode: int | None
+) -> None:
+    """A worker died: take what is queued (a crashed worker may have reported just before
+    dying); RuntimeError when no report names a failure."""
+    time.sleep(0.5)
+    while not results.empty():
+        r, ok, payload = results.get()
+        collected[r] = (ok, payload)
+    if all(ok for ok, _ in collected.values()):
+        raise RuntimeError(
+            f"a data-parallel worker died (exit code {exitcode}) without reporting an error"
+        ) from None
+
+
+def _join(procs: list[Any], *, all_reported: bool) -> None:
+    """Wait for the workers (longer when all reported), terminating any still running."""
+    for p in procs:
+        p.join(timeout=10 if all_reported else 1)
+        if p.is_alive():
+            p.terminate()
+            p.join(timeout=5)

@@ -5,8 +5,10 @@ The profile decides how big every experiment is. It is ``gpu`` when CUDA is avai
 also carries the device every recipe uses: the GPU in ``gpu``, the CPU in ``ci`` and ``cpu``;
 ``COURSE_DEVICE`` (e.g. ``cuda:1``, or ``meta`` in the device tests) overrides that.
 
-Notebooks never hard-code sizes: they ask ``pick(ci=..., cpu=..., gpu=...)`` or use a recipe
-in ``course_utils.recipes`` that does.
+Notebooks never hard-code sizes. Every recipe in ``course_utils.recipes`` states its sizes in
+one :class:`ProfileTable` (all three profiles written out, no fallback) and reads the active
+row with ``TABLE.current()``; a notebook's one-off size is ``pick(ci=..., cpu=..., gpu=...)``,
+which is the same table in one line.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import numpy as np
 import torch
@@ -103,17 +105,46 @@ def current() -> Profile:
     return Profile(name=name, device=device, source=source)
 
 
-def pick(*, ci: T, cpu: T, gpu: T | None = None) -> T:
-    """Return the value for the active profile (``gpu`` falls back to ``cpu`` when not given).
+@dataclass(frozen=True)
+class ProfileTable(Generic[T]):
+    """One value (a number, a tuple, a recipe's whole size dataclass) per profile, all three
+    stated: the single form in which the course writes a size that depends on the profile.
+
+    >>> STEPS = ProfileTable(ci=200, cpu=2000, gpu=5000)
+    >>> STEPS.for_profile("gpu")
+    5000
+
+    ``current()`` is the active profile's value. No profile falls back to another's: a table
+    missing one is a ``TypeError`` when the module defining it is imported.
+    """
+
+    ci: T
+    cpu: T
+    gpu: T
+
+    def for_profile(self, name: str | None = None) -> T:
+        """The value of profile ``name`` ("ci", "cpu" or "gpu"; ``None``: the active one)."""
+        name = profile_name() if name is None else name
+        if name not in PROFILES:
+            raise ValueError(f"expected profile 'ci', 'cpu' or 'gpu', got {name!r}")
+        return getattr(self, name)
+
+    def current(self) -> T:
+        """The active profile's value (:func:`profile_name`)."""
+        return self.for_profile(None)
+
+    def items(self) -> tuple[tuple[str, T], ...]:
+        """``(("ci", value), ("cpu", value), ("gpu", value))``."""
+        return tuple((name, getattr(self, name)) for name in PROFILES)
+
+
+def pick(*, ci: T, cpu: T, gpu: T) -> T:
+    """The value for the active profile; all three must be given (no profile falls back to
+    another's size). A one-line :class:`ProfileTable`.
 
     >>> steps = pick(ci=200, cpu=2000, gpu=5000)
     """
-    name = profile_name()
-    if name == "ci":
-        return ci
-    if name == "gpu" and gpu is not None:
-        return gpu
-    return cpu
+    return ProfileTable(ci=ci, cpu=cpu, gpu=gpu).current()
 
 
 def cap_steps(steps: int) -> int:

@@ -4,12 +4,17 @@
                     warmup=100, eval_fn=evaluate, eval_every=200)
     history.plot()
 
-What it does, in order, every step: draw a batch (from an iterable of batches, or from a
+What it does, in order, every step (as nanoGPT's ``train.py``): set the learning rate (linear
+warmup then cosine decay to ``min_lr``), draw a batch (from an iterable of batches, or from a
 function ``step -> batch``), move it to the model's device, (under data parallelism) keep this
-process's shard, compute ``loss_fn(model, batch)``, backpropagate, clip the gradient norm, set
-the learning rate (linear warmup then cosine decay to ``min_lr``) and take an AdamW step. It
-shows a progress bar (``tqdm.auto``: a widget in Jupyter, text elsewhere), evaluates every
-``eval_every`` steps and returns a :class:`History` for plotting.
+process's shard, compute ``loss_fn(model, batch)`` (under autocast if asked), backpropagate,
+clip the gradient norm and take an AdamW step -- through a ``torch.amp.GradScaler`` when the
+autocast dtype is float16, which scales the loss up so that small float16 gradients do not
+underflow and skips a step whose gradients overflowed. Then the hooks: record the loss every
+``log_every`` steps (``on_log``), evaluate every ``eval_every`` steps (``eval_fn``), and
+``on_step(step, model)``. It shows a progress bar (``tqdm.auto``: a widget in Jupyter, text
+elsewhere) and returns a :class:`History` for plotting. The options live in a
+:class:`TrainConfig`; ``train(model, data, steps=..., lr=...)`` builds one from keywords.
 
 Data parallelism: when ``torch.distributed`` is initialised with more than one process (under
 ``torchrun``, or :func:`course_utils.runtime.distributed.spawn_data_parallel`), ``train`` wraps the
@@ -20,26 +25,35 @@ the full batch.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from course_utils.modeling.module_state import eval_mode
+from course_utils.runtime import devices, distributed, precision
+from course_utils.runtime.devices import to_device
+from course_utils.runtime.profiles import cap_steps, seed_everything
 
 __all__ = [
     "History",
+    "TrainConfig",
+    "gradient_scaler",
     "lr_schedule",
     "train",
     "default_loss",
     "sequence_cross_entropy",
     "make_optimizer",
     "param_groups",
+    "no_weight_decay_names",
     "to_device",
     "evaluate_loss",
 ]
@@ -161,18 +175,35 @@ def lr_schedule(
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
 
 
+def no_weight_decay_names(model: nn.Module) -> set[str]:
+    """Names of the parameters that a module exempts from weight decay (timm's convention: a
+    ``no_weight_decay()`` method returning names relative to that module, e.g. a ViT's
+    ``{"pos_embed", "cls_token"}``), collected over ``model`` and its submodules."""
+    names: set[str] = set()
+    for prefix, module in model.named_modules():
+        method = getattr(module, "no_weight_decay", None)
+        if callable(method):
+            names |= {f"{prefix}.{n}" if prefix else n for n in method()}
+    return names
+
+
 def param_groups(model: nn.Module, weight_decay: float = 0.0) -> list[dict[str, Any]]:
     """AdamW parameter groups (nanoGPT's rule): weight decay on matrices only (dim >= 2:
-    Linear weights, embeddings), never on biases, norms or scalars. Tied parameters appear
-    once, empty groups are left out; with ``weight_decay == 0`` one group holds everything."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
+    Linear weights, embeddings), never on biases, norms or scalars, nor on the parameters the
+    model names in ``no_weight_decay()`` (timm's convention: a ViT's position embedding and
+    class token). Tied parameters appear once, empty groups are left out; with
+    ``weight_decay == 0`` one group holds everything."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not named:
         raise ValueError("the model has no trainable parameters")
     if not weight_decay:
-        return [{"params": params, "weight_decay": 0.0}]
+        return [{"params": [p for _, p in named], "weight_decay": 0.0}]
+    exempt = no_weight_decay_names(model)
+    decay = [p for n, p in named if p.dim() >= 2 and n not in exempt]
+    keep = [p for n, p in named if p.dim() < 2 or n in exempt]
     groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": keep, "weight_decay": 0.0},
     ]
     return [g for g in groups if g["params"]]
 
@@ -229,21 +260,6 @@ def default_loss(model: nn.Module, batch: Any) -> torch.Tensor:
     return out
 
 
-def to_device(batch: Any, device: torch.device) -> Any:
-    """Move a batch (tensor, tuple/list/dict of tensors, or an object with ``.to``) to ``device``."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, tuple):
-        return tuple(to_device(b, device) for b in batch)
-    if isinstance(batch, list):
-        return [to_device(b, device) for b in batch]
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if hasattr(batch, "to") and (is_dataclass(batch) or isinstance(batch, nn.Module)):
-        return batch.to(device)
-    return batch
-
-
 @torch.no_grad()
 def evaluate_loss(
     model: nn.Module,
@@ -254,18 +270,14 @@ def evaluate_loss(
     device: torch.device | str | None = None,
 ) -> float:
     """Mean of ``loss_fn(model, batch)`` over (at most ``max_batches``) batches, in eval mode."""
-    was_training = model.training
-    model.eval()
-    dev = torch.device(device) if device is not None else _model_device(model)
+    dev = torch.device(device) if device is not None else devices.model_device(model)
     total, count = 0.0, 0
-    try:
+    with eval_mode(model):
         for i, batch in enumerate(data):
             if max_batches is not None and i >= max_batches:
                 break
             total += float(loss_fn(model, to_device(batch, dev)))
             count += 1
-    finally:
-        model.train(was_training)
     if count == 0:
         raise ValueError("evaluate_loss got no batches")
     return total / count
@@ -274,20 +286,84 @@ def evaluate_loss(
 # --------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------
-def _model_device(model: nn.Module) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    return torch.device("cpu")
+@dataclass
+class TrainConfig:
+    """Every option of :func:`train` except the model, the data and the hooks.
+
+    ``steps``: optimizer steps (capped by ``COURSE_MAX_STEPS``, see
+    :func:`~course_utils.runtime.profiles.cap_steps`). ``lr``, ``warmup``, ``min_lr``,
+    ``schedule``: the learning rate (:func:`lr_schedule`). ``weight_decay``, ``betas``,
+    ``fused``: AdamW's (:func:`make_optimizer`; ignored when ``train`` gets an ``optimizer``).
+    ``grad_clip``: clip the global gradient norm to this (None or 0: no clipping).
+    ``autocast_dtype``: run the forward pass under autocast to this dtype; ``torch.float16``
+    also scales the loss with a ``torch.amp.GradScaler`` (bfloat16 needs no scaling).
+    ``eval_every``: evaluate every this many steps (None: only at the end) and, with
+    ``eval_at_end``, after the last step. ``log_every``: record the mean training loss every
+    this many steps. ``time_budget_s``: stop before a step that would start after this many
+    seconds (evaluations count, as in nanoGPT); the learning-rate decay then follows the time
+    used. ``seed``: :func:`~course_utils.runtime.profiles.seed_everything` first.
+    ``data_parallel``: wrap in DDP and shard batches by rank (default: when
+    ``torch.distributed`` runs more than one process). ``progress``: show a ``tqdm.auto`` bar
+    (``"auto"``: only when interactive), labelled ``desc``.
+    """
+
+    steps: int
+    lr: float = 1e-3
+    warmup: int = 0
+    min_lr: float | None = None
+    schedule: str = "cosine"
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    fused: bool = False
+    grad_clip: float | None = 1.0
+    autocast_dtype: torch.dtype | None = None
+    eval_every: int | None = None
+    eval_at_end: bool = True
+    log_every: int = 1
+    time_budget_s: float | None = None
+    seed: int | None = None
+    data_parallel: bool | None = None
+    progress: bool | str = True
+    desc: str = "training"
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"expected steps >= 1, got {self.steps}")
+        if self.log_every < 1 or (self.eval_every is not None and self.eval_every < 1):
+            raise ValueError(
+                f"expected log_every >= 1 and eval_every >= 1, got {self.log_every}, "
+                f"{self.eval_every}"
+            )
+
+    def lr_at(self, step: int, steps: int, time_fraction: float) -> float:
+        """The scheduled learning rate at ``step`` of ``steps`` (:func:`lr_schedule`)."""
+        return lr_schedule(
+            step,
+            lr=self.lr,
+            steps=steps,
+            warmup=self.warmup,
+            min_lr=self.min_lr,
+            schedule=self.schedule,
+            time_fraction=time_fraction,
+        )
+
+
+def gradient_scaler(
+    device: torch.device | str, autocast_dtype: torch.dtype | None
+) -> torch.amp.GradScaler:
+    """A ``torch.amp.GradScaler`` for ``device``, enabled only for float16 autocast (as
+    nanoGPT): float16's narrow range underflows small gradients unless the loss is scaled up
+    first; bfloat16 and float32 keep float32's range. Disabled, every call passes through."""
+    device = torch.device(device)
+    enabled = autocast_dtype == torch.float16 and device.type != "meta"
+    return torch.amp.GradScaler(device.type if enabled else "cpu", enabled=enabled)
 
 
 def _interactive() -> bool:
-    try:
-        from IPython import get_ipython
-
-        if get_ipython() is not None:
-            return True
-    except ImportError:
-        pass
+    """In IPython / Jupyter (already imported there) or at a terminal."""
+    ipython = sys.modules.get("IPython")
+    if ipython is not None and ipython.get_ipython() is not None:
+        return True
     return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
@@ -327,218 +403,233 @@ class _BatchSource:
                 raise ValueError("the batch iterable is empty") from None
 
 
-def _eval(model: nn.Module, eval_fn: Callable[[nn.Module], Any]) -> dict[str, float]:
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            result = eval_fn(model)
-    finally:
-        model.train(was_training)
-    if isinstance(result, dict):
-        return {str(k): float(v) for k, v in result.items()}
-    return {"eval": float(result)}
+class _Parallel:
+    """Data parallelism: the network to call (``model`` or its DDP wrapper) and this rank's
+    share of a batch; with one process both are the identity."""
 
-
-def train(  # noqa: C901 -- the taught loop: one branch per documented option
-    model: nn.Module,
-    data: Any,
-    *,
-    steps: int,
-    lr: float = 1e-3,
-    loss_fn: Callable[[nn.Module, Any], torch.Tensor] | None = None,
-    weight_decay: float = 0.0,
-    betas: tuple[float, float] = (0.9, 0.999),
-    warmup: int = 0,
-    min_lr: float | None = None,
-    schedule: str = "cosine",
-    grad_clip: float | None = 1.0,
-    optimizer: torch.optim.Optimizer | None = None,
-    fused: bool = False,
-    eval_fn: Callable[[nn.Module], float | dict[str, float]] | None = None,
-    eval_every: int | None = None,
-    eval_at_end: bool = True,
-    log_every: int = 1,
-    time_budget_s: float | None = None,
-    seed: int | None = None,
-    device: torch.device | str | None = None,
-    autocast_dtype: torch.dtype | None = None,
-    data_parallel: bool | None = None,
-    progress: bool | str = True,
-    desc: str = "training",
-) -> History:
-    """Train ``model`` for ``steps`` optimizer steps (or until ``time_budget_s``); returns a
-    :class:`History`.
-
-    Args:
-        model: any ``nn.Module``; trained in place (moved to ``device`` if given).
-        data: an iterable of batches (re-iterated when it runs out, e.g.
-            ``course_utils.data.batches(...)``) or a function ``step -> batch``
-            (e.g. ``lambda step: ds.get_batch("train", 64, 12, g)``).
-        loss_fn: ``loss_fn(model, batch) -> scalar``; default :func:`default_loss`.
-        lr, warmup, min_lr, schedule: see :func:`lr_schedule` (AdamW peak learning rate).
-        weight_decay, betas, fused: AdamW's (:func:`make_optimizer`); ignored with ``optimizer``.
-        grad_clip: clip the global gradient norm to this (None or 0: no clipping).
-        eval_fn: ``eval_fn(model) -> float | dict`` run in eval mode without gradients every
-            ``eval_every`` steps (None: only at the end) and, with ``eval_at_end``, after the
-            last step (a caller with its own, larger final evaluation turns it off).
-        log_every: record the mean training loss every this many steps.
-        time_budget_s: stop before a step that would start after this many seconds (the
-            evaluations count, as in nanoGPT); the learning-rate decay then follows the time
-            used (``lr_schedule(time_fraction=...)``) so it still ends on time.
-        seed: if given, :func:`course_utils.runtime.profiles.seed_everything` first (dropout, sampling).
-        autocast_dtype: e.g. ``torch.bfloat16`` to run forward passes under autocast.
-        data_parallel: wrap in DDP and shard batches by rank; default: when
-            ``torch.distributed`` is initialised with more than one process.
-        progress: show a ``tqdm.auto`` bar; ``"auto"``: only when interactive.
-
-    The model is left in eval mode, ready to be evaluated.
-    """
-    if steps < 1:
-        raise ValueError(f"expected steps >= 1, got {steps}")
-    from course_utils.runtime.profiles import cap_steps
-
-    steps = cap_steps(steps)  # COURSE_MAX_STEPS (the GPU check's smoke runs)
-    if log_every < 1 or (eval_every is not None and eval_every < 1):
-        raise ValueError(
-            f"expected log_every >= 1 and eval_every >= 1, got {log_every}, {eval_every}"
+    def __init__(self, model: nn.Module, device: torch.device, enabled: bool | None) -> None:
+        if enabled is None:
+            enabled = distributed.world_size() > 1
+        self.rank, self.world = (
+            (distributed.rank(), distributed.world_size()) if enabled else (0, 1)
         )
-    if seed is not None:
-        from course_utils.runtime.profiles import seed_everything
+        self.net: nn.Module = model
+        if self.world > 1:
+            ids = [device.index] if device.type == "cuda" else None
+            self.net = DistributedDataParallel(model, device_ids=ids)
 
-        seed_everything(seed)
-    if device is not None:
-        model.to(device)
-    dev = _model_device(model)
-    loss_fn = loss_fn or default_loss
+    def shard(self, batch: Any) -> Any:
+        return distributed.shard(batch, self.rank, self.world) if self.world > 1 else batch
 
-    from course_utils.runtime import distributed
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        return distributed.all_reduce_mean(x) if self.world > 1 else x
 
-    if data_parallel is None:
-        data_parallel = distributed.world_size() > 1
-    rank, world = (distributed.rank(), distributed.world_size()) if data_parallel else (0, 1)
-    net: nn.Module = model
-    if data_parallel and world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
 
-        net = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None)
+class _Recorder:
+    """Writes the :class:`History`: the clock, the running training loss between two log
+    entries, the evaluations, and the progress bar that shows them."""
 
-    opt = optimizer or make_optimizer(model, lr, weight_decay, betas, fused=fused)
-    params = [p for g in opt.param_groups for p in g["params"]]
-    source = _BatchSource(data)
-    history = History()
-    show = _interactive() if progress == "auto" else bool(progress)
-    from tqdm.auto import tqdm
+    def __init__(self, cfg: TrainConfig, steps: int, parallel: _Parallel) -> None:
+        self.history = History()
+        self.parallel = parallel
+        show = _interactive() if cfg.progress == "auto" else bool(cfg.progress)
+        self.bar = tqdm(
+            total=steps,
+            desc=cfg.desc,
+            disable=not show or parallel.rank != 0,
+            mininterval=0.5,
+            dynamic_ncols=True,
+            leave=True,
+        )
+        self.running: torch.Tensor | None = None  # sum of the losses since the last log
+        self.n_running = 0
+        self.start = time.perf_counter()
 
-    bar = tqdm(
-        total=steps,
-        desc=desc,
-        disable=not show or rank != 0,
-        mininterval=0.5,
-        dynamic_ncols=True,
-        leave=True,
-    )
-    autocast = (
-        torch.autocast(device_type=dev.type, dtype=autocast_dtype)
-        if autocast_dtype is not None
-        else contextlib.nullcontext()
-    )
-    running: torch.Tensor | None = None  # sum of the losses since the last log, on the device
-    n_running = 0
-    norm: torch.Tensor | float = float("nan")
-    current_lr: float | None = None
-    start = time.perf_counter()
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
 
-    def log(step: int) -> None:
+    def add(self, loss: torch.Tensor, step: int) -> None:
+        """Count one step's loss (kept on the device: no synchronisation per step)."""
+        detached = loss.detach()
+        if detached.dtype in (torch.float16, torch.bfloat16):
+            detached = detached.float()
+        self.running = detached if self.running is None else self.running + detached
+        self.n_running += 1
+        self.history.steps_done = step + 1
+
+    def log(self, step: int, lr: float, grad_norm: torch.Tensor | float) -> None:
         """Record the mean loss of the steps since the last log, ending at ``step``."""
-        nonlocal running, n_running
-        assert running is not None
-        if data_parallel and world > 1:
-            running = distributed.all_reduce_mean(running)
-        mean_loss = running.item() / n_running
+        assert self.running is not None
+        mean_loss = self.parallel.mean(self.running).item() / self.n_running
         if not math.isfinite(mean_loss):
             raise FloatingPointError(
                 f"the training loss became {mean_loss} at step {step}; try a smaller lr "
-                f"(now {current_lr if current_lr is not None else 'set by the optimizer'}), "
-                "warmup, or grad_clip"
+                f"(now {lr:.3g}), warmup, or grad_clip"
             )
-        history.step.append(step)
-        history.train_loss.append(mean_loss)
-        history.lr.append(float(opt.param_groups[0]["lr"]))
-        history.grad_norm.append(float(norm) if grad_clip else float("nan"))
-        history.time.append(time.perf_counter() - start)
-        running, n_running = None, 0
-        bar.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{history.lr[-1]:.2e}", refresh=False)
+        h = self.history
+        h.step.append(step)
+        h.train_loss.append(mean_loss)
+        h.lr.append(lr)
+        h.grad_norm.append(float(grad_norm))
+        h.time.append(self.elapsed())
+        self.running, self.n_running = None, 0
+        self.bar.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{lr:.2e}", refresh=False)
 
-    def evaluate(step: int) -> None:
+    def evaluate(self, step: int, model: nn.Module, eval_fn: Callable[[nn.Module], Any]) -> None:
+        """Run ``eval_fn(model)`` in eval mode without gradients; record its metrics."""
         t0 = time.perf_counter()
-        metrics = _eval(model, eval_fn)
-        history.eval_seconds += time.perf_counter() - t0
-        history.eval_step.append(step)
-        history.eval_time.append(time.perf_counter() - start)
+        with eval_mode(model), torch.no_grad():
+            result = eval_fn(model)
+        metrics = (
+            {str(k): float(v) for k, v in result.items()}
+            if isinstance(result, dict)
+            else {"eval": float(result)}
+        )
+        h = self.history
+        h.eval_seconds += time.perf_counter() - t0
+        h.eval_step.append(step)
+        h.eval_time.append(self.elapsed())
         for k, v in metrics.items():
-            history.eval.setdefault(k, []).append(v)
-        train_loss = f"{history.train_loss[-1]:.4f}" if history.train_loss else ""
-        bar.set_postfix(
+            h.eval.setdefault(k, []).append(v)
+        train_loss = f"{h.train_loss[-1]:.4f}" if h.train_loss else ""
+        self.bar.set_postfix(
             {"loss": train_loss, **{k: f"{v:.4f}" for k, v in metrics.items()}}, refresh=False
         )
 
+
+def _check_scalar(loss: Any) -> None:
+    if not (isinstance(loss, torch.Tensor) and loss.dim() == 0):
+        raise TypeError(f"loss_fn must return a scalar tensor, got {loss!r:.80}")
+
+
+def set_learning_rate(opt: torch.optim.Optimizer, lr: float) -> None:
+    """Give every parameter group of ``opt`` the learning rate ``lr`` (what the schedule says)."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+
+
+def optimizer_step(
+    loss: torch.Tensor,
+    opt: torch.optim.Optimizer,
+    scaler: Any,
+    params: list[torch.Tensor],
+    grad_clip: float | None,
+    norm: torch.Tensor | float,
+) -> torch.Tensor | float:
+    """One update: clear the gradients, backward (scaled when float16 autocast needs it),
+    clip the global gradient norm to ``grad_clip`` (on the true, unscaled gradients), step.
+
+    Returns the gradient norm before clipping (``norm`` unchanged when there is no clipping).
+    """
+    opt.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    if grad_clip:
+        scaler.unscale_(opt)  # clip the true gradients, not the scaled ones
+        norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    scaler.step(opt)  # skipped when a float16 gradient overflowed
+    scaler.update()
+    return norm
+
+
+def train(
+    model: nn.Module,
+    data: Any,
+    config: TrainConfig | None = None,
+    *,
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    eval_fn: Callable[[nn.Module], float | dict[str, float]] | None = None,
+    on_step: Callable[[int, nn.Module], None] | None = None,
+    on_log: Callable[[int, History], None] | None = None,
+    device: torch.device | str | None = None,
+    **options: Any,
+) -> History:
+    """Train ``model`` for ``config.steps`` steps (or ``config.time_budget_s``) -> :class:`History`.
+    ``train(model, data, steps=100)`` is short for ``train(model, data, TrainConfig(steps=100))``.
+
+    Args:
+        model: any ``nn.Module``; trained in place (moved to ``device`` if given).
+        data: an iterable of batches (re-iterated when it runs out) or a function
+            ``step -> batch`` (e.g. ``lambda step: ds.get_batch("train", 64, 12, g)``).
+        config, options: a :class:`TrainConfig` and / or its fields as keywords.
+        loss_fn: ``loss_fn(model, batch) -> scalar``; default :func:`default_loss`.
+        optimizer: use this one (its own learning rate) instead of AdamW with the schedule.
+        eval_fn: ``eval_fn(model) -> float | dict``, in eval mode without gradients every
+            ``eval_every`` steps and after the last (``eval_at_end``).
+        on_step: ``on_step(step, model)`` at the end of every step (e.g. a weight average).
+        on_log: ``on_log(step, history)`` after each log entry.
+    The model is left in eval mode, ready to be evaluated.
+    """
+    cfg = replace(config, **options) if config is not None else TrainConfig(**options)
+    steps = cap_steps(cfg.steps)  # COURSE_MAX_STEPS (the GPU check's smoke runs)
+    if cfg.seed is not None:
+        seed_everything(cfg.seed)
+    if device is not None:
+        model.to(device)
+    dev = devices.model_device(model)
+    loss_fn = loss_fn or default_loss
+    parallel = _Parallel(model, dev, cfg.data_parallel)
+    opt = optimizer or make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas, cfg.fused)
+    params = [p for g in opt.param_groups for p in g["params"]]
+    amp_dtype = precision.autocast_for(cfg.autocast_dtype, dev)  # bf16 -> fp16 on a T4
+    scaler = gradient_scaler(dev, amp_dtype)
+    source = _BatchSource(data)
+    rec = _Recorder(cfg, steps, parallel)
+    norm: torch.Tensor | float = float("nan")  # the gradient norm before clipping
     model.train()
     try:
         for step in range(steps):
-            elapsed = time.perf_counter() - start
-            if time_budget_s is not None and elapsed >= time_budget_s:
-                history.stopped_by = "time budget"
+            elapsed = rec.elapsed()
+            if cfg.time_budget_s is not None and elapsed >= cfg.time_budget_s:
+                rec.history.stopped_by = "time budget"
                 break
-            if optimizer is None:
-                used = elapsed / time_budget_s if time_budget_s else 0.0
-                current_lr = lr_schedule(
-                    step,
-                    lr=lr,
-                    steps=steps,
-                    warmup=warmup,
-                    min_lr=min_lr,
-                    schedule=schedule,
-                    time_fraction=used,
-                )
-                for group in opt.param_groups:
-                    group["lr"] = current_lr
-            batch = to_device(source.get(step), dev)
-            if data_parallel and world > 1:
-                batch = distributed.shard(batch, rank, world)
-            with autocast:
-                loss = loss_fn(net, batch)
-            if not (isinstance(loss, torch.Tensor) and loss.dim() == 0):
-                raise TypeError(f"loss_fn must return a scalar tensor, got {loss!r:.80}")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if grad_clip:
-                norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
-            opt.step()
-            detached = loss.detach()
-            if detached.dtype in (torch.float16, torch.bfloat16):
-                detached = detached.float()
-            running = detached if running is None else running + detached
-            n_running += 1
-            history.steps_done = step + 1
+            if optimizer is None:  # the schedule sets the learning rate
+                used = elapsed / cfg.time_budget_s if cfg.time_budget_s else 0.0
+                set_learning_rate(opt, cfg.lr_at(step, steps, time_fraction=used))
+            batch = parallel.shard(to_device(source.get(step), dev))
+            with devices.autocast(dev, amp_dtype):
+                loss = loss_fn(parallel.net, batch)
+            _check_scalar(loss)
+            norm = optimizer_step(loss, opt, scaler, params, cfg.grad_clip, norm)
+            rec.add(loss, step)
 
             last = step == steps - 1
-            if (step + 1) % log_every == 0 or last:
-                log(step)
-            periodic = eval_every and (step + 1) % eval_every == 0 and not last
-            if eval_fn is not None and (periodic or (last and eval_at_end)):
-                evaluate(step)
-            bar.update(1)
-        stopped_early = history.stopped_by != "steps" and history.steps_done > 0
-        if stopped_early and n_running:
-            log(history.steps_done - 1)
-        if stopped_early and eval_fn is not None and eval_at_end:
-            if not history.eval_step or history.eval_step[-1] != history.steps_done - 1:
-                evaluate(history.steps_done - 1)
+            if (step + 1) % cfg.log_every == 0 or last:
+                rec.log(step, float(opt.param_groups[0]["lr"]), norm)
+                if on_log is not None:
+                    on_log(step, rec.history)
+            periodic = cfg.eval_every and (step + 1) % cfg.eval_every == 0 and not last
+            if eval_fn is not None and (periodic or (last and cfg.eval_at_end)):
+                rec.evaluate(step, model, eval_fn)
+            if on_step is not None:
+                on_step(step, model)
+            rec.bar.update(1)
+        _finish_early(rec, model, eval_fn if cfg.eval_at_end else None, opt, norm, on_log)
     finally:
-        bar.close()
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-    history.wall_seconds = time.perf_counter() - start
+        rec.bar.close()
+    devices.synchronize(dev)
+    rec.history.wall_seconds = rec.elapsed()
     model.eval()
-    return history
+    return rec.history
+
+
+def _finish_early(
+    rec: _Recorder,
+    model: nn.Module,
+    eval_fn: Callable[[nn.Module], Any] | None,
+    opt: torch.optim.Optimizer,
+    norm: torch.Tensor | float,
+    on_log: Callable[[int, History], None] | None,
+) -> None:
+    """After a run stopped by its time budget: log the steps since the last log entry and
+    evaluate the last step (unless that just happened)."""
+    h = rec.history
+    if h.stopped_by == "steps" or h.steps_done == 0:
+        return
+    last = h.steps_done - 1
+    if rec.n_running:
+        rec.log(last, float(opt.param_groups[0]["lr"]), norm)
+        if on_log is not None:
+            on_log(last, h)
+    if eval_fn is not None and (not h.eval_step or h.eval_step[-1] != last):
+        rec.evaluate(last, model, eval_fn)

@@ -1,10 +1,17 @@
 """A decoder-only Transformer language model (GPT), nanoGPT style.
 
     idx (B, T) token ids
-      -> token embedding + learned position embedding   (B, T, D)
+      -> token embedding (+ learned or sinusoidal positions) (B, T, D)
       -> n_layers pre-norm causal TransformerBlocks       (B, T, D)
       -> final LayerNorm -> LM head (tied to the token embedding)  (B, T, V)
       -> next-token cross-entropy against targets (B, T)
+
+``GPTConfig.position`` chooses how positions enter (notebook 04's encodings):
+``"learned"`` (GPT-2's table, the default), ``"sinusoidal"`` (Vaswani et al., added to the
+tokens), ``"rope"`` (q and k rotated in every attention layer) or ``"alibi"`` (a per-head
+distance penalty on the scores). The last three learn nothing about positions and accept
+sequences longer than ``block_size`` in ``forward``; ``generate`` still keeps the last
+``block_size`` tokens as its context.
 
 Training uses the fast path (``F.scaled_dot_product_attention`` with ``is_causal=True``).
 ``generate`` samples with temperature and top-k, optionally with a KV cache: each new token
@@ -23,6 +30,10 @@ import torch.nn.functional as F
 
 from course_utils.modeling.layers import KVCache, pre_norm_stack, record_attention
 from course_utils.modeling.models.config import resolve_config
+from course_utils.modeling.module_state import eval_mode, model_device
+from course_utils.modeling.positional import sinusoidal_positional_encoding
+
+POSITIONS = ("learned", "sinusoidal", "rope", "alibi")
 
 __all__ = ["GPT", "GPTConfig", "sample_next_token"]
 
@@ -38,7 +49,7 @@ class GPTConfig:
     """
 
     vocab_size: int = 65
-    block_size: int = 64  # the longest context the model sees (learned positions)
+    block_size: int = 64  # the longest context the model sees (the learned table's length)
     n_layers: int = 4
     n_heads: int = 4
     d_model: int = 128
@@ -47,8 +58,11 @@ class GPTConfig:
     d_ff: int | None = None
     activation: str = "gelu"
     layer_norm_eps: float = 1e-5
+    position: str = "learned"  # "learned", "sinusoidal", "rope" or "alibi" (see the module)
 
     def __post_init__(self) -> None:
+        if self.position not in POSITIONS:
+            raise ValueError(f"expected position in {POSITIONS}, got {self.position!r}")
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"expected d_model divisible by n_heads, got d_model={self.d_model}, "
@@ -82,7 +96,7 @@ class GPTConfig:
 
         Per layer: 2 LayerNorms (2·2D), QKV (3D² + 3D), output projection (D² + D),
         MLP (D·F + F + F·D + D). Plus token embedding V·D (shared with the LM head),
-        position embedding T·D and the final LayerNorm 2D. Without biases drop every bias
+        position embedding T·D (``position="learned"`` only) and the final LayerNorm 2D. Without biases drop every bias
         term. ``non_embedding=True`` leaves out the position embedding (nanoGPT's convention).
         """
         D, F_, L, b = self.d_model, self.d_ff, self.n_layers, int(self.bias)
@@ -90,7 +104,7 @@ class GPTConfig:
         attn = 3 * D * D + b * 3 * D + D * D + b * D
         mlp = D * F_ + b * F_ + F_ * D + b * D
         total = L * (2 * ln + attn + mlp) + ln + self.vocab_size * D
-        if not non_embedding:
+        if not non_embedding and self.position == "learned":
             total += self.block_size * D
         return total
 
@@ -108,7 +122,8 @@ class GPT(nn.Module):
         self.config = config = resolve_config(GPTConfig, config, overrides)
         D = config.d_model
         self.tok_emb = nn.Embedding(config.vocab_size, D)
-        self.pos_emb = nn.Embedding(config.block_size, D)
+        if config.position == "learned":
+            self.pos_emb = nn.Embedding(config.block_size, D)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = pre_norm_stack(
             config.n_layers,
@@ -119,6 +134,7 @@ class GPT(nn.Module):
             activation=config.activation,
             layer_norm_eps=config.layer_norm_eps,
             bias=config.bias,
+            position=config.position if config.position in ("rope", "alibi") else None,
         )
         self.ln_f = nn.LayerNorm(D, eps=config.layer_norm_eps, bias=config.bias)
         self.lm_head = nn.Linear(D, config.vocab_size, bias=False)
@@ -142,7 +158,7 @@ class GPT(nn.Module):
         """Number of parameters (the tied head counted once). ``non_embedding=True`` leaves
         out the position embedding, as nanoGPT reports."""
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding:
+        if non_embedding and self.config.position == "learned":
             n -= self.pos_emb.weight.numel()
         return n
 
@@ -150,20 +166,29 @@ class GPT(nn.Module):
     # forward
     # ----------------------------------------------------------------------------------
     def embed(self, idx: torch.Tensor, start_pos: int = 0) -> torch.Tensor:
-        """idx (B, T) -> token + position embeddings (B, T, D) for positions start_pos...
+        """idx (B, T) -> token (+ position) embeddings (B, T, D) for positions start_pos...
 
         ``start_pos`` > 0 is used by cached decoding, where ``idx`` continues a sequence.
+        With ``position="rope"`` or ``"alibi"`` the positions enter in attention instead.
         """
         if idx.dim() != 2:
             raise ValueError(f"expected idx of shape (B, T), got {tuple(idx.shape)}")
-        T = idx.shape[1]
-        if start_pos + T > self.config.block_size:
+        T, position = idx.shape[1], self.config.position
+        if position == "learned" and start_pos + T > self.config.block_size:
             raise ValueError(
                 f"sequence of length {start_pos + T} is longer than block_size="
                 f"{self.config.block_size}; crop the context to the last block_size tokens"
             )
-        pos = torch.arange(start_pos, start_pos + T, device=idx.device)  # (T,)
-        return self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # (B, T, D)
+        x = self.tok_emb(idx)  # (B, T, D)
+        if position == "learned":
+            pos = torch.arange(start_pos, start_pos + T, device=idx.device)  # (T,)
+            x = x + self.pos_emb(pos)
+        elif position == "sinusoidal":
+            pe = sinusoidal_positional_encoding(
+                start_pos + T, x.shape[-1], dtype=x.dtype, device=x.device
+            )
+            x = x + pe[start_pos:]  # (T, D) broadcasts over B
+        return self.drop(x)  # (B, T, D)
 
     def forward(
         self,
@@ -202,14 +227,9 @@ class GPT(nn.Module):
         Runs in eval mode (no dropout) through the manual attention path, then restores the
         previous mode. Row i of a map is query position i; its entries after i are zero.
         """
-        idx = idx.to(self.tok_emb.weight.device)  # a prompt from the CPU joins the model
-        was_training = self.training
-        self.eval()
-        try:
-            with record_attention(self) as maps:
-                self(idx)
-        finally:
-            self.train(was_training)
+        idx = idx.to(model_device(self))  # a prompt from the CPU joins the model
+        with eval_mode(self), record_attention(self) as maps:
+            self(idx)
         return maps
 
     # ----------------------------------------------------------------------------------
@@ -243,12 +263,10 @@ class GPT(nn.Module):
             raise ValueError(f"expected idx of shape (B, T), got {tuple(idx.shape)}")
         if idx.shape[1] == 0:
             raise ValueError("expected a prompt with at least one token, got T = 0")
-        idx = idx.to(self.tok_emb.weight.device)  # a prompt from the CPU joins the model
-        was_training = self.training
-        self.eval()
+        idx = idx.to(model_device(self))  # a prompt from the CPU joins the model
         block_size = self.config.block_size
         cache = None
-        try:
+        with eval_mode(self):
             for _ in range(max_new_tokens):
                 if not use_cache:
                     logits, _ = self(idx[:, -block_size:])
@@ -261,8 +279,6 @@ class GPT(nn.Module):
                     logits[:, -1, :], temperature=temperature, top_k=top_k, generator=generator
                 )
                 idx = torch.cat([idx, next_token], dim=1)
-        finally:
-            self.train(was_training)
         return idx
 
 

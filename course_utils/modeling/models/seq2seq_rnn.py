@@ -22,6 +22,7 @@ import torch.nn as nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from course_utils.modeling.attention import AdditiveAttention, padding_mask
+from course_utils.modeling.module_state import model_device
 
 __all__ = ["Seq2SeqRNN"]
 
@@ -161,7 +162,7 @@ class Seq2SeqRNN(nn.Module):
         up to and including its EOS and ``pad_id`` after it; attention (B, T', S) or None).
         Inputs from the CPU move to the model's device; the results stay there.
         """
-        device = self.out.weight.device  # a source from the CPU joins the model
+        device = model_device(self)  # a source from the CPU joins the model
         src = src.to(device)
         src_lengths = None if src_lengths is None else src_lengths.to(device)
         enc_states, c = self.encode(src, src_lengths)

@@ -18,9 +18,10 @@ import torch.nn as nn
 
 from course_utils.modeling.attention import padding_mask
 from course_utils.modeling.layers import TransformerBlock, TransformerDecoderBlock, record_attention
+from course_utils.modeling.module_state import eval_mode, model_device
 from course_utils.modeling.positional import sinusoidal_positional_encoding
 
-__all__ = ["EncoderDecoderTransformer"]
+__all__ = ["EncoderDecoderTransformer", "cross_attention_maps"]
 
 
 class EncoderDecoderTransformer(nn.Module):
@@ -165,7 +166,7 @@ class EncoderDecoderTransformer(nn.Module):
         (simple; T' is small here). Inputs from the CPU move to
         the model's device; the results stay there.
         """
-        device = next(self.parameters()).device  # a source from the CPU joins the model
+        device = model_device(self)  # a source from the CPU joins the model
         src = src.to(device)
         src_lengths = None if src_lengths is None else src_lengths.to(device)
         if src_key_padding_mask is not None:
@@ -186,20 +187,25 @@ class EncoderDecoderTransformer(nn.Module):
                 break
         return ys[:, 1:], None
 
-    @torch.no_grad()
     def cross_attention_maps(
         self, src: torch.Tensor, src_lengths: torch.Tensor | None, tokens: torch.Tensor
     ) -> list[torch.Tensor]:
-        """Cross-attention weights while producing ``tokens`` (B, T') (e.g. from
-        :meth:`greedy_decode`): one (B, n_heads, T', S) per decoder layer; row t is the step
-        that produced ``tokens[:, t]``. The decoder is causal, so one pass over
-        [BOS, tokens[:-1]] gives every step's maps. Eval mode, previous mode restored."""
-        bos = torch.full_like(tokens[:, :1], self.bos_id)
-        was_training = self.training
-        self.eval()
-        try:
-            with record_attention(*(block.cross_attn for block in self.decoder)) as cross:
-                self(src, src_lengths, torch.cat([bos, tokens[:, :-1]], dim=1))
-        finally:
-            self.train(was_training)
-        return cross
+        """:func:`cross_attention_maps` of this model: one (B, n_heads, T', S) per decoder layer."""
+        return cross_attention_maps(self, src, src_lengths, tokens)
+
+
+@torch.no_grad()
+def cross_attention_maps(
+    model: nn.Module, src: torch.Tensor, src_lengths: torch.Tensor | None, tokens: torch.Tensor
+) -> list[torch.Tensor]:
+    """Cross-attention weights of every decoder layer of ``model`` while it produces
+    ``tokens`` (B, T') (e.g. from ``greedy_decode``): one (B, n_heads, T', S) per layer; row t
+    is the step that produced ``tokens[:, t]``. ``model`` is anything called as
+    ``model(src, src_lengths, tgt_in)`` with a ``bos_id`` and ``decoder`` layers holding a
+    ``cross_attn`` (an :class:`EncoderDecoderTransformer`, or notebook 10's own Transformer).
+    The decoder is causal, so one teacher-forced pass over [BOS, tokens[:-1]] gives every
+    step's maps. Eval mode, previous mode restored."""
+    bos = torch.full_like(tokens[:, :1], model.bos_id)
+    with eval_mode(model), record_attention(*(b.cross_attn for b in model.decoder)) as cross:
+        model(src, src_lengths, torch.cat([bos, tokens[:, :-1]], dim=1))
+    return cross

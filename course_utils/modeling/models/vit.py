@@ -17,7 +17,9 @@ one architecture, many modalities.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -104,10 +106,14 @@ class ViTConfig:
     activation: str = "gelu"
     bias: bool = True
     layer_norm_eps: float = 1e-6
+    init: str = "xavier"  # "xavier" (the original ViT's; notebook 09's) or "timm" (N(0, 0.02^2))
+    pos_std: float = 0.2  # init="xavier": std of the position embedding and class token
 
     def __post_init__(self) -> None:
         if self.pool not in ("cls", "mean"):
             raise ValueError(f"expected pool to be 'cls' or 'mean', got {self.pool!r}")
+        if self.init not in ("xavier", "timm"):
+            raise ValueError(f"expected init to be 'xavier' or 'timm', got {self.init!r}")
         H, W = _pair(self.image_size)
         ph, pw = _pair(self.patch_size)
         if H % ph or W % pw:
@@ -208,16 +214,42 @@ class ViT(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """timm-style init: small normal position embeddings and class token, zero head."""
+        """Initialise every parameter as ``config.init`` says; LayerNorms keep (1, 0).
+
+        ``"xavier"`` (the default, the original ViT's, what notebook 09 trains with):
+        Xavier-uniform weights and zero biases for every linear layer, a zero classification
+        head, position embeddings and class token from N(0, ``pos_std``^2). ``"timm"``:
+        truncated N(0, 0.02^2) linear weights, zero biases and head, N(0, 0.02^2) positions and
+        class token -- suited to large models and data; on digits it leaves the patch tokens,
+        and the positions beside them, so small that the first epochs are nearly wasted.
+
+        The Xavier weights are drawn after timm's (which they replace), so that a seed gives
+        the very weights notebook 09's runs have always started from.
+        """
         nn.init.normal_(self.pos_embed, std=0.02)
         if self.cls_token is not None:
             nn.init.normal_(self.cls_token, std=0.02)
+        self._init_linears(lambda w: nn.init.trunc_normal_(w, std=0.02))
+        if self.config.init == "xavier":
+            self._init_linears(nn.init.xavier_uniform_)
+            nn.init.normal_(self.pos_embed, std=self.config.pos_std)
+            if self.cls_token is not None:
+                nn.init.normal_(self.cls_token, std=self.config.pos_std)
+
+    def _init_linears(self, init_weight: Callable[[torch.Tensor], Any]) -> None:
+        """``init_weight`` on every linear layer's weight, zero biases, then a zero head."""
         for module in self.modules():
             if isinstance(module, nn.Linear):
-                nn.init.trunc_normal_(module.weight, std=0.02)
+                init_weight(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
         nn.init.zeros_(self.head.weight)
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameters that weight decay must not pull to zero (timm's convention, honoured by
+        :func:`course_utils.runtime.training.param_groups`): the position embedding and the
+        class token are learned vectors, not weights of a map."""
+        return {"pos_embed", "cls_token"} if self.cls_token is not None else {"pos_embed"}
 
     def num_params(self) -> int:
         """Number of trainable parameters."""

@@ -538,3 +538,22 @@ def test_mlp_reference_agrees_with_the_torch_encoder_layer_feed_forward():
     ours.fc2.load_state_dict(layer.linear2.state_dict())
     x = torch.randn(3, 5, 8)
     torch.testing.assert_close(ours(x), layer._ff_block(x))
+
+
+class _InPlacePreNorm(Given):
+    """Wrong: a pre-norm block that adds into the caller's tensor (x += ...). Its output is
+    right, but the caller's x changes: student A's 07.3 answer that broke three later cells."""
+
+    def forward(self, x):
+        if self.norm_first:
+            x += self.attn(self.norm1(x))
+            x += self.mlp(self.norm2(x))
+            return x
+        x = self.norm1(x + self.attn(x))
+        return self.norm2(x + self.mlp(x))
+
+
+def test_block_that_updates_the_callers_x_in_place_is_rejected_saying_so():
+    result = run(ID, _InPlacePreNorm)
+    assert result.status != PASSED and result.points == 0, result.message
+    assert "in place" in result.message.lower(), result.message

@@ -184,7 +184,42 @@ def test_model_ignoring_config_bias_is_an_error_on_the_no_bias_case():
             self.config = config
 
     result = run("08.1", AlwaysBias)
-    assert result.status == FAILED and "distinct parameters" in result.message
+    assert result.status == FAILED
+    assert "parameters that the course's GPT does not have with this config" in result.message
+
+
+class _PostNorm(GPT):
+    """Wrong: the blocks in the 2017 order (post-norm), everything else the course's."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(
+                config.d_model, config.n_heads, config.d_ff, norm_first=False, bias=config.bias
+            )
+            for _ in range(config.n_layers)
+        )
+
+
+class _FinalNormWithBias(GPT):
+    """Wrong: the final LayerNorm keeps its bias when the config turns biases off."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.ln_f = nn.LayerNorm(config.d_model)  # bias=True whatever config.bias says
+
+
+def test_post_norm_blocks_are_named_and_the_message_gives_no_code():
+    result = run("08.1", _PostNorm)
+    assert result.status == FAILED and result.mistake.startswith("post-norm blocks")
+    assert "pre-norm" in result.message and "norm_first=True" not in result.message
+
+
+def test_final_layernorm_bias_under_bias_false_is_named():
+    result = run("08.1", _FinalNormWithBias)
+    assert result.status == FAILED, result.message
+    assert result.mistake == "final LayerNorm with a bias although config.bias is False"
+    assert "case 'config.bias = False" in result.message
 
 
 def test_forward_returning_a_loss_without_targets_is_an_error():
@@ -333,6 +368,16 @@ def test_flops_reference_matches_nanogpt_estimate_mfu_for_gpt2():
     assert flops_per_token(cfg) == 6 * N + 12 * L * H * Q * T  # nanoGPT's model.estimate_mfu
 
 
+def test_attention_counted_for_the_forward_pass_only_is_named():
+    def flops(config):
+        N = config.param_count(non_embedding=True)
+        return 6 * N + 4 * config.n_layers * config.block_size * config.d_model
+
+    result = run("08.6", flops)
+    assert result.status == FAILED
+    assert result.mistake == "attention term counted for the forward pass only"
+
+
 def test_building_a_model_to_count_flops_is_refused():
     def count_a_model(config):
         model = GPT(config)
@@ -425,6 +470,9 @@ def test_required_mistakes_are_all_covered():
         "listed twice",
         "forward pass only",
         "attention term left out",
+        "post-norm",
+        "final LayerNorm with a bias",
+        "cleared after the optimizer step",
     ):
         assert required in names, required
 
@@ -645,6 +693,25 @@ def test_train_step_written_differently_passes():
 
     result = run("08.5", step)
     assert result.status == PASSED, result.message
+
+
+def test_clearing_the_gradients_after_the_step_is_named_and_says_why_it_matters_here():
+    def step(model, opt, x, y, lr, grad_clip):  # the common idiom: clear at the end
+        for g in opt.param_groups:
+            g["lr"] = lr
+        loss = model(x, y)[1]
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+        opt.zero_grad()
+        return loss.item()
+
+    result = run("08.5", step)
+    assert result.status == FAILED
+    assert result.mistake == (
+        "gradients cleared after the optimizer step instead of before the backward pass"
+    )
+    assert "gradient from elsewhere" in result.message
 
 
 def test_train_step_that_returns_nothing_is_told_to_return_the_loss():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 import torch
 
 from course_utils.modeling import layers
@@ -55,3 +56,31 @@ def test_cpu_clock_timing_keeps_the_thread_count():
         "self-attention (1 layer)",
     }
     assert all(set(t) == {4, 8} and min(t.values()) > 0 for t in times.values())
+
+
+def test_repeated_sweeps_give_the_median_of_each_point(monkeypatch):
+    """With repeats, each point is the median over the sweeps: one slow sweep (a burst of load
+    from another program) does not move it."""
+    from torch.utils import benchmark
+
+    class FakeMeasurement:
+        def __init__(self):
+            self.median = next(medians)
+
+    sweep_values = []
+
+    def fake_autorange(self, min_run_time):
+        m = FakeMeasurement()
+        sweep_values.append(m.median)
+        return m
+
+    cfg = _tiny()
+    n_points = len(cfg.lengths) * 4
+    # the second sweep's measurements are all 50 times slower than the others
+    medians = iter([1.0] * n_points + [100.0] * n_points + [2.0] * n_points)
+    monkeypatch.setattr(benchmark.Timer, "blocked_autorange", fake_autorange)
+    times = nb07.time_vs_length(cfg, clock="cpu", device="cpu", repeats=3)
+    assert len(sweep_values) == 3 * n_points
+    assert all(v == 2.0 for t in times.values() for v in t.values())
+    with pytest.raises(ValueError, match="repeats"):
+        nb07.time_vs_length(cfg, clock="cpu", device="cpu", repeats=0)

@@ -150,8 +150,9 @@ LOOP = Exercise(
     call=_loop_call,
     mistakes=LOOP_MISTAKES,
     compare=close(),
-    hint="for each head h: q, k, v = x @ W_q[h], x @ W_k[h], x @ W_v[h]; softmax over the keys of "
-    "q k^T / sqrt(Dh); times v. Concatenate the H outputs along the features, then @ W_o",
+    hint="for each head: project x with that head's own three matrices; normalise each query's "
+    "scaled scores (divided by sqrt(Dh)) over the keys; weight the values with them. Then lay the "
+    "H outputs side by side along the features and apply the output projection W_o",
 )
 
 # ----------------------------------------------------------------------------- 06.2 split_heads
@@ -196,9 +197,9 @@ def _split_transposed_rows(x: Tensor, H: int) -> Tensor:
 SPLIT_MISTAKES = [
     Mistake(
         "heads split without transpose (plain reshape to (B, H, T, Dh))",
-        "reshape to (B, T, H, Dh) first (each token's D features cut into H pieces), then "
-        "move the head axis forward with .transpose(1, 2); reshaping straight to "
-        "(B, H, T, Dh) mixes features of different tokens",
+        "first cut each token's D features into H pieces, giving (B, T, H, Dh), then swap the "
+        "token and head axes; reshaping straight to (B, H, T, Dh) mixes features of different "
+        "tokens",
         _split_no_transpose,
     ),
     Mistake(
@@ -209,12 +210,13 @@ SPLIT_MISTAKES = [
     ),
     Mistake(
         "head axis not moved forward (returned (B, T, H, Dh))",
-        "after reshaping to (B, T, H, Dh), transpose(1, 2) gives (B, H, T, Dh)",
+        "after cutting the features into heads, (B, T, H, Dh), swap the token and head axes "
+        "to get (B, H, T, Dh)",
         _split_no_move,
     ),
     Mistake(
         "returned (B, H, Dh, T)",
-        "transpose only the T and H axes: (B, T, H, Dh).transpose(1, 2) -> (B, H, T, Dh)",
+        "swap only the token and head axes: (B, T, H, Dh) becomes (B, H, T, Dh); Dh stays last",
         _split_transposed_rows,
     ),
 ]
@@ -230,7 +232,8 @@ SPLIT = Exercise(
     call=_split_call,
     mistakes=SPLIT_MISTAKES,
     compare=close(),
-    hint="(B, T, D) -> reshape (B, T, H, D // H) -> transpose(1, 2) -> (B, H, T, D // H)",
+    hint="two moves: cut each token's D features into H consecutive groups of D // H (a new "
+    "axis after the tokens), then swap the token and head axes, giving (B, H, T, D // H)",
 )
 
 # ----------------------------------------------------------------------------- 06.3 merge_heads
@@ -266,13 +269,14 @@ def _merge_strided(x: Tensor) -> Tensor:
 MERGE_MISTAKES = [
     Mistake(
         "heads merged without transpose (plain reshape to (B, T, D))",
-        "move the head axis back next to Dh first: x.transpose(1, 2) gives (B, T, H, Dh), "
-        "then reshape to (B, T, H * Dh); a plain reshape mixes tokens",
+        "move the head axis back next to Dh first, (B, H, T, Dh) becomes (B, T, H, Dh), and "
+        "only then join the last two axes; a plain reshape mixes tokens",
         _merge_no_transpose,
     ),
     Mistake(
         "merged in the wrong order (B, T, Dh, H)",
-        "concatenate whole heads: (B, H, T, Dh).transpose(1, 2) -> (B, T, H, Dh) -> (B, T, H * Dh)",
+        "concatenate whole heads: bring the axes to (B, T, H, Dh), heads before features, "
+        "then join the last two axes into H * Dh",
         _merge_strided,
     ),
     Mistake(
@@ -298,8 +302,9 @@ MERGE = Exercise(
     call=_merge_call,
     mistakes=MERGE_MISTAKES,
     compare=close(),
-    hint="(B, H, T, Dh) -> transpose(1, 2) -> (B, T, H, Dh) -> reshape (B, T, H * Dh) "
-    "(reshape, or .contiguous().view, since the transpose is not contiguous)",
+    hint="undo the split in reverse order: swap the head and token axes back, (B, T, H, Dh), "
+    "then join the last two axes into H * Dh; the swapped tensor is not contiguous, so the "
+    "join has to be allowed to copy",
 )
 
 # ----------------------------------------------------------------------------- 06.4 MultiHeadAttention
@@ -420,14 +425,14 @@ MHA_MISTAKES = [
     ),
     Mistake(
         "q, k, v cut per head from qkv instead of as three blocks [q | k | v]",
-        "self.qkv(x) is [q | k | v] along the last dim (three blocks of d_model, the "
-        "layout of nn.MultiheadAttention): q, k, v = self.qkv(x).chunk(3, dim=-1), "
-        "then split each into heads",
+        "the fused projection's output is [q | k | v] along the last dim, three blocks of "
+        "d_model each (the layout of nn.MultiheadAttention): cut it into its three blocks "
+        "first, then split each block into heads",
         _mha_variant(chunk=_chunk_per_head),
     ),
     Mistake(
         "output projection missing",
-        "after merging the heads apply self.out (W_O) to mix them",
+        "after merging the heads apply the output projection (W_O) to mix them",
         _mha_variant(project_out=False),
     ),
     Mistake(
@@ -473,9 +478,10 @@ MHA = Exercise(
     call=_mha_call,
     mistakes=MHA_MISTAKES,
     compare=close(),
-    hint="q, k, v = self.qkv(x).chunk(3, dim=-1); split each into heads (B, H, T, Dh); scaled "
-    "dot-product attention per head with attn_mask (True = may attend); merge the heads "
-    "to (B, T, D); apply self.out",
+    hint="cut the fused projection's output into its three blocks (queries, keys, values); "
+    "split each into heads (B, H, T, Dh); scaled dot-product attention for every head at once "
+    "with attn_mask (True = may attend); merge the heads to (B, T, D); apply the output "
+    "projection",
 )
 
 EXERCISES = [LOOP, SPLIT, MERGE, MHA]

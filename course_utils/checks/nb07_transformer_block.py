@@ -230,8 +230,9 @@ LAYER_NORM = Exercise(
         "aten::native_layer_norm",
         "aten::layer_norm",
     ),
-    hint="over the last dimension: mean mu, variance var = mean((x - mu)^2) (divide by D), "
-    "then (x - mu) / sqrt(var + eps) * weight + bias",
+    hint="over the last dimension only: the mean, and the biased variance (the mean of the "
+    "squared deviations, divided by D); centre the vector, divide by the square root of the "
+    "variance plus eps, then scale by weight and shift by bias, feature by feature",
 )
 
 
@@ -352,7 +353,8 @@ MLP_MISTAKES = [
     ),
     Mistake(
         "residual added inside the MLP",
-        "the MLP returns fc2(relu(fc1(x))) only; the block adds the residual x + ... around it",
+        "the MLP returns only the second layer's output; the residual around it is the "
+        "block's job (exercise 07.3), not the MLP's",
         _mlp_variant(lambda m, x: x + m.fc2(torch.relu(m.fc1(x)))),
     ),
     Mistake(
@@ -374,7 +376,9 @@ MLP_EXERCISE = Exercise(
     call=_mlp_call,
     mistakes=MLP_MISTAKES,
     compare=_mlp_compare,
-    hint="fc1 = Linear(d_model, d_ff), fc2 = Linear(d_ff, d_model); forward: fc2(relu(fc1(x)))",
+    hint="two linear layers with biases, named fc1 (d_model to d_ff) and fc2 (d_ff to "
+    "d_model); the forward pass widens with fc1, applies the ReLU to the hidden units only, "
+    "and projects back with fc2",
 )
 
 
@@ -546,8 +550,10 @@ def _post_parallel(m, x):
 BLOCK_MISTAKES = [
     Mistake(
         "LayerNorm in the wrong place (pre-norm and post-norm swapped)",
-        "norm_first=False (post-norm): x = norm1(x + attn(x)), then x = norm2(x + mlp(x)); "
-        "norm_first=True (pre-norm): x = x + attn(norm1(x)), then x = x + mlp(norm2(x))",
+        "post-norm (norm_first false) normalises each residual SUM, sublayer output plus its "
+        "input; pre-norm (norm_first true) normalises each sublayer's INPUT and adds the "
+        "sublayer's output to the unnormalised stream. Yours does the opposite of what "
+        "norm_first asks",
         _block_variant(pre=_post, post=_pre),
     ),
     Mistake(
@@ -573,13 +579,15 @@ BLOCK_MISTAKES = [
     ),
     Mistake(
         "pre-norm residual taken from the normalised input",
-        "in pre-norm the residual stream stays unnormalised: x = x + attn(norm1(x)), not "
-        "h = norm1(x); x = h + attn(h)",
+        "in pre-norm the residual stream stays unnormalised: the sublayer reads the "
+        "normalised input, but its output is added to the input as it was, not to its "
+        "normalised version",
         _block_variant(pre=_pre_residual_normalised, post=_post),
     ),
     Mistake(
         "LayerNorm applied to the sublayer output before the residual",
-        "post-norm normalises the sum: norm1(x + attn(x)), not x + norm1(attn(x))",
+        "post-norm normalises the residual sum (input plus sublayer output), not the "
+        "sublayer's output before it is added",
         _block_variant(pre=_pre, post=_post_norm_inside),
     ),
     Mistake(
@@ -590,13 +598,14 @@ BLOCK_MISTAKES = [
     ),
     Mistake(
         "MLP activation missing",
-        "the MLP is fc2(relu(fc1(x))); without the nonlinearity it is a single linear map",
+        "use the block's MLP as it is, with its ReLU between the two layers; without the "
+        "nonlinearity it is a single linear map",
         _block_variant(pre=_pre_with(_linear_mlp), post=_post_with(_linear_mlp)),
     ),
     Mistake(
         "GELU instead of ReLU",
         "this block's MLP uses ReLU, as in the 2017 paper and nn.TransformerEncoderLayer's "
-        "default: call self.mlp(x)",
+        "default: use the block's own MLP submodule rather than rebuilding it",
         _block_variant(pre=_pre_with(_gelu_mlp), post=_post_with(_gelu_mlp)),
     ),
 ]
@@ -612,8 +621,10 @@ BLOCK = Exercise(
     call=_block_call,
     mistakes=BLOCK_MISTAKES,
     compare=close(),
-    hint="post-norm: x = norm1(x + attn(x)); x = norm2(x + mlp(x)). pre-norm: "
-    "x = x + attn(norm1(x)); x = x + mlp(norm2(x)). Use self.norm_first to choose",
+    hint="two sublayers in turn, attention (with norm1) then the MLP (with norm2), each "
+    "with a residual: post-norm normalises each residual sum, pre-norm normalises each "
+    "sublayer's input and leaves the stream unnormalised; self.norm_first chooses. Return a "
+    "new tensor: the caller's x must not change",
 )
 
 

@@ -48,7 +48,7 @@ from course_utils.checks._common import (
     size,
 )
 from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator
-from course_utils.modeling.layers import pre_norm_stack
+from course_utils.modeling.layers import TransformerBlock, pre_norm_stack
 from course_utils.modeling.models.gpt import GPT, GPTConfig
 from course_utils.runtime import devices
 from course_utils.runtime.training import lr_schedule
@@ -173,6 +173,7 @@ def _model_call(candidate, case: Case) -> Outputs:
     i = case.inputs
     cfg = _config(i)
     model = build_module(candidate, (cfg,), {}, i, "GPTModel")
+    extra = _zero_extra_parameters(model, i)
     if getattr(model, "config", None) is None:
         raise AttributeError(
             "GPTModel should keep its config as self.config (generate reads "
@@ -204,17 +205,42 @@ def _model_call(candidate, case: Case) -> Outputs:
         raise ValueError("without targets, forward should return (logits, None)")
     n = sum(p.numel() for p in model.parameters())  # a tied tensor counts once
     result["n_params"] = torch.tensor(n, dtype=torch.int64)
+    result["extra parameters"] = torch.tensor(extra, dtype=torch.int64)
     return result
+
+
+def _zero_extra_parameters(model: nn.Module, inputs: dict[str, Any]) -> int:
+    """Zero the parameters that the course's GPT does not have for this config (and so got no
+    weights from the case), and return how many numbers they hold: a bias the config turned
+    off then changes no output, and the comparison says so instead of reporting noise. An
+    untied LM head is left alone (the call copies the embedding into it)."""
+    extra = 0
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if WEIGHT_PREFIX + name not in inputs and name != "lm_head.weight":
+                param.zero_()
+                extra += param.numel()
+    return extra
 
 
 _values = close()
 
 
+_MODEL_COUNTS = ("n_params", "extra parameters")
+
+
 def _model_compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
-    values = {k: v for k, v in expected.items() if k != "n_params"}
-    problem = _values(case, {k: v for k, v in got.items() if k != "n_params"}, values)
+    values = {k: v for k, v in expected.items() if k not in _MODEL_COUNTS}
+    problem = _values(case, {k: v for k, v in got.items() if k not in _MODEL_COUNTS}, values)
     if problem is not None:
         return problem
+    extra = int(got["extra parameters"]) - int(expected["extra parameters"])
+    if extra > 0:
+        bias = "True" if case.inputs.get("bias", True) else "False"
+        return (
+            f"case '{case.name}': the outputs agree, but your model has {extra:,} numbers in "
+            f"parameters that the course's GPT does not have with this config (bias={bias})"
+        )
     g, e = int(got["n_params"]), int(expected["n_params"])
     if g != e:
         return (
@@ -232,8 +258,12 @@ def _model_variant(
     causal: bool = True,
     loss: str = "ok",
     probs: bool = False,
+    norm_first: bool = True,
+    block_bias: bool | None = None,
+    final_bias: bool | None = None,
 ):
-    """A GPT assembly with one classic slip (the arguments say which)."""
+    """A GPT assembly with one classic slip (the arguments say which). ``block_bias`` /
+    ``final_bias``: the blocks' / final LayerNorm's bias setting regardless of the config."""
 
     class Variant(nn.Module):
         def __init__(self, config: GPTConfig):
@@ -242,10 +272,14 @@ def _model_variant(
             D = config.d_model
             self.tok_emb = nn.Embedding(config.vocab_size, D)
             self.pos_emb = nn.Embedding(config.block_size, D)
-            self.blocks = pre_norm_stack(
-                config.n_layers, D, config.n_heads, config.d_ff, bias=config.bias
-            )
-            self.ln_f = nn.LayerNorm(D, bias=config.bias)
+            bias = config.bias if block_bias is None else block_bias
+            self.blocks = pre_norm_stack(config.n_layers, D, config.n_heads, config.d_ff, bias=bias)
+            if not norm_first:
+                self.blocks = nn.ModuleList(
+                    TransformerBlock(D, config.n_heads, config.d_ff, norm_first=False, bias=bias)
+                    for _ in range(config.n_layers)
+                )
+            self.ln_f = nn.LayerNorm(D, bias=config.bias if final_bias is None else final_bias)
             self.lm_head = nn.Linear(D, config.vocab_size, bias=False)
             if tie:
                 self.lm_head.weight = self.tok_emb.weight
@@ -288,14 +322,15 @@ def _loss_variant(logits: Tensor, idx: Tensor, targets: Tensor, loss: str) -> Te
 MODEL_MISTAKES = [
     Mistake(
         "missing position embeddings",
-        "add the position embeddings of positions 0..T-1, pos_emb(torch.arange(T)) (T, D), "
+        "add the position embeddings of positions 0..T-1, one (T, D) table of rows, "
         "to the token embeddings (B, T, D): without them the model cannot tell positions "
         "apart (attention is permutation equivariant, notebook 04)",
         _model_variant(positions="none"),
     ),
     Mistake(
         "positions counted from 1",
-        "positions are 0, 1, ..., T-1: torch.arange(T)",
+        "positions are counted from 0: a sequence of T tokens uses rows 0 to T-1 of the "
+        "position table",
         _model_variant(positions="from 1"),
     ),
     Mistake(
@@ -307,13 +342,13 @@ MODEL_MISTAKES = [
     Mistake(
         "no final LayerNorm",
         "with pre-norm blocks the residual stream is never normalised inside the stack: "
-        "apply self.ln_f to x before self.lm_head",
+        "normalise it with the final LayerNorm before the LM head",
         _model_variant(final_norm=False),
     ),
     Mistake(
         "blocks not causal (tokens see the future)",
-        "call every block with is_causal=True: position t may only attend to positions "
-        "<= t, or the model learns to copy the next token",
+        "every block must be causal (its forward has an argument for it): position t may only "
+        "attend to positions <= t, or the model learns to copy the next token",
         _model_variant(causal=False),
     ),
     Mistake(
@@ -346,6 +381,27 @@ MODEL_MISTAKES = [
         "report the MEAN cross-entropy over all B*T positions (F.cross_entropy's default "
         "reduction), so the loss does not grow with the batch",
         _model_variant(loss="sum"),
+    ),
+    Mistake(
+        "post-norm blocks (the 2017 order) instead of pre-norm",
+        "a GPT's blocks are pre-norm, GPT-2's order: each sublayer normalises its own input "
+        "and the residual stream is left alone (hence the final LayerNorm). The block normalises "
+        "the residual sum instead (post-norm, notebook 07's 2017 order) unless you ask for the "
+        "pre-norm order when you create it",
+        _model_variant(norm_first=False),
+    ),
+    Mistake(
+        "final LayerNorm with a bias although config.bias is False",
+        "config.bias=False means no bias vectors anywhere, the final LayerNorm included: "
+        "nn.LayerNorm takes a bias argument; pass it the config's bias, as the blocks get it",
+        _model_variant(final_bias=True),
+    ),
+    Mistake(
+        "blocks built with biases although config.bias is False",
+        "every block must follow config.bias (no biases in its linear layers and LayerNorms "
+        "when it is False): pass the config's bias on to each TransformerBlock as a keyword, "
+        "with dropout, activation and layer_norm_eps",
+        _model_variant(block_bias=True),
     ),
     Mistake(
         "returned probabilities instead of logits",
@@ -1023,7 +1079,7 @@ def _step_variant(mistake: str):
         if mistake == "step first":
             optimizer.step()
         _, loss = model(x, y)
-        if mistake not in ("no zero_grad", "zero after backward"):
+        if mistake not in ("no zero_grad", "zero after backward", "zero after step"):
             optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if mistake == "zero after backward":
@@ -1037,6 +1093,8 @@ def _step_variant(mistake: str):
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         if mistake != "step first":
             optimizer.step()
+        if mistake == "zero after step":
+            optimizer.zero_grad(set_to_none=True)
         return loss.item()
 
     return step
@@ -1045,19 +1103,28 @@ def _step_variant(mistake: str):
 STEP_MISTAKES = [
     Mistake(
         "old gradients never cleared",
-        "backward() adds to .grad: clear the gradients (optimizer.zero_grad()) before each "
-        "backward, or every step also follows the gradients of the steps before it",
+        "backward() adds to .grad: clear the gradients before each backward pass, or every "
+        "step also follows the gradients of the steps before it",
         _step_variant("no zero_grad"),
     ),
     Mistake(
         "gradients cleared after backward",
-        "optimizer.zero_grad() belongs before loss.backward(): after it, it erases the "
+        "the gradients are cleared before the backward pass: after it, clearing erases the "
         "gradient this step just computed",
         _step_variant("zero after backward"),
     ),
     Mistake(
+        "gradients cleared after the optimizer step instead of before the backward pass",
+        "in a loop that starts with empty gradients this trains the same, but a step must not "
+        "depend on what .grad held before it: here the model arrives with a gradient from "
+        "elsewhere (an evaluation or a gradient check that called backward, a step that "
+        "raised before its clearing), and your first step adds it to this batch's gradient. "
+        "Clear the gradients before the backward pass, so every step uses its batch alone",
+        _step_variant("zero after step"),
+    ),
+    Mistake(
         "optimizer step before the backward pass",
-        "the order is forward, loss, backward, clip, then optimizer.step(): stepping first "
+        "the order is forward, loss, backward, clip, then the optimizer's step: stepping first "
         "uses the previous step's gradients",
         _step_variant("step first"),
     ),
@@ -1070,7 +1137,7 @@ STEP_MISTAKES = [
     ),
     Mistake(
         "each tensor's gradient clipped on its own",
-        "clip the norm of ALL gradients together (one call on model.parameters()), so the "
+        "clip the norm of ALL gradients together (one call on all the parameters), so the "
         "direction of the update is kept; clipping tensor by tensor changes it",
         _step_variant("clip per tensor"),
     ),
@@ -1212,6 +1279,12 @@ FLOPS_MISTAKES = [
         _flops_variant(attention=0),
     ),
     Mistake(
+        "attention term counted for the forward pass only",
+        "the attention products have a backward pass too, twice as costly as their forward, "
+        "like every product: multiply the attention term by the same 3 as the weights",
+        _flops_variant(attention=4),
+    ),
+    Mistake(
         "attention term halved (only one of its two products)",
         "attention does two products per layer, the scores Q K^T and the weighted sum of V, "
         "T * D multiply-adds each per token (count the full T, as nanoGPT does: the fused "
@@ -1226,8 +1299,8 @@ FLOPS_MISTAKES = [
     ),
     Mistake(
         "position table counted in N",
-        "a position embedding is looked up, not multiplied: N leaves it out "
-        "(config.param_count(non_embedding=True)); the token table does count, it is the "
+        "a position embedding is looked up, not multiplied: N leaves it out (the config's "
+        "parameter count has an option for that); the token table does count, it is the "
         "LM head's matrix",
         _flops_variant(positions=True),
     ),

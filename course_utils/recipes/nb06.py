@@ -6,17 +6,20 @@
   one. Each lookup is one attention pattern (a sub-diagonal, an anti-diagonal, a column), so a
   trained model's heads specialise visibly.
 * :class:`HeadsModel` and :func:`train_heads_model` — a 2-layer encoder trained on it in
-  seconds; :func:`attention_maps` returns every head's weights, :func:`head_ablation` the
+  seconds; :func:`heads_vs_layers` trains it with 1 and 3 heads at 1 and 2 layers (is one head
+  enough?); :func:`attention_maps` returns every head's weights, :func:`head_ablation` the
   accuracy with one head switched off (Michel et al. 2019).
 * :func:`draw_split_heads` — the picture of ``split_heads``: which numbers land in which head;
   :func:`mha_flops` / :func:`mha_params` — the four matmuls' FLOPs and the parameters;
   :func:`score_entries` — the size of the scores tensor, which does grow with H;
-  :func:`head_weights` — a fused layer's weights as per-head matrices, for the loop of 06.1.
+  :func:`head_weights` — a fused layer's weights as per-head matrices, for the loop of 06.1;
+  :func:`batched_heads` — all heads at once with exactly the loop's operations (no biases, plain
+  softmax), the fair partner of the loop in a timing.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +36,9 @@ __all__ = [
     "LookupTask",
     "HeadsModel",
     "train_heads_model",
+    "heads_vs_layers",
     "accuracy",
+    "batched_heads",
     "attention_maps",
     "head_ablation",
     "draw_split_heads",
@@ -254,6 +259,36 @@ def train_heads_model(
     return model, task, history
 
 
+def heads_vs_layers(
+    cfg: Config | None = None,
+    heads: tuple[int, ...] = (1, 3),
+    n_layers: tuple[int, ...] = (1, 2),
+    seed: int = 0,
+    progress: bool | str = False,
+) -> dict[tuple[int, int], Tensor]:
+    """Train the lookup model with each number of layers and heads (everything else as in
+    ``cfg``) and return ``{(layers, heads): per-lookup accuracy (3,)}`` on 1024 fresh
+    sentences. ``cfg.d_model`` must be divisible by every head count. On a CPU the models
+    train on one torch thread (restored afterwards): the sums then run in one order, so a
+    seed gives the same models however many cores the machine has, and a busy machine is not
+    slowed further by threads waiting for each other."""
+    cfg = cfg or config()
+    results = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for L in n_layers:
+            for H in heads:
+                model, task, _ = train_heads_model(
+                    replace(cfg, n_layers=L, n_heads=H), seed=seed, progress=progress
+                )
+                x, y = task.sample(1024, torch.Generator().manual_seed(seed + 1))
+                results[(L, H)] = accuracy(model, x, y)
+    finally:
+        torch.set_num_threads(threads)
+    return results
+
+
 @torch.no_grad()
 def accuracy(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
     """Per-lookup token accuracy, shape (3,): previous, mirror, first (on the CPU; x and y move
@@ -335,6 +370,24 @@ def head_weights(mha: nn.Module) -> tuple[list[Tensor], list[Tensor], list[Tenso
     blocks = mha.qkv.weight.detach().split(D)  # W_q, W_k, W_v as (D_out, D_in)
     W_q, W_k, W_v = ([w[h * Dh : (h + 1) * Dh].T for h in range(H)] for w in blocks)
     return W_q, W_k, W_v, mha.out.weight.detach().T
+
+
+def batched_heads(x: Tensor, qkv_weight: Tensor, out_weight: Tensor, n_heads: int) -> Tensor:
+    """Multi-head self attention, all heads at once, with exactly the operations of the loop
+    of 06.1 (no biases, ``torch.softmax``, no mask): x (B, T, D) -> (B, T, D).
+
+    ``qkv_weight`` (3D, D) and ``out_weight`` (D, D) in ``nn.Linear``'s layout (a fused layer's
+    ``qkv.weight`` and ``out.weight``), so it computes what ``multi_head_loop`` computes on
+    ``head_weights`` of the same layer (with the layer's biases at zero).
+    """
+    B, T, D = x.shape
+    Dh = D // n_heads
+    q, k, v = (
+        t.reshape(B, T, n_heads, Dh).transpose(1, 2)  # (B, H, T, Dh)
+        for t in F.linear(x, qkv_weight).chunk(3, dim=-1)
+    )
+    weights = torch.softmax(q @ k.transpose(-2, -1) / Dh**0.5, dim=-1)  # (B, H, T, T)
+    return F.linear((weights @ v).transpose(1, 2).reshape(B, T, D), out_weight)
 
 
 def mha_params(D: int) -> dict[str, int]:

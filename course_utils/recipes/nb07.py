@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -209,6 +210,7 @@ def time_vs_length(
     seed: int = 0,
     clock: str = "cpu",
     device: torch.device | str | None = None,
+    repeats: int = 1,
 ) -> dict[str, dict[int, float]]:
     """Seconds per forward pass, ``{contender: {n: seconds}}``, on x (B, n, D).
 
@@ -218,7 +220,10 @@ def time_vs_length(
     other (which grows with the machine's load), so it stays stable on a busy machine.
     ``clock="wall"`` measures elapsed time with all of torch's threads (always on a GPU,
     where the benchmark waits for the device). Each value is the median of
-    ``torch.utils.benchmark``'s repeats. ``device``: default the profile's.
+    ``torch.utils.benchmark``'s repeats; with ``repeats > 1`` the whole sweep runs that many
+    times, one after the other, and each value is the median over the sweeps, so that a burst
+    of load from other programs during one sweep moves no point far. ``device``: default the
+    profile's.
     """
     from torch.utils import benchmark
 
@@ -226,21 +231,30 @@ def time_vs_length(
     device = devices.resolve(device)
     if device.type != "cpu":
         clock = "wall"  # CPU time says nothing about work done on an accelerator
+    if repeats < 1:
+        raise ValueError(f"expected repeats >= 1, got {repeats}")
     torch.manual_seed(seed)
-    results: dict[str, dict[int, float]] = {}
-    for n in cfg.lengths:
-        x = torch.randn(cfg.time_batch, n, cfg.d_model).to(device)
-        for name, model in sequence_models(n, cfg).items():
-            model.to(device).eval()
-            timer = benchmark.Timer(
-                stmt="model(x)",
-                globals={"model": model, "x": x},
-                num_threads=1 if clock == "cpu" else torch.get_num_threads(),
-                timer=_CLOCKS[clock],
-            )
-            measurement = timer.blocked_autorange(min_run_time=cfg.min_run_time)
-            results.setdefault(_kind(name), {})[n] = measurement.median
-    return results
+    contenders = {
+        n: (torch.randn(cfg.time_batch, n, cfg.d_model).to(device), sequence_models(n, cfg))
+        for n in cfg.lengths
+    }
+    sweeps: dict[str, dict[int, list[float]]] = {}
+    for _ in range(repeats):
+        for n, (x, models) in contenders.items():
+            for name, model in models.items():
+                model.to(device).eval()
+                timer = benchmark.Timer(
+                    stmt="model(x)",
+                    globals={"model": model, "x": x},
+                    num_threads=1 if clock == "cpu" else torch.get_num_threads(),
+                    timer=_CLOCKS[clock],
+                )
+                measurement = timer.blocked_autorange(min_run_time=cfg.min_run_time)
+                sweeps.setdefault(_kind(name), {}).setdefault(n, []).append(measurement.median)
+    return {
+        name: {n: statistics.median(values) for n, values in curve.items()}
+        for name, curve in sweeps.items()
+    }
 
 
 def influence(model: nn.Module, n: int, d_model: int, seed: int = 0) -> Tensor:

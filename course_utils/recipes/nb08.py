@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import os
+import statistics
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -389,3 +390,77 @@ def describe(cfg: Config) -> dict[str, Any]:
 
 
 __all__ += ["next_token_distribution", "on_model_device", "describe"]
+
+
+# ----------------------------------------------------------------------------- the KV cache
+
+
+@dataclass(frozen=True)
+class CacheTiming:
+    """Greedy generation with and without the KV cache, timed in alternation.
+
+    ``plain_s`` / ``cache_s``: median wall seconds of one generation; ``speedup``: the median
+    of the per-round ratios plain / cache (each round times both, one right after the other,
+    so a burst of load from another program hits both sides of a ratio);
+    ``same_tokens``: whether both runs produced the same ids; ``full_forwards``: how many of
+    the cached run's steps ran the model on more than one position (see
+    :func:`count_full_forwards`)."""
+
+    new_tokens: int
+    plain_s: float
+    cache_s: float
+    speedup: float
+    same_tokens: bool
+    full_forwards: int
+
+
+def count_full_forwards(model: GPT, prompt: torch.Tensor, max_new_tokens: int) -> int:
+    """How many forward passes of ``model.generate(..., use_cache=True)`` (greedy) see more
+    than one position: the prompt's (if it has more than one token), plus one for every step
+    after the window is full, where the cache is rebuilt from the cropped context."""
+    count = 0
+
+    def hook(module, args, kwargs):
+        nonlocal count
+        idx = args[0] if args else kwargs["idx"]
+        count += int(idx.shape[1] > 1)
+
+    handle = model.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        model.generate(prompt.to(devices.model_device(model)), max_new_tokens, temperature=0.0)
+    finally:
+        handle.remove()
+    return count
+
+
+def compare_generation(
+    model: GPT, prompt: torch.Tensor, max_new_tokens: int, rounds: int = 5
+) -> CacheTiming:
+    """Time greedy generation of ``max_new_tokens`` tokens without and with the KV cache,
+    alternating for ``rounds`` rounds (see :class:`CacheTiming`). ``prompt`` (1, T)."""
+    if rounds < 1:
+        raise ValueError(f"expected rounds >= 1, got {rounds}")
+    plain, cached, ratios = [], [], []
+    same = True
+    for _ in range(rounds):
+        t_plain, out_plain = time_generation(
+            model, prompt, max_new_tokens, use_cache=False, repeats=1
+        )
+        t_cache, out_cache = time_generation(
+            model, prompt, max_new_tokens, use_cache=True, repeats=1
+        )
+        plain.append(t_plain)
+        cached.append(t_cache)
+        ratios.append(t_plain / t_cache)
+        same = same and torch.equal(out_plain, out_cache)
+    return CacheTiming(
+        new_tokens=max_new_tokens,
+        plain_s=statistics.median(plain),
+        cache_s=statistics.median(cached),
+        speedup=statistics.median(ratios),
+        same_tokens=same,
+        full_forwards=count_full_forwards(model, prompt, max_new_tokens),
+    )
+
+
+__all__ += ["CacheTiming", "count_full_forwards", "compare_generation"]

@@ -45,13 +45,11 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from course_utils.authoring.execute import AUTHOR_ENV_VAR
 from course_utils.runtime.profiles import PROFILES, profile_name, using_environment
 
 LOG_ENV_VAR = "COURSE_CLAIMS_LOG"
 KEEP_GOING_ENV_VAR = "COURSE_CLAIMS_KEEP_GOING"  # "1": a failed claim prints ✗ instead of raising
-AUTHOR_ENV_VAR = (
-    "COURSE_CLAIMS_AUTHOR"  # "1": the authoring tools' runs (failures speak to authors)
-)
 HELD, FAILED, SKIPPED = "held", "failed", "skipped"
 
 

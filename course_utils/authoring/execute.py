@@ -6,6 +6,9 @@ from pathlib import Path
 
 import nbformat
 
+# "1" in the environment of the authoring tools' runs: a failed claim speaks to the author
+AUTHOR_ENV_VAR = "COURSE_CLAIMS_AUTHOR"
+
 
 def run_notebook(
     nb: nbformat.NotebookNode, *, folder: str | Path, profile: str | None = None, timeout: int = 600
@@ -17,13 +20,13 @@ def run_notebook(
     kernelspec the machine has, and inherits this process's environment, plus
     ``COURSE_CLAIMS_AUTHOR=1``: only authoring tools run notebooks this way (``course claims``,
     ``course release --execute``, the benchmarks), so a failed claim speaks to the author (see
-    :mod:`course_utils.authoring.claims`). Cell timings are not recorded. Raises nbclient's ``CellExecutionError`` at the first failing cell.
+    :mod:`course_utils.authoring.claims`). Cell timings are not recorded. Raises nbclient's
+    ``CellExecutionError`` at the first failing cell.
     """
     from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
     from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
 
-    from course_utils.authoring.claims import AUTHOR_ENV_VAR
     from course_utils.runtime.profiles import using_environment, using_profile
 
     with using_profile(profile), using_environment({AUTHOR_ENV_VAR: "1"}):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -705,6 +706,46 @@ def long_run_notice(name: str, steps: int, epochs: int, device: torch.device) ->
     )
 
 
+class WeightAverage:
+    """An exponential moving average of a model's weights (its buffers copied as they are),
+    updated by ``train``'s step hook after every optimizer step; the average is the model kept.
+    """
+
+    def __init__(self, model: nn.Module, decay: float):
+        self.decay = decay
+        self.source = model
+        self.model = copy.deepcopy(model)
+
+    def __call__(self, step: int, net: nn.Module) -> None:
+        """The step hook: ``average <- decay * average + (1 - decay) * weights``."""
+        with torch.no_grad():
+            pairs = zip(self.model.parameters(), self.source.parameters(), strict=True)
+            for a, p in pairs:
+                a.lerp_(p, 1.0 - self.decay)
+            for a, b in zip(self.model.buffers(), self.source.buffers(), strict=True):
+                a.copy_(b)
+
+
+def shuffled_batches(
+    data: ImageSplit, tc: TrainConfig, gen: torch.Generator, device: torch.device
+) -> Callable[[int], tuple[Tensor, Tensor]]:
+    """``step -> (images, labels)``: epochs of shuffled mini-batches of ``tc.batch_size``
+    training images (a new permutation each epoch), each batch augmented by ``tc.augment``."""
+    x_train, y_train = data.x_train.to(device), data.y_train.to(device)
+    n = len(x_train)
+    per_epoch = math.ceil(n / tc.batch_size)
+    order: dict[str, Tensor] = {}
+
+    def batch(step: int) -> tuple[Tensor, Tensor]:
+        epoch, i = divmod(step, per_epoch)
+        if i == 0 or "perm" not in order:  # a new shuffle every epoch
+            order["perm"] = torch.randperm(n, generator=gen).to(device)
+        idx = order["perm"][i * tc.batch_size : (i + 1) * tc.batch_size]
+        return augment_batch(x_train[idx], tc.augment, gen), y_train[idx]
+
+    return batch
+
+
 def _fit(
     name: str,
     model: nn.Module,
@@ -719,30 +760,11 @@ def _fit(
     device = torch.device(device) if device is not None else current().device
     model.to(device)
     gen = torch.Generator().manual_seed(seed)
-    x_train = data.x_train.to(device)
-    y_train = data.y_train.to(device)
-    n = len(x_train)
-    per_epoch = math.ceil(n / tc.batch_size)
+    batch = shuffled_batches(data, tc, gen, device)
+    per_epoch = math.ceil(len(data.x_train) / tc.batch_size)
     steps = tc.epochs * per_epoch
-    order: dict[str, Tensor] = {}
-    average = copy.deepcopy(model) if tc.ema else None  # the weights' moving average
-
-    def update_average() -> None:
-        with torch.no_grad():
-            for a, p in zip(average.parameters(), model.parameters(), strict=True):
-                a.lerp_(p, 1.0 - tc.ema)
-            for a, b in zip(average.buffers(), model.buffers(), strict=True):
-                a.copy_(b)
-
-    def after_step(step: int, net: nn.Module) -> None:  # after the step's evaluation
-        update_average()
-
-    def batch(step: int) -> tuple[Tensor, Tensor]:
-        epoch, i = divmod(step, per_epoch)
-        if i == 0 or "perm" not in order:  # a new shuffle every epoch
-            order["perm"] = torch.randperm(n, generator=gen).to(device)
-        idx = order["perm"][i * tc.batch_size : (i + 1) * tc.batch_size]
-        return augment_batch(x_train[idx], tc.augment, gen), y_train[idx]
+    ema = WeightAverage(model, tc.ema) if tc.ema else None
+    average = ema.model if ema is not None else None
 
     def loss_fn(net: nn.Module, b: tuple[Tensor, Tensor]) -> Tensor:
         return F.cross_entropy(net(b[0]), b[1], label_smoothing=tc.label_smoothing)
@@ -774,7 +796,7 @@ def _fit(
         log_every=per_epoch,
         seed=seed,
         autocast_dtype=tc.autocast_dtype,
-        on_step=after_step if average is not None else None,
+        on_step=ema,
         progress=progress,
         desc=f"training {name}",
     )

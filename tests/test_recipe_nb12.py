@@ -37,6 +37,23 @@ def test_the_split_holds_out_digit_place_combinations(data):
     )
 
 
+def test_the_iid_split_is_drawn_like_training_with_other_images(data):
+    def scenes(split):
+        return [cap.Scene(tuple(int(d) for d in row)) for row in split.digits]
+
+    assert len(data.test_iid) == len(data.test) == 30
+    assert not any(map(cap.is_held_out, scenes(data.test_iid)))
+    train = {tuple(im.flatten().tolist()) for im in data.train.images}
+    for split in (data.test, data.test_iid):
+        assert not any(tuple(im.flatten().tolist()) in train for im in split.images)
+    # the glyphs themselves come from the held-back samples: no test digit is a training digit
+    pools = cap._glyph_pools(3)
+    for k in range(10):
+        seen = {tuple(x.flatten().tolist()) for x in pools[0][k]}
+        assert not any(tuple(x.flatten().tolist()) in seen for x in pools[1][k])
+    assert len(cap.make_caption_data(60, 30, n_test_iid=7, seed=3).test_iid) == 7
+
+
 def test_captions_decode_and_name_the_digits(data):
     tr = data.train
     for i in range(len(tr)):
@@ -59,6 +76,9 @@ def test_the_data_is_seeded(data):
     again = cap.make_caption_data(60, 30, seed=3)
     assert torch.equal(again.train.images, data.train.images)
     assert torch.equal(again.test.captions, data.test.captions)
+    assert torch.equal(again.test_iid.images, data.test_iid.images)
+    other = cap.make_caption_data(60, 30, seed=4)
+    assert not torch.equal(other.test_iid.images, data.test_iid.images)
 
 
 def _brute_force(log_probs_fn, bos, eos, V, max_len, alpha):
@@ -106,6 +126,28 @@ def test_caption_accuracy_counts_words_and_eos():
     assert exact == 0.5 and per_word == pytest.approx(4 / 5)
 
 
+def test_digit_name_accuracy_splits_held_out_names_from_the_others():
+    split = cap.make_caption_data(4, 6, seed=5).test
+    pred = split.captions.clone()
+    assert nb12.digit_name_accuracy(pred, split) == (1.0, 1.0)
+    # (1, 0, -1, 7): "a one left of a zero above a seven": only the seven (cell 3) is held out
+    i = 0
+    split.digits[i] = torch.tensor([1, 0, -1, 7])
+    vocab = cap.Vocab()
+    words = "a one left of a zero above a seven".split()
+    split.captions[i] = cap.PAD
+    split.captions[i, : len(words) + 1] = torch.tensor(vocab.encode(words) + [cap.EOS])
+    pred = split.captions.clone()
+    pred[i, 8] = vocab.stoi["six"]  # the held-out seven, wrong
+    pred[i, 1] = vocab.stoi["two"]  # the one, wrong
+    n_held = sum(
+        cap.held_out_cell(int(d)) == c for row in split.digits for c, d in enumerate(row) if d >= 0
+    )
+    n_rest = int(torch.isin(split.captions, torch.arange(4, 14)).sum()) - n_held
+    held, rest = nb12.digit_name_accuracy(pred, split)
+    assert held == pytest.approx(1 - 1 / n_held) and rest == pytest.approx(1 - 1 / n_rest)
+
+
 def test_the_pooled_captioner_sees_one_vector():
     model = Captioner(len(cap.Vocab()), d_model=16, n_heads=2, d_ff=16, pooled=True)
     assert model.encode(torch.rand(3, 1, 24, 24)).shape == (3, 1, 16)
@@ -142,3 +184,18 @@ def test_training_lowers_the_loss_and_beam_search_captions(data):
     assert run.history.train_loss[-1] < run.history.train_loss[0]
     out = nb12.beam_captions(run.model, data.test.images[:2], beam_size=2, alpha=0.6)
     assert out.shape == (2, run.model.max_len - 2)
+    iid = nb12.caption_accuracy(
+        nb12.greedy_captions(run.model, data.test_iid), data.test_iid.captions
+    )
+    novel = nb12.caption_accuracy(nb12.greedy_captions(run.model, data.test), data.test.captions)
+    assert (run.exact_iid, run.per_word_iid) == iid and (run.exact, run.per_word) == novel
+
+
+def test_the_profiles_size_the_iid_split():
+    assert (
+        nb12.make_data(
+            replace(nb12.config("ci"), n_train=20, n_test=5, n_test_iid=9)
+        ).test_iid.images.shape[0]
+        == 9
+    )
+    assert nb12.config("ci").n_test_iid <= nb12.config("ci").n_test

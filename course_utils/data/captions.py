@@ -9,12 +9,14 @@ and names the relation between consecutive ones with a small grammar::
 
 ``left of``: the next digit is in the same row, further right; ``above``: it is in the row below.
 
-The split is compositional: in training, digit ``d`` never sits in cell ``d % 4`` (cells are
-numbered 0 1 / 2 3); every test scene puts at least one digit in its held-out cell, so each
-test caption names a (digit, position) pair no training scene shows. The test scenes also draw
-their digits from other handwritten samples than the training scenes.
+Two test splits. The **novel** split (``data.test``) is compositional: in training, digit
+``d`` never sits in cell ``d % 4`` (cells are numbered 0 1 / 2 3); every novel test scene puts
+at least one digit in its held-out cell, so each of its captions names a (digit, position) pair
+no training scene shows. The **in-distribution** split (``data.test_iid``) draws its scenes
+like the training scenes (no digit in its held-out cell). Both test splits draw their digits
+from other handwritten samples than the training scenes.
 
-    data = make_caption_data(n_train=2000, n_test=500, seed=0)
+    data = make_caption_data(n_train=2000, n_test=500, seed=0)   # n_test_iid defaults to n_test
     data.train.images (N, 1, H, W), data.train.captions (N, T): words, EOS, PAD
     data.train.noun_patches (N, T, P): for each word that names a digit, that digit's patches
     data.vocab.decode(tokens) -> "a seven left of a two"
@@ -177,13 +179,18 @@ class CaptionSplit:
 
 @dataclass
 class CaptionData:
-    """Both splits, the vocabulary and the geometry (canvas and patch size in pixels)."""
+    """The splits, the vocabulary and the geometry (canvas and patch size in pixels).
+
+    ``test``: the novel-combination scenes (each with a digit in its held-out cell);
+    ``test_iid``: scenes drawn like the training ones (none), with unseen handwritten samples.
+    """
 
     train: CaptionSplit
     test: CaptionSplit
     vocab: Vocab
     canvas: int
     patch: int
+    test_iid: CaptionSplit
 
 
 def _glyph_pools(seed: int) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
@@ -250,11 +257,18 @@ def _make_split(
 
 
 def make_caption_data(
-    n_train: int, n_test: int, *, canvas: int = 24, patch: int = 4, seed: int = 0
+    n_train: int,
+    n_test: int,
+    *,
+    n_test_iid: int | None = None,
+    canvas: int = 24,
+    patch: int = 4,
+    seed: int = 0,
 ) -> CaptionData:
-    """The seeded captioning task: ``n_train`` training scenes (no digit in its held-out cell)
-    and ``n_test`` test scenes (each with at least one), drawn from disjoint handwritten
-    samples. ``canvas`` (pixels per side, even, cells at least 8 wide) and ``patch`` (the
+    """The seeded captioning task: ``n_train`` training scenes (no digit in its held-out cell),
+    ``n_test`` novel test scenes (each with at least one) and ``n_test_iid`` (default
+    ``n_test``) in-distribution test scenes (none); the test splits' handwritten samples are
+    disjoint from the training ones. ``canvas`` (pixels per side, even, cells at least 8 wide) and ``patch`` (the
     encoder's patch size, dividing ``canvas``) fix the geometry."""
     if canvas % GRID or canvas // GRID < DIGIT or canvas % patch:
         raise ValueError(
@@ -266,4 +280,6 @@ def make_caption_data(
     g = torch.Generator().manual_seed(seed + 1)
     train = _make_split(n_train, train_pool, False, canvas, patch, g, vocab)
     test = _make_split(n_test, test_pool, True, canvas, patch, g, vocab)
-    return CaptionData(train, test, vocab, canvas, patch)
+    n_iid = n_test if n_test_iid is None else n_test_iid
+    test_iid = _make_split(n_iid, test_pool, False, canvas, patch, g, vocab)  # after: same test
+    return CaptionData(train, test, vocab, canvas, patch, test_iid)

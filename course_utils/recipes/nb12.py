@@ -4,7 +4,8 @@ measurements.
     cfg = config()                                   # the active profile's recipe
     data = make_data(cfg)                            # digit scenes and their captions
     run = train_captioner(cfg, data)                 # or pooled=True: one image vector
-    run.exact, run.per_word                          # greedy captions on the test scenes
+    run.exact, run.per_word                          # greedy captions, novel-combination scenes
+    run.exact_iid, run.per_word_iid                  # ... and in-distribution test scenes
     attention_on_named_digit(run.model, data.test)   # (share on the named digit, chance)
     beam_captions(run.model, data.test[:50].images, beam_size=4, alpha=0.6)
 
@@ -22,7 +23,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils.data.captions import BOS, EOS, PAD, CaptionData, CaptionSplit, make_caption_data
+from course_utils.data.captions import (
+    BOS,
+    DIGIT_NAMES,
+    EOS,
+    PAD,
+    CaptionData,
+    CaptionSplit,
+    Vocab,
+    held_out_cell,
+    make_caption_data,
+)
 from course_utils.modeling.decoding import beam_search
 from course_utils.modeling.layers import record_attention
 from course_utils.modeling.models.captioner import Captioner
@@ -40,6 +51,7 @@ __all__ = [
     "caption_loss",
     "greedy_captions",
     "caption_accuracy",
+    "digit_name_accuracy",
     "Run",
     "train_captioner",
     "cross_attention",
@@ -63,6 +75,7 @@ class Sizes:
     steps: int
     lr: float
     warmup: int
+    n_test_iid: int = 300  # in-distribution test scenes (the novel ones: n_test)
     canvas: int = 24
     patch: int = 4
     seed: int = 0
@@ -81,6 +94,7 @@ SIZES = ProfileTable(
         steps=200,
         lr=3e-3,
         warmup=20,
+        n_test_iid=150,
         patch=6,
     ),
     cpu=Sizes(
@@ -109,6 +123,7 @@ SIZES = ProfileTable(
         steps=4000,
         lr=1e-3,
         warmup=200,
+        n_test_iid=1000,
         patch=6,
     ),
 )
@@ -122,7 +137,9 @@ def config(profile: str | None = None) -> Sizes:
 def make_data(cfg: Sizes | None = None) -> CaptionData:
     """The seeded captioning task at ``cfg``'s sizes (see :mod:`course_utils.data.captions`)."""
     c = cfg or config()
-    return make_caption_data(c.n_train, c.n_test, canvas=c.canvas, patch=c.patch, seed=c.seed)
+    return make_caption_data(
+        c.n_train, c.n_test, n_test_iid=c.n_test_iid, canvas=c.canvas, patch=c.patch, seed=c.seed
+    )
 
 
 def build_model(cfg: Sizes, data: CaptionData, *, pooled: bool = False) -> Captioner:
@@ -213,6 +230,23 @@ def caption_accuracy(pred: torch.Tensor, captions: torch.Tensor) -> tuple[float,
     return exact, per_word
 
 
+def digit_name_accuracy(pred: torch.Tensor, split: CaptionSplit) -> tuple[float, float]:
+    """(accuracy on the digit names whose digit sits in its held-out cell, accuracy on the other
+    digit names): pred (N, T) against ``split.captions`` (N, T), position by position; NaN for
+    a group with no word. The k-th digit name of a caption names the k-th occupied cell."""
+    names = torch.tensor(Vocab().encode(list(DIGIT_NAMES)))
+    is_name = torch.isin(split.captions, names)  # (N, T)
+    held = torch.zeros_like(is_name)
+    for i in range(len(split)):
+        cells = [c for c, d in enumerate(split.digits[i].tolist()) if d >= 0]
+        flags = [held_out_cell(int(split.digits[i, c])) == c for c in cells]
+        held[i, is_name[i].nonzero().flatten()] = torch.tensor(flags, dtype=torch.bool)
+    right = (pred == split.captions).float()
+    on_held = right[held].mean().item() if held.any() else float("nan")
+    rest = is_name & ~held
+    return on_held, right[rest].mean().item() if rest.any() else float("nan")
+
+
 @dataclass
 class Run:
     """One trained captioner and what was measured on it."""
@@ -220,15 +254,18 @@ class Run:
     name: str
     model: Captioner
     history: History
-    exact: float  # exact-caption accuracy of greedy decoding on the test scenes
+    exact: float  # exact-caption accuracy of greedy decoding on the novel test scenes
     per_word: float  # per-word accuracy of the same
     train_time_s: float
     n_params: int
+    exact_iid: float  # the same two on the in-distribution test scenes
+    per_word_iid: float
 
     def __repr__(self) -> str:
         return (
-            f"Run({self.name!r}: exact {self.exact:.3f}, per word {self.per_word:.3f}, "
-            f"{self.train_time_s:.1f} s, {self.n_params:,} parameters)"
+            f"Run({self.name!r}: in-distribution exact {self.exact_iid:.3f}, per word "
+            f"{self.per_word_iid:.3f}; novel exact {self.exact:.3f}, per word "
+            f"{self.per_word:.3f}; {self.train_time_s:.1f} s, {self.n_params:,} parameters)"
         )
 
 
@@ -252,7 +289,8 @@ def train_captioner(
     device: torch.device | str | None = None,
 ) -> Run:
     """Train a captioner for ``cfg.steps`` steps with ``forward``'s teacher-forced loss on
-    ``device`` (default: the profile's) and measure greedy captions on ``data.test``."""
+    ``device`` (default: the profile's) and measure greedy captions on ``data.test`` (novel
+    combinations) and ``data.test_iid`` (in distribution)."""
     torch.manual_seed(seed)
     model = build_model(cfg, data, pooled=pooled)
     name = "pooled vector" if pooled else "cross attention"
@@ -272,8 +310,10 @@ def train_captioner(
     )
     seconds = time.perf_counter() - t0
     exact, per_word = caption_accuracy(greedy_captions(model, data.test), data.test.captions)
+    iid = data.test_iid
+    exact_iid, per_word_iid = caption_accuracy(greedy_captions(model, iid), iid.captions)
     n_params = sum(p.numel() for p in model.parameters())
-    return Run(name, model, history, exact, per_word, seconds, n_params)
+    return Run(name, model, history, exact, per_word, seconds, n_params, exact_iid, per_word_iid)
 
 
 @torch.no_grad()

@@ -399,3 +399,17 @@ def parameter_shapes(module_cls: Callable[..., nn.Module], *args, **kwargs) -> d
     with torch.device("meta"):
         module = module_cls(*args, **kwargs)
     return {name: tuple(p.shape) for name, p in module.named_parameters()}
+
+
+# The fused attention kernels, by every name a call can reach them under (the function, the
+# multi-head wrapper and the aten ops they run as): forbidden where the student writes attention.
+FUSED_ATTENTION_OPS = (
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch.nn.functional.multi_head_attention_forward",
+    "aten::_safe_softmax",
+    "aten::_scaled_dot_product_attention_math",
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_cudnn_attention",
+)

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from course_utils.checks._common import (
+    FUSED_ATTENTION_OPS,
     as_pair,
     close,
     compare_or_raised,
@@ -244,16 +245,7 @@ SDPA = Exercise(
     call=_sdpa_call,
     mistakes=SDPA_MISTAKES,
     compare=close(),
-    forbids=(
-        "torch.nn.functional.scaled_dot_product_attention",
-        "torch.nn.functional.multi_head_attention_forward",
-        "aten::_safe_softmax",
-        "aten::_scaled_dot_product_attention_math",
-        "aten::_scaled_dot_product_flash_attention",
-        "aten::_scaled_dot_product_flash_attention_for_cpu",
-        "aten::_scaled_dot_product_efficient_attention",
-        "aten::_scaled_dot_product_cudnn_attention",
-    ),
+    forbids=FUSED_ATTENTION_OPS,
     hint="the scores are the query-key dot products divided by the square root of the key width "
     "d_k, (..., T, S); blocked positions (mask False) count as -inf; a softmax over the keys, "
     "rows with no allowed key all zero; the output is the weights' average of the values, "

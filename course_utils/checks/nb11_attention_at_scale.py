@@ -32,6 +32,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from course_utils.checks._common import (
+    FUSED_ATTENTION_OPS,
     AllocationTracker,
     as_tensor,
     close,
@@ -288,16 +289,7 @@ TILED = Exercise(
     call=_tiled_call,
     mistakes=TILED_MISTAKES,
     compare=_tiled_compare,
-    forbids=(
-        "torch.nn.functional.scaled_dot_product_attention",
-        "torch.nn.functional.multi_head_attention_forward",
-        "aten::_safe_softmax",
-        "aten::_scaled_dot_product_attention_math",
-        "aten::_scaled_dot_product_flash_attention",
-        "aten::_scaled_dot_product_flash_attention_for_cpu",
-        "aten::_scaled_dot_product_efficient_attention",
-        "aten::_scaled_dot_product_cudnn_attention",
-    ),
+    forbids=FUSED_ATTENTION_OPS,
     hint="keep three running quantities per query over the key blocks: the largest score "
     "seen so far, the softmax denominator and the weighted sum of values; when a block raises "
     "the maximum, rescale the old denominator and sum by exp(old max - new max) before adding "

@@ -521,12 +521,13 @@ def test_one_folder_per_student_names_the_student_G3(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def attack_batch(tmp_path_factory):
+def attack_batch():
     """Honest alice (with a device node and a FIFO in her folder), links to solutions, to
     alice and to /etc/shadow, an odd name, and one notebook with E1's deep chain, D2's
     results link and D1's swapping thread: one ``course grade -j 2`` run."""
     require_bwrap(root=True)
-    root = tmp_path_factory.mktemp("redteam")
+    # a short folder: under xdist, tmp_path_factory's is too long for the kernels' unix sockets
+    root = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
     t1 = root / "host_target"
     before = {t1: _target(t1)}
     alice = root / "alice" / "solution.ipynb"
@@ -566,7 +567,7 @@ def attack_batch(tmp_path_factory):
         cmd, capture_output=True, text=True, env=env, cwd=root, timeout=600, preexec_fn=_big_files
     )
     reports = json.loads((out / "g.json").read_text(encoding="utf-8"))
-    return SimpleNamespace(
+    yield SimpleNamespace(
         run=run,
         root=root,
         out=out,
@@ -574,6 +575,7 @@ def attack_batch(tmp_path_factory):
         wall=time.monotonic() - t0,
         by={Path(r["notebook"]).parent.name: r for r in reports},
     )
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.mark.slow

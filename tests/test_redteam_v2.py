@@ -749,3 +749,24 @@ def test_a_kernel_that_cannot_start_says_why_in_one_line(tmp_path, monkeypatch):
         shutil.rmtree(workdir, ignore_errors=True)
     message = str(err.value)
     assert "the kernel said: No module named ipykernel_x" in message and "\n" not in message
+
+
+def test_a_venv_under_tmp_gets_parents_the_kernels_uid_can_enter():
+    """bwrap makes a bind's missing parents 0700 and root-owned: a venv at /tmp/ci/main/.venv
+    (CI's clone) was unreachable by the submission's uid ("Permission denied" at exec) until
+    its parents were made 0755 inside the box's own /tmp; never inside a read-only mount."""
+    from course_utils.grading.launch import bind_args
+    from course_utils.grading.sandbox import ordered_binds
+
+    binds = ordered_binds(
+        [["ro", "/usr", "/usr"], ["ro", "/tmp/ci/main/.venv", "/tmp/ci/main/.venv"]],
+        [["rw", "/box/tmp", "/tmp"]],
+    )
+    args = bind_args(binds)
+    venv = args.index("/tmp/ci/main/.venv")
+    for parent in ("/tmp/ci", "/tmp/ci/main"):
+        at = args.index(parent)
+        assert args[at - 3 : at] == ["--perms", "0755", "--dir"] and at < venv, args
+    assert args.index("/box/tmp") < args.index("/tmp/ci"), "made inside the box's /tmp"
+    ro = bind_args([["ro", "/opt/x", "/opt/x"], ["ro", "/opt/x/y/z", "/opt/x/y/z"]])
+    assert "/opt/x/y" not in ro, "never a folder inside a read-only mount"

@@ -60,23 +60,27 @@ def _set_limits(limits: dict) -> None:
         resource.setrlimit(RLIMITS[name], (value, value))
 
 
-def _bind_args(binds: list[list]) -> list[str]:
+def bind_args(binds: list[list]) -> list[str]:
     """``[mode, host path, sandbox path]`` -> bwrap arguments."""
     args: list[str] = []
     made: list[str] = []  # folders created here
-    mounted: list[str] = []  # mount points: never create folders inside them
+    mounted: list[str] = []  # read-only mount points: never create folders inside them
+    writable: list[str] = []  # the box's own folders: a parent may be made inside them
     for mode, src, dest in binds:
         if mode != "symlink":  # parents readable by the kernel's uid (bwrap makes them 0700)
             parts = dest.strip("/").split("/")[:-1]
             for k in range(1, len(parts) + 1):
                 parent = "/" + "/".join(parts[:k])
-                if parent in made + mounted or any(parent.startswith(m + "/") for m in mounted):
+                if parent in made + mounted + writable:
                     continue
+                if any(parent.startswith(m + "/") for m in mounted):
+                    continue
+                # e.g. /tmp/ci for a venv at /tmp/ci/main/.venv: made in the box's /tmp
                 args += ["--perms", "0755", "--dir", parent]
                 made.append(parent)
         flag = {"symlink": "--symlink", "rw": "--bind", "ro": "--ro-bind"}[mode]
         args += [flag, src, dest]
-        mounted.append(dest)
+        (writable if mode == "rw" else mounted).append(dest)
     return args
 
 
@@ -169,7 +173,7 @@ def main(argv: list[str]) -> None:
     _set_limits(spec.get("rlimits", {}))
     wrapper = list(spec.get("wrapper", []))
     if spec.get("backend") == "bwrap":
-        wrapper += _bind_args(spec.get("binds", []))
+        wrapper += bind_args(spec.get("binds", []))
         if spec.get("seccomp"):  # bwrap reads the filter from an inherited descriptor
             bpf = os.open(spec["seccomp"], os.O_RDONLY | os.O_NOFOLLOW)
             os.set_inheritable(bpf, True)

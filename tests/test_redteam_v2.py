@@ -262,8 +262,11 @@ def _chain(top: Path, depth: int) -> None:
     os.close(fd)
 
 
-def test_a_1500_level_chain_is_removed_without_recursion_E1(tmp_path):
-    top = tmp_path / "cg-deep"
+def test_a_1500_level_chain_is_removed_without_recursion_E1():
+    # not under tmp_path: if remove_tree ever failed, pytest's own (recursive) clean-up of old
+    # temporary folders would crash a later session on the chain left behind
+    scratch = Path(tempfile.mkdtemp(prefix="rt-deep-", dir="/tmp"))
+    top = scratch / "cg-deep"
     top.mkdir()
     _chain(top / "", 1500)
     os.chmod(top / "d", 0o500)  # a read-only folder on the way
@@ -273,6 +276,7 @@ def test_a_1500_level_chain_is_removed_without_recursion_E1(tmp_path):
         confine.remove_tree(top)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        subprocess.run(["rm", "-rf", str(scratch)], check=False)  # coreutils rm: iterative
     assert not top.exists()
     assert Path("/etc/passwd").exists()  # the link was removed, never followed
     confine.remove_tree(top)  # gone already: never raises

@@ -604,7 +604,7 @@ def remove_stale_cgroups() -> list[str]:
         except OSError:
             continue
         for group in groups:
-            if _box_alive(group.name[len("course-grade-") :]):
+            if _box_alive(group.name[len("course-grade-") :]) or _young(group):
                 continue
             try:
                 if not (group / "cgroup.procs").read_text().strip():
@@ -613,6 +613,15 @@ def remove_stale_cgroups() -> list[str]:
             except OSError:
                 continue
     return removed
+
+
+def _young(group: Path, min_age_s: float = 3600.0) -> bool:
+    """Whether a cgroup was made in the last ``min_age_s`` seconds: a grader whose box lives
+    outside the default temporary folder may have just made it (never stale, then)."""
+    try:
+        return time.time() - group.stat().st_mtime < min_age_s
+    except OSError:
+        return True
 
 
 def _box_alive(box_name: str) -> bool:

@@ -65,8 +65,15 @@ def test_cell_source_of_a_cell_without_source_is_empty():
         ({"tags": ["check"], "cid": "ex-03-1"}, "check", "tag"),
         ({"tags": ["exercise", "check"]}, "check", "tag"),
         # an unknown role in the metadata counts as absent
-        ({"role": "answer", "tags": ["exercise"]}, "exercise", "tag"),
-        ({"role": "answer"}, None, None),
+        ({"role": "grade", "tags": ["exercise"]}, "exercise", "tag"),
+        ({"role": "grade"}, None, None),
+        # the answer cell of a graded question, each way; check wins over answer over exercise
+        ({"role": "answer"}, "answer", "metadata"),
+        ({"tags": ["answer"]}, "answer", "tag"),
+        ({"cid": "answer-06-Q1"}, "answer", "cell id"),
+        ({"tags": ["answer", "exercise"]}, "answer", "tag"),
+        ({"tags": ["answer", "check"]}, "check", "tag"),
+        ({"cid": "answer-06-1"}, None, None),
         # plain cells, ids that only look like course ids
         ({}, None, None),
         ({"tags": ["nbval-ignore-output"]}, None, None),
@@ -97,6 +104,8 @@ def test_malformed_metadata_reads_as_a_plain_cell():
         ({"ex_id": 3, "cid": "ex-03-1"}, "03.1"),  # not a string: the cell id decides
         ({"ex_id": 3, "cid": "plain"}, None),
         ({"cid": "plain", "tags": ["exercise"]}, None),
+        ({"cid": "answer-06-Q2"}, "06.Q2"),
+        ({"ex_id": "06.Q1", "cid": "answer-06-Q2"}, "06.Q1"),
     ],
 )
 def test_exercise_id_is_the_metadata_id_else_the_cell_ids(kwargs, expected):

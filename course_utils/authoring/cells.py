@@ -7,16 +7,20 @@ So a cell release treats as an exercise is one the grader grades and the guard p
 
 A course cell carries its role three ways; the first one present decides:
 
-1. **metadata** ``"course": {"role": "exercise" | "check", "id": "NN.k", "points": p}`` -- the
-   schema itself; it names the exercise and its points;
-2. **tag** ``exercise`` or ``check`` (visible in JupyterLab's property inspector, as in
-   nbgrader); a cell tagged both is a check cell (its code must never run as an answer);
-3. **cell id** ``ex-NN-k`` or ``check-NN-k``, the ids ``course release`` keeps: they survive
-   tools that drop custom metadata and tags.
+1. **metadata** ``"course": {"role": "exercise" | "check" | "answer", "id": "NN.k", "points": p}``
+   -- the schema itself; it names the exercise (or the question, ``"NN.Qk"``) and its points;
+2. **tag** ``exercise``, ``check`` or ``answer`` (visible in JupyterLab's property inspector, as
+   in nbgrader); a cell tagged ``check`` and another role is a check cell (its code must never
+   run as an answer), one tagged ``answer`` and ``exercise`` an answer cell;
+3. **cell id** ``ex-NN-k``, ``check-NN-k`` or ``answer-NN-Qk``, the ids ``course release``
+   keeps: they survive tools that drop custom metadata and tags.
 
-A ``course.role`` that is neither ``exercise`` nor ``check`` counts as absent (release reports
-it). The exercise id is ``course.id`` when it is a string, else the one in the cell id
-(``ex-03-1`` -> ``"03.1"``), else ``None``, whatever the role. Solutions state all three ways
+An *answer* cell holds the student's answer to a graded question
+(:mod:`course_utils.checks.questions`): ``answer("06.Q1", "b")``.
+
+A ``course.role`` that is none of these counts as absent (release reports it). The exercise id
+is ``course.id`` when it is a string, else the one in the cell id (``ex-03-1`` -> ``"03.1"``,
+``answer-06-Q1`` -> ``"06.Q1"``), else ``None``, whatever the role. Solutions state all three ways
 and ``course release`` rejects any disagreement between metadata and tags, so the precedence
 only matters for a notebook someone else edited or saved with another tool.
 """
@@ -30,6 +34,7 @@ from typing import Any, Literal
 __all__ = [
     "EXERCISE",
     "CHECK",
+    "ANSWER",
     "ROLES",
     "cell_source",
     "cell_tags",
@@ -41,11 +46,12 @@ __all__ = [
 
 EXERCISE: Literal["exercise"] = "exercise"
 CHECK: Literal["check"] = "check"
-ROLES = (EXERCISE, CHECK)
-Role = Literal["exercise", "check"]
+ANSWER: Literal["answer"] = "answer"
+ROLES = (EXERCISE, CHECK, ANSWER)
+Role = Literal["exercise", "check", "answer"]
 
-_LEGACY_ID = re.compile(r"(ex|check)-(\d+)-(\d+)")
-_LEGACY_ROLE = {"ex": EXERCISE, "check": CHECK}
+_LEGACY_ID = re.compile(r"(ex|check)-(\d+)-(\d+)|(answer)-(\d+)-(Q\d+)")
+_LEGACY_ROLE = {"ex": EXERCISE, "check": CHECK, "answer": ANSWER}
 
 
 def cell_source(cell: Mapping[str, Any]) -> str:
@@ -87,25 +93,33 @@ def role_origin(cell: Mapping[str, Any]) -> tuple[Role | None, str | None]:
     tags = cell_tags(cell)
     if CHECK in tags:
         return CHECK, "tag"
+    if ANSWER in tags:
+        return ANSWER, "tag"
     if EXERCISE in tags:
         return EXERCISE, "tag"
     legacy = _legacy_id(cell)
     if legacy:
-        return _LEGACY_ROLE[legacy.group(1)], "cell id"
+        return _LEGACY_ROLE[legacy.group(1) or legacy.group(4)], "cell id"
     return None, None
 
 
 def cell_role(cell: Mapping[str, Any]) -> Role | None:
-    """``"exercise"``, ``"check"`` or ``None`` (a plain cell), by the module's precedence:
-    ``course.role`` metadata, then the ``check``/``exercise`` tag, then the cell id."""
+    """``"exercise"``, ``"check"``, ``"answer"`` or ``None`` (a plain cell), by the module's
+    precedence: ``course.role`` metadata, then the ``check``/``answer``/``exercise`` tag, then
+    the cell id."""
     return role_origin(cell)[0]
 
 
 def exercise_id(cell: Mapping[str, Any]) -> str | None:
-    """The exercise a cell belongs to: ``course.id`` if a string, else from an ``ex-NN-k`` /
-    ``check-NN-k`` cell id (``"NN.k"``), else ``None``."""
+    """The exercise (or question) a cell belongs to: ``course.id`` if a string, else from an
+    ``ex-NN-k`` / ``check-NN-k`` / ``answer-NN-Qk`` cell id (``"NN.k"``, ``"NN.Qk"``), else
+    ``None``."""
     ex_id = course_metadata(cell).get("id")
     if isinstance(ex_id, str):
         return ex_id
     legacy = _legacy_id(cell)
-    return f"{legacy.group(2)}.{legacy.group(3)}" if legacy else None
+    if legacy is None:
+        return None
+    if legacy.group(4):
+        return f"{legacy.group(5)}.{legacy.group(6)}"
+    return f"{legacy.group(2)}.{legacy.group(3)}"

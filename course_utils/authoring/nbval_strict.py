@@ -14,7 +14,8 @@ notebook can change the kernel's environment (``os.environ[...] = "0"``) or patc
 ``course_utils.checks``. So the verdict is also read *here*, outside the kernel, from what each
 check cell printed in this run: a check cell (``check("NN.M", ...)``) passes only when its
 output has that exercise's ``PASSED`` verdict line; otherwise this plugin fails it, whatever the
-kernel did. Only ``COURSE_STRICT_CHECKS`` in pytest's own environment turns that off.
+kernel did. An answer cell of a graded question (``answer("06.Q1", "b")``) is held to the same
+rule. Only ``COURSE_STRICT_CHECKS`` in pytest's own environment turns that off.
 
 This is for checking one's own work: nbval runs the notebook unsandboxed, as the user, and a
 notebook can still print a forged verdict line. Grade others' work with ``course grade``.
@@ -53,7 +54,7 @@ def pytest_unconfigure(config) -> None:
         os.environ.pop(STRICT_ENV, None)
 
 
-_CHECK_CALL = re.compile(r"""^\s*check\(\s*["'](\d+\.\d+)["']""", re.M)
+_CHECK_CALL = re.compile(r"""^\s*(?:check|answer)\(\s*["'](\d+\.(?:\d+|Q\d+))["']""", re.M)
 
 
 def strict_here() -> bool:
@@ -62,7 +63,8 @@ def strict_here() -> bool:
 
 
 def check_ids(source: str) -> list[str]:
-    """Exercise ids whose check a cell's source calls (``check("03.1", fn)``)."""
+    """Exercise and question ids whose check a cell's source calls (``check("03.1", fn)``,
+    ``answer("06.Q1", "b")``)."""
     return _CHECK_CALL.findall(source or "")
 
 

@@ -72,8 +72,9 @@ from typing import Any
 
 import nbformat
 
-from course_utils.authoring import install_cell, student_work
+from course_utils.authoring import answers, install_cell, student_work
 from course_utils.authoring.cells import (
+    ANSWER,
     CHECK,
     EXERCISE,
     ROLES,
@@ -206,6 +207,7 @@ class _Scan:
     seen_ids: dict[str, int] = field(default_factory=dict)
     exercise_cells: dict[str, list[int]] = field(default_factory=dict)
     check_cells: dict[str, list[int]] = field(default_factory=dict)
+    answer_cells: dict[str, list[int]] = field(default_factory=dict)
 
 
 def validate(nb: Mapping[str, Any], ctx: Context) -> list[str]:
@@ -267,6 +269,9 @@ def _validate_cell(scan: _Scan, cell: Mapping[str, Any], index: int) -> None:
                 cell,
                 index,
             )
+        return
+    if role == ANSWER:
+        _validate_answer_cell(scan, cell, index, source, regions)
         return
     found = _validate_course_metadata(scan, cell, index)
     if found is None:
@@ -396,8 +401,68 @@ def _validate_check_cell(
         )
 
 
+def _questions() -> Mapping[str, Any]:
+    try:
+        from course_utils import checks
+    except Exception:  # reported by _load_registry already
+        return {}
+    return checks.QUESTION_REGISTRY
+
+
+def _validate_answer_cell(
+    scan: _Scan, cell: Mapping[str, Any], index: int, source: str, regions: list
+) -> None:
+    """An answer cell: a registered question of this notebook, its points, and exactly one
+    ``answer("NN.Qk", literal)`` whose literal the question accepts (the solution's answer
+    must be right)."""
+    from course_utils.checks.questions import check_answer
+
+    probs = scan.probs
+    what = _validate_role_marks(probs, cell, index)
+    meta = course_metadata(cell)
+    qid = meta.get("id")
+    question = _questions().get(qid) if isinstance(qid, str) else None
+    if question is None:
+        probs.add(f"{what} needs the id of a registered question, got {qid!r}", cell, index)
+        return
+    scan.answer_cells.setdefault(qid, []).append(index)
+    if regions:
+        probs.add("solution markers in an answer cell", cell, index)
+    if question.notebook != scan.name:
+        probs.add(f"question {qid} is registered for {question.notebook!r}", cell, index)
+    if meta.get("points") != question.points:
+        probs.add(
+            f"question {qid}: metadata course.points is {meta.get('points')!r} but the "
+            f"registry gives {question.points}",
+            cell,
+            index,
+        )
+    calls = [c for c in answers.answer_calls(source) if c[0] == qid]
+    read = answers.read_answer(source, qid)
+    if len(calls) != 1 or read.problem or read.value is answers.NO_ANSWER:
+        probs.add(
+            f'an answer cell holds exactly one answer("{qid}", <literal>) '
+            f"({read.problem or f'found {len(calls)}'})",
+            cell,
+            index,
+        )
+        return
+    result = check_answer(question, read.value)
+    if not result.passed:
+        probs.add(f"the solution's answer to {qid} does not pass: {result.message}", cell, index)
+
+
 def _validate_coverage(scan: _Scan) -> None:
-    """Every exercise registered for this notebook has an exercise cell and a check cell."""
+    """Every exercise registered for this notebook has an exercise cell and a check cell,
+    every question an answer cell."""
+    for qid, question in _questions().items():
+        if question.notebook == scan.name and qid not in scan.answer_cells:
+            scan.probs.add(
+                f"registered question {qid} ({question.title}) has no answer cell "
+                f"(tag 'answer', metadata course.id {qid!r}, source answer(\"{qid}\", ...))"
+            )
+        elif len(scan.answer_cells.get(qid, [])) > 1:
+            scan.probs.add(f"question {qid} has more than one answer cell")
     for ex_id, ex in scan.registry.items():
         if getattr(ex, "notebook", None) != scan.name:
             continue
@@ -415,8 +480,11 @@ def _validate_coverage(scan: _Scan) -> None:
 
 def strip_solutions(nb: dict[str, Any], ctx: Context) -> dict[str, Any]:
     """Step 1: every solution region of an exercise cell becomes its stub line (code) or
-    ``YOUR ANSWER HERE`` (markdown)."""
+    ``YOUR ANSWER HERE`` (markdown); the answer of every answer cell becomes ``None``."""
     for cell in nb.get("cells", []):
+        if cell_role(cell) == ANSWER:
+            cell["source"] = answers.stub_answer(cell_source(cell), exercise_id(cell) or "")
+            continue
         if cell_role(cell) != EXERCISE:
             continue
         source = cell_source(cell)

@@ -7,6 +7,8 @@ version about to be written and names every cell whose content would be lost:
 * an exercise cell (by the one rule of :mod:`course_utils.authoring.cells`: ``course.role``
   metadata, else tag, else ``ex-NN-k`` cell id) whose source differs from the released stub:
   the student's answer;
+* an answer cell of a graded question (``answer("06.Q1", ...)``) whose source differs from the
+  released one: the student's answer to it;
 * a cell whose id the release does not have, with any source: a cell the student added (an
   answer split over extra cells, notes, experiments).
 
@@ -22,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from course_utils.authoring.cells import EXERCISE, cell_role, cell_source, exercise_id
+from course_utils.authoring.cells import ANSWER, EXERCISE, cell_role, cell_source, exercise_id
 
 __all__ = ["work_at_risk", "describe"]
 
@@ -46,9 +48,10 @@ def work_at_risk(current: Mapping[str, Any], new: Mapping[str, Any]) -> list[str
         if released is None:
             if source.strip():
                 lost.append(f"{label}: a cell you added: {_first_line(source)!r}")
-        elif cell_role(cell) == EXERCISE and source != cell_source(released):
+        elif cell_role(cell) in (EXERCISE, ANSWER) and source != cell_source(released):
             ex_id = exercise_id(cell)
-            what = f"exercise {ex_id}" if ex_id else "an exercise cell"
+            kind = "question" if cell_role(cell) == ANSWER else "exercise"
+            what = f"{kind} {ex_id}" if ex_id else f"an {kind} cell"
             lost.append(f"{label}: your answer to {what}")
     return lost
 

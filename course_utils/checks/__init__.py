@@ -24,10 +24,18 @@ from course_utils.checks.core import (
     Exercise,
     Mistake,
     collect_outputs,
+    item_key,
     judge,
 )
 from course_utils.checks.core import (
     check as _check_impl,
+)
+from course_utils.checks.questions import (
+    Misconception,
+    Question,
+    check_answer,
+    prediction_of,
+    record_prediction,
 )
 
 
@@ -40,21 +48,25 @@ def is_strict() -> bool:
     return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _discover() -> dict[str, Exercise]:
-    found: dict[str, Exercise] = {}
+def _discover(attribute: str) -> dict:
+    """Every ``attribute`` (``EXERCISES`` or ``QUESTIONS``) of the ``nbXX_*`` modules, by id,
+    in notebook order."""
+    found: dict = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if not info.name.startswith("nb"):
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
-        for ex in getattr(module, "EXERCISES", []):
-            if ex.id in found:
-                raise RuntimeError(f"exercise id {ex.id} registered twice ({module.__name__})")
-            found[ex.id] = ex
-    return dict(sorted(found.items(), key=lambda kv: tuple(int(p) for p in kv[0].split("."))))
+        for item in getattr(module, attribute, []):
+            if item.id in found:
+                raise RuntimeError(f"id {item.id} registered twice ({module.__name__})")
+            found[item.id] = item
+    return dict(sorted(found.items(), key=lambda kv: item_key(kv[0])))
 
 
-REGISTRY: dict[str, Exercise] = _discover()
+REGISTRY: dict[str, Exercise] = _discover("EXERCISES")
 EXERCISES: list[Exercise] = list(REGISTRY.values())
+QUESTION_REGISTRY: dict[str, Question] = _discover("QUESTIONS")
+QUESTIONS: list[Question] = list(QUESTION_REGISTRY.values())
 
 
 def get(exercise_id: str) -> Exercise:
@@ -63,6 +75,15 @@ def get(exercise_id: str) -> Exercise:
         return REGISTRY[exercise_id]
     except KeyError:
         raise KeyError(f"no exercise {exercise_id!r}; known: {', '.join(REGISTRY)}") from None
+
+
+def get_question(question_id: str) -> Question:
+    """The graded question with this id; a ``KeyError`` listing the known ids otherwise."""
+    try:
+        return QUESTION_REGISTRY[question_id]
+    except KeyError:
+        known = ", ".join(QUESTION_REGISTRY) or "none"
+        raise KeyError(f"no question {question_id!r}; known: {known}") from None
 
 
 def run(exercise_id: str, candidate, seed: int = 0, *, own_work: bool = False) -> CheckResult:
@@ -117,6 +138,41 @@ def fallback(exercise_id: str, candidate):
     return ex.reference
 
 
+def answer(question_id: str, value):
+    """What an answer cell calls: grade ``value`` for question ``question_id`` and print the
+    verdict line (with the feedback unless passed, and the prediction recorded before the run).
+
+    Like :func:`check`, it never raises in an interactive kernel and raises
+    :class:`CheckFailed` in a strict one (nbval) unless the answer passed. The official grader
+    reads the answer from the cell's source instead, outside the kernel.
+    """
+    q = get_question(question_id)
+    result = check_answer(q, value)
+    print(result.verdict_line())
+    predicted = prediction_of(question_id)
+    if predicted is not None and q.choices is not None:
+        shown = str(predicted).strip().lower().strip("()")
+        print(f"Your prediction before the run: ({shown}) {q.choices.get(shown, '')}".rstrip())
+    if result.passed:
+        return result
+    if is_strict():
+        raise CheckFailed(f"{result.verdict_line()}\n{result.message}")
+    if result.status != NOT_ATTEMPTED:
+        print(result.message)
+    return result
+
+
+def predict(question_id: str, value) -> None:
+    """What a prediction cell calls: remember the student's guess before the experiment runs;
+    :func:`answer` shows it next to the result. Never graded."""
+    q = get_question(question_id)
+    record_prediction(question_id, value)
+    if value is None or value is Ellipsis:
+        print(f"[{q.id}] no prediction recorded (replace None with your guess, then run the cell)")
+    else:
+        print(f"[{q.id}] prediction recorded: {value!r}. Now run the experiment below.")
+
+
 _FALLBACK_REASON = {
     NOT_ATTEMPTED: "is not attempted yet",
     FAILED: "failed its check",
@@ -128,7 +184,15 @@ _FALLBACK_REASON = {
 __all__ = [
     "EXERCISES",
     "REGISTRY",
+    "QUESTIONS",
+    "QUESTION_REGISTRY",
     "get",
+    "get_question",
+    "item_key",
+    "answer",
+    "predict",
+    "Question",
+    "Misconception",
     "run",
     "check",
     "fallback",

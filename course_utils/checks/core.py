@@ -351,6 +351,15 @@ def check(
     return CheckResult(exercise.id, exercise.title, status, 0, exercise.points, message)
 
 
+def item_key(item_id: str) -> tuple:
+    """Sort key of an exercise id ``"03.2"`` or a question id ``"03.Q1"``: by notebook, then
+    exercises before questions, then number."""
+    nb, _, rest = item_id.partition(".")
+    if rest.startswith("Q") and rest[1:].isdigit():
+        return (int(nb) if nb.isdigit() else nb, 1, int(rest[1:]))
+    return (int(nb) if nb.isdigit() else nb, 0, int(rest) if rest.isdigit() else rest)
+
+
 def generator(seed: int) -> torch.Generator:
     """A CPU generator for drawing a check's random inputs."""
     return torch.Generator().manual_seed(int(seed))

@@ -38,6 +38,7 @@ from course_utils.grading.plan import (
     reference_dirs,
     resolve_assignment,
 )
+from course_utils.grading.questions import grade_questions, question_entry
 from course_utils.grading.reports import one_line as terminal_name
 from course_utils.grading.sandbox import (
     DOCKER_IMAGE,
@@ -193,6 +194,7 @@ def grade_submission(
     if bad is not None or nb is None:
         report.update(error=bad, error_kind="bad_input")
         report["exercises"] = [_entry(g, ERROR, bad or "unreadable") for g in assignment.exercises]
+        report["exercises"] += _question_errors(assignment, bad or "unreadable")
         return _finish(report, t0)
     if assignment.problems:
         report["notes"].append(
@@ -206,6 +208,7 @@ def grade_submission(
         )
 
     _run(nb, assignment, report, opts, seed, path)
+    report["exercises"].extend(grade_questions(nb, assignment.questions))
     for ex_id in assignment.problems:  # count them, so the maximum stays honest
         report["exercises"].append(
             {
@@ -224,6 +227,11 @@ def grade_submission(
     return _finish(report, t0)
 
 
+def _question_errors(assignment: Assignment, message: str) -> list[dict[str, Any]]:
+    """The assignment's questions, ungraded (the submission could not be read)."""
+    return [question_entry(q, ERROR, _clip(message)) for q in assignment.questions]
+
+
 def _no_assignment(report, path: str, opts: GradeOptions, table, error: str) -> None:
     """A submission of no known assignment: bad input; with ``--assignment``, zero for every
     exercise of the required one."""
@@ -236,6 +244,7 @@ def _no_assignment(report, path: str, opts: GradeOptions, table, error: str) -> 
         )
         report["assignment"] = forced.name
         report["exercises"] = [_entry(g, ERROR, report["error"]) for g in forced.exercises]
+        report["exercises"] += _question_errors(forced, report["error"])
     except NoAssignment:
         report["error_kind"] = "usage"
 
@@ -275,6 +284,12 @@ def lost_report(path: str | os.PathLike, options: GradeOptions | None, why: str)
         )
         report["assignment"] = assignment.name
         report["exercises"] = [_entry(g, ERROR, message) for g in assignment.exercises]
+        # the answers are in the notebook's source: the lost process cost none of them
+        report["exercises"] += (
+            grade_questions(nb, assignment.questions)
+            if nb is not None
+            else _question_errors(assignment, message)
+        )
     except Exception:
         pass
     return _finish(report, time.monotonic())

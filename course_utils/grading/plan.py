@@ -34,14 +34,14 @@ from __future__ import annotations
 import ast
 import json
 import os
-import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from course_utils.authoring.cells import cell_role, cell_source, exercise_id
-from course_utils.checks.core import Exercise
+from course_utils.checks.core import Exercise, item_key
+from course_utils.checks.questions import Question
 
 MAX_NOTEBOOK_BYTES = 256 << 20
 
@@ -82,9 +82,16 @@ def exercise_table(extra_modules: list[str] | tuple[str, ...] = ()) -> dict[str,
     return table
 
 
+def question_table() -> list[Question]:
+    """The course's graded questions (:data:`course_utils.checks.QUESTIONS`)."""
+    from course_utils import checks
+
+    return list(checks.QUESTIONS)
+
+
 def id_key(exercise_id: str) -> tuple:
-    """Sort key for ids like ``"03.1"``."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"[.]", exercise_id))
+    """Sort key for ids like ``"03.1"`` and ``"03.Q1"`` (exercises, then questions)."""
+    return item_key(exercise_id)
 
 
 # -- notebooks ------------------------------------------------------------------------------
@@ -197,6 +204,7 @@ class Assignment:
     reference: dict[str, Any] | None  # the reference notebook, if one was found
     reference_path: str | None = None
     problems: list[str] = field(default_factory=list)  # ids in the reference without a check
+    questions: list[Question] = field(default_factory=list)  # graded from answer cells
 
 
 def reference_dirs(explicit: str | None) -> list[Path]:
@@ -236,7 +244,10 @@ def _assignment_from(
     ids.sort(key=id_key)
     exercises = [table[i] for i in ids if i in table]
     problems = [i for i in ids if i not in table]
-    return Assignment(name, exercises, ref_nb, str(ref_path) if ref_path else None, problems)
+    questions = [q for q in question_table() if Path(q.notebook).stem == name]
+    return Assignment(
+        name, exercises, ref_nb, str(ref_path) if ref_path else None, problems, questions
+    )
 
 
 def known_assignments(dirs: list[Path], table: dict[str, GradedExercise]) -> dict[str, Path | None]:
@@ -417,7 +428,8 @@ class _MatchedCells:
         found.dropped = {
             i
             for i, c in enumerate(cells)
-            if course_meta(c)[1] == "check" or found.reference_meta(i)[1] == "check"
+            if course_meta(c)[1] in ("check", "answer")
+            or found.reference_meta(i)[1] in ("check", "answer")
         }
         return found
 

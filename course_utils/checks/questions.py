@@ -76,6 +76,10 @@ class Question:
     tolerance: float = 0.0  # relative, for numeric answers
     abs_tolerance: float = 0.0
     unit: str = ""  # e.g. "nats", shown in messages
+    # The claims (their text, as passed to ``claim``) that the notebook asserts in every profile
+    # and that make the right choice right: tests find each one printed with a tick in the
+    # stored (``cpu``) run and the ``ci`` run asserts it.
+    backed_by: tuple[str, ...] = ()
     kind: str = QUESTION
 
     def __post_init__(self) -> None:

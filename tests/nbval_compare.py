@@ -23,7 +23,7 @@ import nbformat
 from nbval.plugin import IPyNbCell, coalesce_streams, get_sanitize_patterns, nocolors
 
 SANITIZE = Path(__file__).with_name("nbval_sanitize.cfg")
-NOT_COMPARED_TAGS = ("nbval-ignore-output", "nbval-skip", "check")
+NOT_COMPARED_TAGS = ("nbval-ignore-output", "nbval-skip", "check", "answer")
 _IMAGES = ("image/png", "image/jpeg", "image/svg+xml")
 
 

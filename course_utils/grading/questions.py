@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from course_utils.authoring.answers import NO_ANSWER, read_answer
+from course_utils.authoring.cells import cell_source
 from course_utils.checks.core import ERROR, NOT_ATTEMPTED, CheckResult
 from course_utils.checks.questions import Question, check_answer
 
@@ -25,9 +26,10 @@ def submitted_answer(nb: dict[str, Any], question_id: str) -> tuple[Any, str]:
     (the last call wins, as when the notebook runs); ``NO_ANSWER`` when none gives one."""
     value, problem = NO_ANSWER, ""
     for cell in nb.get("cells", []):
-        if cell.get("cell_type") != "code" or question_id not in cell.get("source", ""):
+        source = cell_source(cell)
+        if cell.get("cell_type") != "code" or question_id not in source:
             continue
-        read = read_answer(cell["source"], question_id)
+        read = read_answer(source, question_id)
         if read.value is not NO_ANSWER or read.problem:
             value, problem = read.value, read.problem
     return value, problem

@@ -1,0 +1,299 @@
+"""Graded questions: every registered question rejects a missing answer, nonsense and each of
+its distractors (naming the misconception, never the answer), accepts the right answer written
+several ways, is answered correctly by its solution's cpu run with its backing claims ticked,
+and reaches the student notebook without its answer; the machinery around them (answer cells
+read from source, release stubs, the grader's static grading, strict kernels)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from course_utils import checks
+from course_utils.authoring import answers, release
+from course_utils.authoring.cells import ANSWER, cell_role, cell_source, exercise_id
+from course_utils.checks import CheckFailed
+from course_utils.checks.core import ERROR, FAILED, NOT_ATTEMPTED, PASSED
+from course_utils.checks.questions import Misconception, Question, check_answer
+from course_utils.grading.plan import id_key
+from course_utils.grading.questions import grade_questions, submitted_answer
+
+REPO = Path(__file__).resolve().parents[1]
+QUESTIONS = checks.QUESTIONS
+QIDS = [q.id for q in QUESTIONS]
+NONSENSE = ["z", "banana", "ab", 7, -1.5, True, ["b"], {"b": 1}]
+
+
+def _solution(q: Question) -> dict:
+    return json.loads((REPO / "solutions" / q.notebook).read_text(encoding="utf-8"))
+
+
+def _student(q: Question) -> dict:
+    return json.loads(release.release_file(REPO / "solutions" / q.notebook))
+
+
+def _answer_cells(nb: dict, qid: str) -> list[dict]:
+    return [c for c in nb["cells"] if cell_role(c) == ANSWER and exercise_id(c) == qid]
+
+
+def _printed(cell: dict) -> str:
+    return "".join(
+        "".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("name") == "stdout"
+    )
+
+
+# -- the course's questions ------------------------------------------------------------------------
+def test_there_are_questions_in_every_lecture_notebook():
+    """Issue 23: at least one graded question in each notebook 01-11, at least 15 in all."""
+    per_notebook = {int(q.id[:2]) for q in QUESTIONS}
+    missing = sorted(set(range(1, 12)) - per_notebook)
+    assert not missing, f"notebooks without a graded question: {missing}"
+    assert len(QUESTIONS) >= 15, len(QUESTIONS)
+
+
+@pytest.mark.parametrize("q", QUESTIONS, ids=QIDS)
+def test_a_missing_answer_is_not_attempted(q: Question):
+    for blank in (None, ..., "", "   "):
+        assert check_answer(q, blank).status == NOT_ATTEMPTED
+
+
+@pytest.mark.parametrize("q", QUESTIONS, ids=QIDS)
+def test_nonsense_is_rejected_with_where_to_look(q: Question):
+    for value in NONSENSE:
+        if q.truth is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+            if abs(value - q.expected()) <= max(q.abs_tolerance, q.tolerance * abs(q.expected())):
+                continue  # a number that happens to be right is not nonsense
+        result = check_answer(q, value)
+        assert result.status == FAILED, (value, result)
+        assert result.points == 0
+
+
+@pytest.mark.parametrize("q", QUESTIONS, ids=QIDS)
+def test_the_right_answer_passes_however_it_is_written(q: Question):
+    if q.choices is not None:
+        for written in (q.correct, q.correct.upper(), f"({q.correct})", f" {q.correct} "):
+            result = check_answer(q, written)
+            assert result.status == PASSED and result.points == q.points, (written, result)
+    else:
+        truth = q.expected()
+        for written in (truth, str(truth), round(truth, 3)):
+            assert check_answer(q, written).status == PASSED, written
+
+
+@pytest.mark.parametrize("q", [q for q in QUESTIONS if q.choices], ids=lambda q: q.id)
+def test_every_distractor_is_rejected_naming_its_misconception_not_the_answer(q: Question):
+    right = q.choices[q.correct]
+    for m in q.misconceptions:
+        result = check_answer(q, m.choice)
+        assert result.status == FAILED and result.mistake == m.name, (m, result)
+        assert m.name in result.message
+        assert right.lower() not in result.message.lower(), (m.choice, result.message)
+        assert f"({q.correct})" not in result.message, (m.choice, result.message)
+        assert len(m.feedback) > 30, f"{q.id} ({m.choice}): feedback too thin to point anywhere"
+
+
+@pytest.mark.parametrize("q", [q for q in QUESTIONS if q.truth], ids=lambda q: q.id)
+def test_a_numeric_answer_outside_the_tolerance_fails(q: Question):
+    truth = q.expected()
+    allowed = max(q.abs_tolerance, q.tolerance * abs(truth))
+    assert allowed > 0, f"{q.id}: a numeric question needs a tolerance"
+    for wrong in (truth + 3 * allowed + 1e-9, truth - 3 * allowed - 1e-9):
+        assert check_answer(q, wrong).status == FAILED
+
+
+@pytest.mark.parametrize("q", QUESTIONS, ids=QIDS)
+def test_the_solution_answers_in_one_cell_and_its_cpu_run_passed_it(q: Question):
+    """The stored outputs come from a ``cpu`` run: the answer cell printed PASSED there, and
+    every claim that makes the answer right was printed with a tick in that run."""
+    nb = _solution(q)
+    (cell,) = _answer_cells(nb, q.id)
+    assert check_answer(q, answers.read_answer(cell_source(cell), q.id).value).passed
+    assert re.search(rf"^\[{re.escape(q.id)}\] .*: PASSED \(", _printed(cell), re.M), (
+        f"{q.notebook}: the stored run did not print {q.id}'s PASSED line; re-execute it"
+    )
+    text = "\n".join(_printed(c) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "Running the 'cpu' profile" in text, f"{q.notebook}: stored outputs not from cpu"
+    for backing in q.backed_by:
+        assert f"✓ {backing}" in text, f"{q.id}: backing claim not ticked in the run: {backing}"
+        assert not backing.startswith("In the `"), (
+            f"{q.id}: a backing claim must hold in every profile, not only some: {backing}"
+        )
+
+
+@pytest.mark.parametrize("q", QUESTIONS, ids=QIDS)
+def test_the_student_notebook_has_the_answer_cell_without_the_answer(q: Question):
+    nb = _student(q)
+    (cell,) = _answer_cells(nb, q.id)
+    assert answers.read_answer(cell_source(cell), q.id).value is None
+    assert check_answer(q, submitted_answer(nb, q.id)[0]).status == NOT_ATTEMPTED
+
+
+@pytest.mark.parametrize("q", [q for q in QUESTIONS if q.choices], ids=lambda q: q.id)
+def test_a_choice_question_lists_its_choices_in_the_notebook(q: Question):
+    text = "\n".join(cell_source(c) for c in _solution(q)["cells"] if c["cell_type"] == "markdown")
+    for letter in q.choices:
+        assert f"({letter})" in text, f"{q.id}: choice ({letter}) is not shown to the student"
+
+
+# -- machinery ---------------------------------------------------------------------------------------
+def _toy(**kw) -> Question:
+    base = dict(
+        id="42.Q1",
+        title="Toy",
+        points=2,
+        notebook="42_toy.ipynb",
+        prompt="?",
+        evidence="the table above",
+        choices={"a": "yes", "b": "no"},
+        correct="b",
+        misconceptions=(Misconception("a", "wishful thinking", "Read the table above again."),),
+    )
+    base.update(kw)
+    return Question(**base)
+
+
+def test_a_question_states_choices_or_a_truth_and_names_every_distractor():
+    with pytest.raises(ValueError, match="either choices or truth"):
+        _toy(truth=lambda: 1.0)
+    with pytest.raises(ValueError, match="misconception"):
+        _toy(misconceptions=())
+    with pytest.raises(ValueError, match="not a choice"):
+        _toy(correct="c")
+    with pytest.raises(ValueError, match="NN.Qk"):
+        _toy(id="42.1")
+
+
+def test_a_numeric_question_recomputes_its_truth_once():
+    calls = []
+
+    def truth():
+        calls.append(1)
+        return 8.0
+
+    q = _toy(choices=None, correct=None, misconceptions=(), truth=truth, tolerance=0.1)
+    assert check_answer(q, 8.5).status == PASSED
+    assert check_answer(q, "7.3").status == PASSED
+    assert check_answer(q, 9.0).status == FAILED
+    assert "the table above" in check_answer(q, "eight").message
+    assert len(calls) == 1
+
+
+def test_answer_cells_are_read_from_source_as_literals():
+    src = '# é\nanswer("06.Q1", "b")  # ü\nanswer("06.Q2", 3.5)\nx = answer("06.Q1",\n  "c")'
+    assert answers.read_answer(src, "06.Q1").value == "c"  # the last call wins
+    assert answers.read_answer(src, "06.Q2").value == 3.5
+    assert answers.read_answer(src, "06.Q3").value is answers.NO_ANSWER
+    expr = answers.read_answer('answer("06.Q1", my_letter)', "06.Q1")
+    assert expr.value is answers.NO_ANSWER and "plain value" in expr.problem
+    assert answers.read_answer("answer(", "06.Q1").problem
+    stub = answers.stub_answer(src, "06.Q1")
+    assert (
+        stub
+        == '# é\nanswer("06.Q1", None)  # ü\nanswer("06.Q2", 3.5)\nx = answer("06.Q1",\n  None)'
+    )
+
+
+def test_the_grader_grades_answers_from_the_source_wherever_the_cell_moved():
+    q = _toy()
+    nb = {
+        "cells": [
+            {"cell_type": "markdown", "source": 'answer("42.Q1", "b")'},  # not code: ignored
+            {"cell_type": "code", "source": 'answer("42.Q1", "a")'},
+            {"cell_type": "code", "source": 'print(1)\nanswer("42.Q1", "B")'},
+        ]
+    }
+    (entry,) = grade_questions(nb, [q])
+    assert entry["status"] == PASSED and entry["points"] == 2 and entry["kind"] == "question"
+    nb["cells"][2]["source"] = "print(1)"
+    (entry,) = grade_questions(nb, [q])
+    assert entry["status"] == FAILED and "wishful thinking" in entry["message"]
+    (entry,) = grade_questions({"cells": []}, [q])
+    assert entry["status"] == NOT_ATTEMPTED and entry["max_points"] == 2
+    (entry,) = grade_questions(
+        {"cells": [{"cell_type": "code", "source": 'answer("42.Q1", x)'}]}, [q]
+    )
+    assert entry["status"] == ERROR and "plain value" in entry["message"]
+
+
+def test_a_broken_truth_is_the_courses_error_not_the_students():
+    def truth():
+        raise RuntimeError("boom")
+
+    q = _toy(choices=None, correct=None, misconceptions=(), truth=truth, tolerance=0.1)
+    (entry,) = grade_questions(
+        {"cells": [{"cell_type": "code", "source": 'answer("42.Q1", 1)'}]}, [q]
+    )
+    assert entry["status"] == ERROR and "boom" in entry["message"]
+
+
+def test_ids_sort_by_notebook_then_exercises_before_questions():
+    ids = ["06.Q1", "10.1", "06.2", "06.Q10", "06.Q2", "06.10", "00.Q1"]
+    assert sorted(ids, key=id_key) == ["00.Q1", "06.2", "06.10", "06.Q1", "06.Q2", "06.Q10", "10.1"]
+
+
+def test_answer_prints_a_verdict_and_raises_only_in_a_strict_kernel(monkeypatch, capsys):
+    q = QUESTIONS[0]
+    wrong = q.misconceptions[0].choice if q.choices else q.expected() * 10 + 100
+    monkeypatch.delenv(checks.STRICT_ENV, raising=False)
+    checks.predict(q.id, wrong)
+    result = checks.answer(q.id, wrong)
+    out = capsys.readouterr().out
+    assert result.status == FAILED and f"[{q.id}]" in out and "FAILED" in out
+    assert result.message in out
+    monkeypatch.setenv(checks.STRICT_ENV, "1")
+    with pytest.raises(CheckFailed):
+        checks.answer(q.id, wrong)
+    right = q.correct if q.choices else q.expected()
+    assert checks.answer(q.id, right).passed
+    checks.predict(q.id, None)
+
+
+def test_release_rejects_a_wrong_or_missing_solution_answer(monkeypatch):
+    q = _toy()
+    monkeypatch.setattr(release, "_questions", lambda: {q.id: q})
+    nb = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
+        "cells": [
+            {
+                "cell_type": "code",
+                "id": "answer-42-Q1",
+                "metadata": {
+                    "course": {"role": "answer", "id": "42.Q1", "points": 2},
+                    "tags": ["answer"],
+                },
+                "source": 'answer("42.Q1", "a")',
+                "outputs": [],
+                "execution_count": None,
+            }
+        ],
+    }
+    ctx = release.Context("42_toy.ipynb", {})
+    (problem,) = release.validate(nb, ctx)
+    assert "does not pass" in problem and "wishful thinking" in problem
+    nb["cells"][0]["source"] = 'answer("42.Q1", "b")'
+    assert release.validate(nb, ctx) == []
+    student = release.release_notebook(nb, "42_toy.ipynb", registry={})
+    assert student["cells"][0]["source"] == 'answer("42.Q1", None)'
+    nb["cells"][0]["metadata"]["course"]["points"] = 1
+    assert any("points" in p for p in release.validate(nb, ctx))
+    nb["cells"] = []
+    assert any("no answer cell" in p for p in release.validate(nb, ctx))
+
+
+def test_the_student_work_guard_protects_an_answered_question():
+    from course_utils.authoring.student_work import work_at_risk
+
+    meta = {"course": {"role": "answer", "id": "42.Q1", "points": 2}, "tags": ["answer"]}
+    released = {
+        "cells": [{"id": "answer-42-Q1", "metadata": meta, "source": 'answer("42.Q1", None)'}]
+    }
+    mine = {"cells": [{"id": "answer-42-Q1", "metadata": meta, "source": 'answer("42.Q1", "b")'}]}
+    assert work_at_risk(mine, released) == [
+        "cell 1 ('answer-42-Q1'): your answer to question 42.Q1"
+    ]
+    assert work_at_risk(released, released) == []

@@ -134,15 +134,17 @@ def _load(path: Path) -> dict:
 
 
 def roles_seen_by_release(nb: dict) -> dict[int, str]:
-    """Cell index -> role, for the cells release handled as exercise or check cells."""
+    """Cell index -> role, for the cells release handled as exercise, check or answer cells."""
     scan = release._scan(nb, release.Context("00_x.ipynb", {}))
     out = {i: "exercise" for ids in scan.exercise_cells.values() for i in ids}
     out.update({i: "check" for ids in scan.check_cells.values() for i in ids})
+    out.update({i: "answer" for ids in scan.answer_cells.values() for i in ids})
     return out
 
 
 def exercises_seen_by_student_work(nb: dict) -> set[int]:
-    """The cells whose edit the guard reports as an answer that a release would overwrite."""
+    """The cells whose edit the guard reports as an answer that a release would overwrite
+    (exercise cells and the answer cells of graded questions)."""
     edited = copy.deepcopy(nb)
     for c in edited["cells"]:
         c["source"] = cells.cell_source(c) + "\n# edited"
@@ -153,7 +155,7 @@ def exercises_seen_by_student_work(nb: dict) -> set[int]:
 
 def roles_seen_by_grader(nb: dict) -> tuple[dict[int, str], set[int]]:
     """The grader's role per cell of the notebook it reads, and the code cells its plan drops
-    (check cells) when the notebook is graded against itself."""
+    (check and answer cells) when the notebook is graded against itself."""
     roles = {i: plan.course_meta(c)[1] for i, c in enumerate(nb["cells"])}
     assignment = plan.Assignment("00_x", [], nb)
     steps = plan.build_plan(nb, assignment).steps
@@ -188,16 +190,16 @@ def test_release_student_work_and_grader_agree_on_every_cell(path):
     if raw.get("nbformat_minor", 0) >= 5 and all(c.get("id") for c in raw["cells"]):
         # (both match cells by id: a notebook saved without ids is the grader's alone)
         assert roles_seen_by_release(raw) == expected
-        exercises = {i for i, r in expected.items() if r == "exercise"}
-        assert exercises_seen_by_student_work(raw) == exercises
+        answered = {i for i, r in expected.items() if r in ("exercise", "answer")}
+        assert exercises_seen_by_student_work(raw) == answered
     graded = plan.read_notebook(path)
     assert len(graded["cells"]) == len(raw["cells"])
     roles, dropped = roles_seen_by_grader(graded)
     assert roles == expected
-    checks = {
+    checks = {  # check cells and answer cells (graded from their source, never run)
         i
         for i, r in expected.items()
-        if r == "check" and raw["cells"][i]["cell_type"] == "code"
+        if r in ("check", "answer") and raw["cells"][i]["cell_type"] == "code"
         if cells.cell_source(raw["cells"][i]).strip()
     }
     assert dropped == checks

@@ -344,6 +344,7 @@ def test_central_grading_commands_on_three_student_repositories(tmp_path):
     import os
     import subprocess
 
+    from course_utils import checks
     from course_utils.authoring import release
     from course_utils.grading import plan as pl
 
@@ -359,6 +360,8 @@ def test_central_grading_commands_on_three_student_repositories(tmp_path):
             )
         if pl.course_meta(cell) == ("00.2", "exercise"):  # A6: the op it asks to write
             cell["source"] = "def logsumexp(x):\n    return torch.logsumexp(x, -1)\n"
+        if pl.course_meta(cell) == ("00.Q1", "answer"):  # and a misconception
+            cell["source"] = 'answer("00.Q1", "a")\n'
     subs = tmp_path / "hw0-submissions"
     _git_repo(subs / "alice", {NB: json.dumps(solution)})
     _git_repo(subs / "bob", {NB: stub})
@@ -391,7 +394,8 @@ def test_central_grading_commands_on_three_student_repositories(tmp_path):
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     reports = json.loads((tmp_path / "grades.json").read_text())
     by = {Path(r["notebook"]).parent.name: r for r in reports}
-    assert by["alice"]["total"] == by["alice"]["max"] == 3
+    full = sum(e.points for e in [*checks.EXERCISES, *checks.QUESTIONS] if e.notebook == NB)
+    assert by["alice"]["total"] == by["alice"]["max"] == full
     assert by["bob"]["total"] == 0
     assert by["mallory"]["total"] == 0, by["mallory"]["exercises"]
     messages = " ".join(e["message"] for e in by["mallory"]["exercises"])

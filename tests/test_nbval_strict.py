@@ -157,11 +157,12 @@ def test_student_notebook_00_fails_only_its_check_and_the_solution_passes(tmp_pa
     checks = {
         c.id
         for c in nbformat.read(student, as_version=4).cells
-        if "check" in c.metadata.get("tags", [])
+        if {"check", "answer"} & set(c.metadata.get("tags", []))
     }
-    assert len(checks) >= 2  # 00.1 softmax, 00.2 logsumexp
+    assert len(checks) >= 3  # 00.1 softmax, 00.2 logsumexp, question 00.Q1
     failed, _, report = run_nbval(student)
-    assert failed == checks, report  # exactly one failure per exercise, at its check cell
+    # exactly one failure per exercise, at its check cell, and per question, at its answer cell
+    assert failed == checks, report
     failed, passed, report = run_nbval(solution)
     code_cells = sum(c.cell_type == "code" for c in nbformat.read(solution, as_version=4).cells)
     assert failed == set() and passed == code_cells, report

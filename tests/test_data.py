@@ -504,3 +504,16 @@ def test_data_package_exports_and_tasks_module_names():
     import course_utils.data as data
 
     assert data.tasks is tasks and data.PAD == 0 and callable(data.make_translation_data)
+
+
+def test_fallback_note_in_the_graders_sandbox_names_the_grading_machines_folders_student_B_25(
+    monkeypatch, tmp_path
+):
+    from course_utils.grading.sandbox import SANDBOX_ENV
+
+    monkeypatch.setenv("HOME", "/home/student")  # what the kernel sees inside the sandbox
+    monkeypatch.setenv(SANDBOX_ENV, "1")
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path))  # empty: no tiny-shakespeare
+    note = text.load_text_corpus(allow_fallback=True).note
+    assert "course grade" in note and "the machine that grades" in note
+    assert "/home/student" not in note

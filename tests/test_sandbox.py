@@ -319,6 +319,19 @@ def test_terminal_summary_prints_hints_in_full_without_control_characters():
     assert "\x1b" not in out and "\r" not in out
 
 
+def test_terminal_summary_names_the_cells_that_raised_student_A_15():
+    rep = _evil_report()
+    rep["cells"] = {
+        "executed": 9,
+        "errors": [{"cell": 3, "ename": "ZeroDivisionError", "evalue": "division by zero\x1b[2J"}],
+    }
+    out = grade_cli._summary(rep, detailed=True)
+    assert "cells that raised: 4 (ZeroDivisionError)" in out
+    assert "cell 4: ZeroDivisionError: division by zero" in out and "\x1b" not in out
+    batch = grade_cli._summary(rep, detailed=False)
+    assert "cells that raised: 4 (ZeroDivisionError)" in batch and "division" not in batch
+
+
 def test_missing_file_is_one_clear_line(tmp_path, capsys):
     from course_utils import cli as course_cli
 

@@ -229,6 +229,14 @@ def _generated_text(n_lines: int, seed: int) -> str:
 
 
 def _how_to_get() -> str:
+    if os.environ.get("COURSE_GRADER_SANDBOX"):  # grading.sandbox.SANDBOX_ENV
+        # the sandbox's home folder is not the student's: name the folders that count
+        return (
+            "This notebook is being graded by `course grade` in its sandbox, which sees "
+            f"tiny-shakespeare only when the machine that grades has {TINYSHAKESPEARE_FILE} in "
+            f"its {cache.ENV_VAR} folder or in ~/.cache/course_utils of the user who runs "
+            "`course grade` (it is shown to the sandbox read-only)."
+        )
     folder = cache.cache_dir()
     relative = (
         ""

@@ -475,6 +475,16 @@ def _summary(rep: dict[str, Any], detailed: bool) -> str:
             lines.append(_indent(terminal_safe(ex["message"]), "      "))
         if ex.get("flags"):
             lines.append(f"      flagged: {terminal_safe('; '.join(ex['flags']))}")
+    errors = (rep.get("cells") or {}).get("errors") or []
+    if errors:  # a cell that raised explains many a lost point: say which, even in a batch
+        where = ", ".join(f"{e['cell'] + 1} ({e['ename']})" for e in errors[:5])
+        more = f" and {len(errors) - 5} more" if len(errors) > 5 else ""
+        lines.append(f"  cells that raised: {terminal_safe(where)}{more}")
+        if detailed:
+            lines.extend(
+                _indent(terminal_safe(f"cell {e['cell'] + 1}: {e['ename']}: {e['evalue']}"), "    ")
+                for e in errors[:5]
+            )
     if detailed:
         lines.extend(_indent(terminal_safe(n), "  note: ") for n in rep.get("notes", []))
     return "\n".join(lines)

@@ -70,6 +70,7 @@ from course_utils.grading.confine import (
 BACKENDS = ("auto", "bwrap", "docker", "podman", "none")
 INSIDE_WORK = "/submission"
 INSIDE_HOME = "/home/student"
+SANDBOX_ENV = "COURSE_GRADER_SANDBOX"  # set in the kernel's environment inside the sandbox
 INSIDE_RUN = "/run/course"
 DOCKER_IMAGE = "course-grade:latest"
 _ETC = (
@@ -328,6 +329,7 @@ class Sandbox:
         env["MPLCONFIGDIR"] = INSIDE_HOME + "/.matplotlib"
         env["PYTHONPATH"] = os.pathsep.join(self._python_path())
         env["USER"] = env["LOGNAME"] = "student"
+        env[SANDBOX_ENV] = "1"  # so messages about files name the grading machine's folders
         data = self._data_dir()
         if data:
             env["COURSE_DATA_DIR"] = data

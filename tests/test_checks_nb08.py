@@ -714,6 +714,22 @@ def test_clearing_the_gradients_after_the_step_is_named_and_says_why_it_matters_
     assert "gradient from elsewhere" in result.message
 
 
+def test_train_step_returning_the_loss_with_its_graph_is_told_to_return_a_number_student_B_6():
+    def step(model, opt, x, y, lr, grad_clip):
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad()
+        _, loss = model(x, targets=y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+        return loss  # still attached to its graph: a loop keeping these keeps every graph
+
+    result = run("08.5", step)
+    assert result.status == ERROR and "loss.item()" in result.message
+    assert "attached to its graph" in result.message
+
+
 def test_train_step_that_returns_nothing_is_told_to_return_the_loss():
     from course_utils.checks.nb08_gpt import train_step
 

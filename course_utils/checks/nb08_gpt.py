@@ -1065,6 +1065,13 @@ def _step_call(candidate, case: Case) -> Outputs:
         out = candidate(model, optimizer, i["x"][k], i["y"][k], lr, i["grad_clip"])
         if out is None:
             raise TypeError("train_step should return the step's loss (a float), got None")
+        if isinstance(out, torch.Tensor) and (out.requires_grad or out.numel() != 1):
+            raise TypeError(
+                "train_step should return the step's loss as a Python float, got a tensor "
+                f"of shape {tuple(out.shape)}{' attached to its graph' * out.requires_grad}: "
+                "a loop that keeps the loss of every step would keep every step's graph too "
+                "(memory grows each step); return the number, loss.item()"
+            )
         losses.append(float(out))
     params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     return {"parameters after 3 steps": params, "losses": torch.tensor(losses, dtype=torch.float64)}

@@ -33,7 +33,12 @@ def test_ci_run_has_the_steps_the_workflow_must_mirror():
     steps = ci_run_steps()
     assert steps[0] == "bash .ci/install-system-packages"  # bubblewrap, chromium
     assert steps[1].startswith("python -m pip install torch==")
-    assert {"course doctor", "course release --check", "python -m pytest -n 2"} <= set(steps)
+    assert {
+        "course doctor",
+        "course release --check",
+        'python -m pytest -n 2 -m "not slow"',
+        "python -m pytest -n 2 -m slow",
+    } <= set(steps)
     assert {"ruff format --check .", "ruff check ."} <= set(steps)
 
 

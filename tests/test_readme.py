@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,8 +21,8 @@ def test_quick_start_goes_venv_cpu_torch_setup_start_tests():
         "pip install torch --index-url https://download.pytorch.org/whl/cpu",
         'pip install -e ".[dev]"',
         "jupyter lab notebooks/",
-        "python -m pytest -n 2\n",
         'python -m pytest -n 2 -m "not slow"',
+        "python -m pytest -n 2 -m slow",
     ]
     positions = [quick.find(step) for step in steps]
     assert -1 not in positions, dict(zip(steps, positions))
@@ -31,10 +30,14 @@ def test_quick_start_goes_venv_cpu_torch_setup_start_tests():
     assert "--allow-root" in quick  # containers running as root
 
 
-def test_the_readme_test_command_is_the_one_ci_runs():
+def test_the_readme_test_commands_are_the_ones_ci_runs_quick_tier_first():
     ci = (ROOT / ".ci" / "run").read_text()
-    assert re.search(r"^python -m pytest -n 2\s", ci, re.M)
-    assert "python -m pytest -n 2\n" in _section("Quick start")
+    quick = ci.find('\npython -m pytest -n 2 -m "not slow"')
+    slow = ci.find("\npython -m pytest -n 2 -m slow")
+    assert 0 < quick < slow, "CI runs the README's quick tier, then its slow tier"
+    readme = _section("Quick start")
+    assert '\npython -m pytest -n 2 -m "not slow"\n' in readme
+    assert "\npython -m pytest -n 2 -m slow\n" in readme
 
 
 def test_the_virtual_environment_is_ignored_by_git():

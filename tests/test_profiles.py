@@ -166,7 +166,7 @@ def test_the_cpu_sizes_the_stored_outputs_come_from_are_unchanged():
         800,
         (32, 64, 128, 256),
     )
-    assert nb03.config("cpu").dims[-1] == 2048 and nb03.config("ci").n_pairs == 2_000
+    assert nb03.config("cpu").dims[-1] == 2048 and nb03.config("ci").n_pairs == 8_000
     assert (nb06.config("ci").lr, nb06.config("cpu").time_heads[-1]) == (1e-2, 64)
     assert nb08.config("cpu").model.d_model == 128 and nb08.config("cpu").steps == 1100
     assert nb09.config("cpu", dataset="digits").train.epochs == 30

@@ -6,9 +6,11 @@ Every size the notebook uses comes from :func:`config`, so the ``ci`` profile st
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from course_utils.runtime.profiles import ProfileTable
@@ -97,6 +99,30 @@ def config(profile: str | None = None) -> Config:
         timing_width=64,
         timing_repeats=s.timing_repeats,
     )
+
+
+def softmax_entropy(weights: Tensor) -> Tensor:
+    """Entropy in nats of attention weights ``(..., S) -> (...)`` (0 log 0 counts as 0)."""
+    return -(weights * weights.clamp_min(1e-30).log()).sum(dim=-1)
+
+
+def saturation(
+    d: int, scaled: bool, n_queries: int, n_keys: int, gen: torch.Generator
+) -> tuple[float, float]:
+    """Median softmax entropy and median gradient norm at the scores, for ``n_queries``
+    random queries against ``n_keys`` random keys and values of width ``d``, with or without
+    the ``1/sqrt(d)`` scale (section 3 of notebook 03). The loss is a random projection of the
+    attention output, so the gradient at the scores is what a layer below would receive."""
+    q = torch.randn(n_queries, 1, d, generator=gen)  # (N, 1, d)
+    k = torch.randn(n_queries, n_keys, d, generator=gen)  # (N, S, d)
+    v = torch.randn(n_queries, n_keys, d, generator=gen)  # (N, S, d)
+    u = F.normalize(torch.randn(n_queries, 1, d, generator=gen), dim=-1)
+    scores = q @ k.transpose(-2, -1) / (math.sqrt(d) if scaled else 1.0)  # (N, 1, S)
+    scores.requires_grad_(True)
+    probs = scores.softmax(dim=-1)
+    ((probs @ v) * u).sum().backward()
+    grad = scores.grad.norm(dim=-1)  # (N, 1)
+    return softmax_entropy(probs.detach()).median().item(), grad.median().item()
 
 
 def recall_batch(

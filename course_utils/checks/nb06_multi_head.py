@@ -570,8 +570,8 @@ CROSSOVER_QUESTION = Question(
     abs_tolerance=0.5,
     unit="tokens",
     backed_by=(
-        "at D = 64 the attention matmuls cost as many FLOPs as the projections at T = 2D = "
-        "128, fewer at T = 127 and more at T = 129",
+        "at D = 64 the attention matmuls cost as many FLOPs as the projections at T = 2D, "
+        "fewer one token below and more one token above",
     ),
 )
 

@@ -1,4 +1,5 @@
-"""Checks for notebook 05 (masked attention): 05.1 averaging the past with a loop, 05.2 the
+"""Checks for notebook 05 (masked attention): 05.1 averaging the past (a loop
+is the suggested first version; a vectorised one passes too), 05.2 the
 causal mask, 05.3 masked softmax (forward and backward).
 
 Masks are bool, True = may attend (as ``F.scaled_dot_product_attention``; the opposite of
@@ -176,7 +177,7 @@ AVERAGE_MISTAKES = [
 
 AVERAGE_PAST = Exercise(
     id="05.1",
-    title="Average of the past, with a loop",
+    title="Average of the past",
     points=1,
     notebook=NOTEBOOK,
     function="average_past",

@@ -528,6 +528,35 @@ def test_mlp_with_other_layer_names_is_an_error_naming_fc1_and_fc2():
     assert "fc1" in result.message and "fc2" in result.message
 
 
+class MLPDropout(nn.Module):
+    """The MLP with a dropout on the hidden units, as in nn.TransformerEncoderLayer."""
+
+    def __init__(self, d_model, d_ff, p=0.1):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_ff)
+        self.dropout = nn.Dropout(p)
+        self.fc2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.fc2(self.dropout(F.relu(self.fc1(x))))
+
+
+def test_mlp_with_dropout_is_rejected_naming_dropout():
+    """The prompt says the MLP has no dropout; the check runs it in eval mode and in training
+    mode, so a Dropout(0.1) that eval mode would hide is named (student-A SA-6)."""
+    result = checks.run(MLP_ID, MLPDropout)
+    assert result.status == FAILED
+    assert "training mode" in result.message and "dropout" in result.message
+
+
+def test_mlp_with_a_zero_dropout_passes_and_the_check_leaves_the_random_stream_alone():
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    assert_passes(MLP_ID, lambda d_model, d_ff: MLPDropout(d_model, d_ff, p=0.0))
+    checks.run(MLP_ID, MLPDropout)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 def test_mlp_stub_raising_in_init_is_not_attempted():
     class Stub(nn.Module):
         def __init__(self, d_model, d_ff):

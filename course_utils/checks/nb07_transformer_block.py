@@ -5,9 +5,10 @@ biased variance, eps inside the square root, then scale and shift (``F.layer_nor
 
 07.2 ``MLP(d_model, d_ff)``: the position-wise feed-forward network the student writes whole
 (``__init__`` and ``forward``): ``fc1`` (Linear d_model -> d_ff), ReLU, ``fc2`` (Linear
-d_ff -> d_model), i.e. ``course_utils.modeling.layers.MLP`` with its defaults. The check reads the
-layers' sizes first (a wrong hidden width is named without running anything), then copies
-seeded weights in and compares outputs.
+d_ff -> d_model), i.e. ``course_utils.modeling.layers.MLP`` with its defaults (no dropout). The
+check reads the layers' sizes first (a wrong hidden width is named without running anything),
+then copies seeded weights in and compares outputs in eval mode, and then checks that training
+mode gives the same outputs (a dropout layer with p > 0 is named).
 
 07.3 ``TransformerBlock``. The notebook gives ``__init__(self, d_model, n_heads, d_ff,
 norm_first=False)`` with the submodules of ``course_utils.modeling.layers.TransformerBlock``: ``attn``
@@ -289,6 +290,13 @@ def _mlp_call(candidate: Any, case: Case) -> Outputs:
     with torch.no_grad():
         y = module(i["x"])
     out["output"] = as_tensor(y, "MLP(d_model, d_ff)(x)")
+    # The MLP has no dropout (the course's has none, and the notebook trains blocks built on
+    # it): in training mode it must compute exactly what it computes in eval mode. Under a
+    # forked RNG, so a dropout that draws does not move the notebook's random stream.
+    module.train()
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        y_train = module(i["x"])
+    out["train_output"] = as_tensor(y_train, "MLP(d_model, d_ff)(x) in training mode")
     return out
 
 
@@ -306,7 +314,20 @@ def _mlp_compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
             f"case '{case.name}': your layers map {g[0]} -> {g[1]} (fc1) and {g[2]} -> {g[3]} "
             f"(fc2); expected d_model -> d_ff -> d_model = {e[0]} -> {e[1]} -> {e[3]}"
         )
-    return close()(case, {"output": got.get("output")}, {"output": expected["output"]})
+    problem = close()(case, {"output": got.get("output")}, {"output": expected["output"]})
+    if problem is not None:
+        return problem
+    train, output = got.get("train_output"), got["output"]
+    if train is not None and not (
+        train.shape == output.shape and torch.allclose(train, output, rtol=1e-5, atol=1e-6)
+    ):
+        return (
+            f"case '{case.name}': right in eval mode, but in training mode (module.train()) "
+            "your MLP computes something else: this MLP has no dropout (nor anything else "
+            "that depends on the mode), like the course's; the notebook trains blocks built "
+            "on it"
+        )
+    return None
 
 
 class _MLPBase(nn.Module):

@@ -111,7 +111,9 @@ def test_the_sweep_states_every_profile_with_enough_sizes():
     assert len(ss.SIZES.ci.sizes) == 3 and len(ss.SIZES.cpu.sizes) >= 5
     assert len(ss.SIZES.gpu.sizes) >= len(ss.SIZES.cpu.sizes)
     for _, sweep in ss.SIZES.items():
-        counts = [ss.non_embedding_params(ss.model_config(s, sweep.block_size, 65)) for s in sweep.sizes]
+        counts = [
+            ss.non_embedding_params(ss.model_config(s, sweep.block_size, 65)) for s in sweep.sizes
+        ]
         assert counts == sorted(set(counts)), "sizes go from smallest to largest"
         assert all(d % h == 0 for _, d, h in sweep.sizes)
         for budget, others in sweep.compute:

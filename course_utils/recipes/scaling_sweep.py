@@ -19,7 +19,7 @@ AdamW, linear warmup, cosine decay, one learning rate for every size, one seed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -55,6 +55,7 @@ __all__ = [
     "CHINCHILLA_TOKENS_PER_PARAM",
     "fit_same_tokens",
     "describe",
+    "row",
 ]
 
 SAME_TOKENS, SAME_COMPUTE = "same tokens", "same compute"
@@ -247,13 +248,34 @@ def train_one(
     )
 
 
-def same_tokens(sweep: Sweep, data: CharDataset, *, progress: bool = False) -> list[Run]:
-    """Every size of ``sweep`` trained on the same ``sweep.tokens`` tokens, smallest first."""
-    return [train_one(sweep, s, data, sweep.tokens, SAME_TOKENS, progress=progress) for s in sweep.sizes]
+def _reported(run: Run, report: Callable[[Run], None] | None) -> Run:
+    if report is not None:
+        report(run)
+    return run
+
+
+def same_tokens(
+    sweep: Sweep,
+    data: CharDataset,
+    *,
+    progress: bool = False,
+    report: Callable[[Run], None] | None = None,
+) -> list[Run]:
+    """Every size of ``sweep`` trained on the same ``sweep.tokens`` tokens, smallest first;
+    ``report(run)`` is called as each run ends (e.g. to print a line)."""
+    return [
+        _reported(train_one(sweep, s, data, sweep.tokens, SAME_TOKENS, progress=progress), report)
+        for s in sweep.sizes
+    ]
 
 
 def same_compute(
-    sweep: Sweep, data: CharDataset, fixed: Sequence[Run], *, progress: bool = False
+    sweep: Sweep,
+    data: CharDataset,
+    fixed: Sequence[Run],
+    *,
+    progress: bool = False,
+    report: Callable[[Run], None] | None = None,
 ) -> list[Run]:
     """For each ``(i, others)`` of ``sweep.compute``, the sizes ``others`` trained with the
     FLOPs of size i's same-token run in ``fixed``, on ``tokens_for_flops(budget, N)`` tokens
@@ -264,7 +286,8 @@ def same_compute(
         for size in (sweep.sizes[j] for j in others):
             params = non_embedding_params(model_config(size, sweep.block_size, data.vocab_size))
             tokens = tokens_for_flops(budget, params)
-            runs.append(train_one(sweep, size, data, tokens, SAME_COMPUTE, progress=progress))
+            run = train_one(sweep, size, data, tokens, SAME_COMPUTE, progress=progress)
+            runs.append(_reported(run, report))
     return runs
 
 
@@ -311,7 +334,6 @@ def fit_same_tokens(runs: Sequence[Run]) -> tuple[float, float]:
     return fit_power_law([r.params for r in fixed], [r.val_loss for r in fixed])
 
 
-
 def describe(sweep: Sweep, vocab_size: int) -> list[str]:
     """One line per size: its shape, N (exact and Kaplan's 12 L d^2) and its same-token run's
     training FLOPs."""
@@ -327,3 +349,10 @@ def describe(sweep: Sweep, vocab_size: int) -> list[str]:
     return lines
 
 
+def row(run: Run) -> str:
+    """One line of a table of runs: shape, N, tokens (and per parameter), FLOPs, losses, time."""
+    return (
+        f"{run.name:>7}  N = {run.params:>9,}  D = {run.tokens:>10,} "
+        f"({run.tokens_per_param:7.1f} tokens/param)  C = {run.flops:.2e}  "
+        f"train {run.train_loss:.3f}  val {run.val_loss:.3f}  ({run.seconds:.1f} s)"
+    )

@@ -61,7 +61,7 @@ __all__ = [
 SAME_TOKENS, SAME_COMPUTE = "same tokens", "same compute"
 
 # The bars the notebook claims in every profile (measured in ci and cpu, see the notebook)
-ALPHA_RANGE = (0.01, 0.6)  # fitted exponent of L(N) ~ a N^-alpha, same tokens (measured: see notebook 11)
+ALPHA_RANGE = (0.01, 0.6)  # fitted exponent of L(N) ~ a N^-alpha at the same token budget
 MONOTONE_SLACK = 0.02  # nats/char: a larger model may lose at most this much to a smaller one
 
 # Published constants the notebook compares with (cited there)

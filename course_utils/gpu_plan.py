@@ -48,7 +48,7 @@ EXPECTATIONS: dict[str, Expectation] = {
     "08": Expectation(4.0, 6.0),
     "09": Expectation(20.0, 6.0),
     "10": Expectation(2.0, 1.0),
-    "11": Expectation(2.0, 12.0),
+    "11": Expectation(6.0, 12.0),  # 2 min of attention, ~4 of scaling sweep
     "12": Expectation(3.0, 1.0),
 }
 

@@ -1,15 +1,18 @@
-"""Growth exponents from measurements: how time or memory scales with the sequence length.
+"""Power laws from measurements: how time or memory grows with the sequence length (notebooks
+07 and 11, the attention benchmark), and how a model's loss falls with its size or its training
+compute (notebook 11's section 7, :mod:`course_utils.recipes.scaling_sweep`).
 
-Used by notebooks 07 and 11 (``nb07.fit_exponent``, ``nb11.fit_exponent``) and the attention
-benchmark.
+    fit_exponent({128: t1, 256: t2, 512: t3})       # y ~ n^p: p = 2 for O(n^2)
+    a, alpha = fit_power_law(params, losses)         # L(N) ~ a * N^(-alpha)
+    c, a, alpha = fit_power_law_with_floor(params, losses)   # L(N) ~ c + a * N^(-alpha)
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-__all__ = ["fit_exponent"]
+__all__ = ["fit_exponent", "fit_power_law", "fit_power_law_with_floor", "power_law"]
 
 
 def fit_exponent(curve: Mapping[int, float], last: int = 3) -> float:
@@ -21,5 +24,67 @@ def fit_exponent(curve: Mapping[int, float], last: int = 3) -> float:
         return float("nan")
     xs = [math.log(n) for n in ns]
     ys = [math.log(max(curve[n], 1e-12)) for n in ns]
+    return _slope(xs, ys)[0]
+
+
+def _slope(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least-squares line y = intercept + slope * x: ``(slope, intercept)``."""
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return slope, my - slope * mx
+
+
+def _checked(xs: Sequence[float], ys: Sequence[float], what: str) -> None:
+    if len(xs) != len(ys):
+        raise ValueError(f"expected as many xs as ys, got {len(xs)} and {len(ys)}")
+    if len(set(xs)) < 2:
+        raise ValueError(f"{what} needs at least two different xs, got {list(xs)}")
+    bad = [v for v in (*xs, *ys) if not (v > 0 and math.isfinite(v))]
+    if bad:
+        raise ValueError(f"{what} works on logarithms: every x and y must be > 0, got {bad[:3]}")
+
+
+def power_law(x: float, a: float, alpha: float, floor: float = 0.0) -> float:
+    """``floor + a * x ** (-alpha)``: the curve :func:`fit_power_law` (``floor=0``) and
+    :func:`fit_power_law_with_floor` fit."""
+    return floor + a * x ** (-alpha)
+
+
+def fit_power_law(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Fit ``y ~ a * x^(-alpha)`` by least squares in log space: ``(a, alpha)``.
+
+    A straight line ``log y = log a - alpha log x``, so ``alpha > 0`` means y falls as x grows
+    (loss against parameters: Kaplan et al. 2020 find alpha_N ~ 0.076). Every x and y must be
+    positive; at least two different xs. Least squares on the logarithms weighs each point by
+    its relative error, as a log-log plot shows it.
+    """
+    _checked(xs, ys, "a power-law fit")
+    slope, intercept = _slope([math.log(x) for x in xs], [math.log(y) for y in ys])
+    return math.exp(intercept), -slope
+
+
+def fit_power_law_with_floor(
+    xs: Sequence[float], ys: Sequence[float], grid: int = 400
+) -> tuple[float, float, float]:
+    """Fit ``y ~ c + a * x^(-alpha)`` with an irreducible term ``0 <= c < min(y)``:
+    ``(c, a, alpha)``.
+
+    For each ``c`` on a grid of ``grid`` values in ``[0, min(y))`` the rest is
+    :func:`fit_power_law` of ``y - c``; the ``c`` with the smallest squared error of ``y``
+    itself wins. Three parameters need at least three different xs, and with few points the
+    floor is poorly determined (many ``(c, alpha)`` pairs fit about as well): read it as a
+    hint that the curve bends, not as a measurement of the data's entropy.
+    """
+    _checked(xs, ys, "a power-law fit with a floor")
+    if len(set(xs)) < 3:
+        raise ValueError(f"three parameters need at least three different xs, got {list(xs)}")
+    top = min(ys)
+    best: tuple[float, float, float, float] | None = None
+    for i in range(grid):
+        c = top * i / grid
+        a, alpha = fit_power_law(xs, [y - c for y in ys])
+        err = sum((power_law(x, a, alpha, c) - y) ** 2 for x, y in zip(xs, ys))
+        if best is None or err < best[0]:
+            best = (err, c, a, alpha)
+    assert best is not None
+    return best[1], best[2], best[3]

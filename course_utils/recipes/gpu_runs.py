@@ -115,11 +115,14 @@ def _nb10() -> str:
 
 def _nb11() -> str:
     from course_utils.recipes.nb11 import SIZES
+    from course_utils.recipes.scaling_sweep import SIZES as SWEEPS
 
-    s = SIZES.gpu
+    s, sweep = SIZES.gpu, SWEEPS.gpu
+    big = sweep.sizes[-1]
     return (
         f"attention sweep to n = {max(s.lengths)} (adapts to memory), backends up to "
-        f"n = {max(s.backend_lengths)}, KV cache ({s.gen_tokens} tokens), DDP"
+        f"n = {max(s.backend_lengths)}, KV cache ({s.gen_tokens} tokens), DDP; scaling sweep of "
+        f"{len(sweep.sizes)} GPTs up to {big[0]}x{big[1]} on {sweep.tokens / 1e6:g}M tokens each"
     )
 
 

@@ -1158,8 +1158,7 @@ SHIFT = Question(
         Misconception(
             "a",
             "a wrong decoder input makes learning impossible",
-            "Read the first and the final training loss in the two rows of the knob cell's "
-            "table.",
+            "Read the first and the final training loss in the two rows of the knob cell's table.",
         ),
         Misconception(
             "b",

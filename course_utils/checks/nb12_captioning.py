@@ -458,8 +458,8 @@ NOVEL = Question(
         "c": "Cross attention still gets more of the words right than the pooled vector, but it "
         "names a digit that sits in its held-out cell correctly less than half as often as the "
         "other digits.",
-        "d": "Both models name every digit right; only the grammar words (\"left of\", "
-        "\"above\") go wrong on the new combinations.",
+        "d": 'Both models name every digit right; only the grammar words ("left of", '
+        '"above") go wrong on the new combinations.',
     },
     correct="c",
     misconceptions=(

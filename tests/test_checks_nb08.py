@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from course_utils.checks import ERROR, FAILED, NOT_ATTEMPTED, PASSED, get, run
+from course_utils.checks import ERROR, FAILED, NOT_ATTEMPTED, PASSED, get, get_question, run
 from course_utils.checks.core import judge
 from course_utils.checks.nb08_gpt import (
     FLOPS_MISTAKES,
@@ -748,3 +748,34 @@ def test_train_step_cases_start_from_a_stale_gradient_and_clip_in_one_case():
     model, optimizer = _step_setup(cases[0].inputs)
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
     assert len(optimizer.param_groups) == 2
+
+
+# ---------------------------------------------------------------- graded questions 08.Q1, 08.Q2
+
+
+def test_question_08_q1_accepts_the_initial_loss_of_every_profile():
+    from course_utils.checks.questions import check_answer
+
+    q = get_question("08.Q1")
+    # what the notebook's cell prints on tiny-shakespeare in ci, cpu and gpu; log V = ln 65
+    for value in (4.187, 4.212, 4.286, math.log(65), "4.21"):
+        assert check_answer(q, value).status == PASSED, value
+    # the unigram entropy, log V in bits, the offline corpus's ln 32, nothing learned yet = 0
+    for value in (3.309, 6.022, math.log(32), 0.0, 65):
+        result = check_answer(q, value)
+        assert result.status == FAILED and "loss at initialisation" in result.message, value
+    assert check_answer(q, None).status == NOT_ATTEMPTED
+    assert check_answer(q, "four").status == FAILED
+
+
+def test_question_08_q2_names_every_distractor_and_hides_the_answer():
+    from course_utils.checks.questions import check_answer
+
+    q = get_question("08.Q2")
+    assert check_answer(q, "c").status == PASSED and check_answer(q, "(C)").status == PASSED
+    for letter in "abd":
+        result = check_answer(q, letter)
+        assert result.status == FAILED and result.mistake == q.misconception(letter).name
+        assert "(c)" not in result.message and q.choices["c"][:30] not in result.message
+    assert check_answer(q, None).status == NOT_ATTEMPTED
+    assert check_answer(q, "e").status == FAILED

@@ -114,13 +114,20 @@ def test_the_solution_answers_in_one_cell_and_its_cpu_run_passed_it(q: Question)
     assert re.search(rf"^\[{re.escape(q.id)}\] .*: PASSED \(", _printed(cell), re.M), (
         f"{q.notebook}: the stored run did not print {q.id}'s PASSED line; re-execute it"
     )
+    assert cell["id"] == "answer-" + q.id.replace(".", "-") and "answer" in cell["metadata"]["tags"]
+    assert cell["metadata"]["course"] == {"role": "answer", "id": q.id, "points": q.points}
     text = "\n".join(_printed(c) for c in nb["cells"] if c["cell_type"] == "code")
     assert "Running the 'cpu' profile" in text, f"{q.notebook}: stored outputs not from cpu"
+    assert q.backed_by, f"{q.id}: name the claims that make its answer right"
+    answer_at = nb["cells"].index(cell)
     for backing in q.backed_by:
-        assert f"✓ {backing}" in text, f"{q.id}: backing claim not ticked in the run: {backing}"
+        ticked = [i for i, c in enumerate(nb["cells"]) if f"✓ {backing}" in _printed(c)]
+        assert ticked, f"{q.id}: backing claim not ticked in the stored run: {backing}"
         assert not backing.startswith("In the `"), (
             f"{q.id}: a backing claim must hold in every profile, not only some: {backing}"
         )
+        if q.choices is not None:  # printed above the answer, it would give the answer away
+            assert min(ticked) > answer_at, f"{q.id}: {backing!r} is printed above the answer"
 
 
 @pytest.mark.parametrize("q", QUESTIONS, ids=QIDS)

@@ -4,9 +4,7 @@ name each classic mistake. The wrong answers here are written independently of t
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,9 +18,7 @@ from checks_testing import (
 from torch import nn
 
 from course_utils import checks
-from course_utils.authoring.answers import read_answer
 from course_utils.checks import FAILED, NOT_ATTEMPTED, PASSED, get, run
-from course_utils.checks import nb04_self_cross_position as MODULE
 from course_utils.checks.nb04_self_cross_position import (
     EQUIVARIANCE_MISTAKES,
     SELF_ATTENTION_MISTAKES,
@@ -30,7 +26,6 @@ from course_utils.checks.nb04_self_cross_position import (
     SelfAttention,
     is_permutation_equivariant,
 )
-from course_utils.checks.questions import check_answer
 from course_utils.modeling import positional
 
 # ----------------------------------------------------------------------------- 04.3
@@ -441,55 +436,3 @@ def test_relative_bias_reference_equals_the_module():
     table = torch.randn(9, 3, dtype=torch.float64)
     for T, S in [(5, None), (1, 7), (3, 6)]:
         assert torch.equal(checks.get("04.5").reference(table, T, S), rel_bias_module(table, T, S))
-
-
-# ----------------------------------------------------------------------------- questions
-
-
-def _solution_cells() -> list[dict]:
-    path = Path(__file__).resolve().parents[1] / "solutions" / MODULE.QUESTIONS[0].notebook
-    return json.loads(path.read_text(encoding="utf-8"))["cells"]
-
-
-@pytest.mark.parametrize("question", MODULE.QUESTIONS, ids=lambda q: q.id)
-def test_question_accepts_its_answer_and_rejects_blank_and_nonsense(question):
-    assert check_answer(question, question.expected()).status == PASSED
-    assert check_answer(question, None).status == NOT_ATTEMPTED
-    assert check_answer(question, "").status == NOT_ATTEMPTED
-    nonsense = check_answer(question, "zz")
-    assert nonsense.status == FAILED and nonsense.points == 0
-    assert question.evidence in nonsense.message
-
-
-@pytest.mark.parametrize(
-    ("question", "misconception"),
-    [(q, m) for q in MODULE.QUESTIONS for m in q.misconceptions],
-    ids=lambda x: getattr(x, "id", None) or getattr(x, "choice", None),
-)
-def test_each_distractor_is_rejected_and_named_without_giving_the_answer(question, misconception):
-    result = check_answer(question, misconception.choice)
-    assert result.status == FAILED and result.points == 0
-    assert result.mistake == misconception.name
-    assert misconception.feedback in result.message
-    assert f"({question.correct})" not in result.message
-    assert question.choices[question.correct] not in result.message
-
-
-@pytest.mark.parametrize("question", MODULE.QUESTIONS, ids=lambda q: q.id)
-def test_solution_answers_the_question_and_its_run_prints_the_backing_claims(question):
-    cells = _solution_cells()
-    answer_cells = [c for c in cells if c["metadata"].get("course", {}).get("id") == question.id]
-    assert len(answer_cells) == 1
-    assert answer_cells[0]["id"] == "answer-" + question.id.replace(".", "-")
-    value = read_answer("".join(answer_cells[0]["source"]), question.id).value
-    assert check_answer(question, value).status == PASSED
-    printed = "".join(
-        "".join(out.get("text", ""))
-        for cell in cells
-        if cell["cell_type"] == "code"
-        for out in cell.get("outputs", [])
-    )
-    assert question.backed_by, f"{question.id} names no claim"
-    for text in question.backed_by:
-        assert "profile" not in text, f"{question.id}: a profile-limited claim backs it: {text}"
-        assert f"✓ {text}" in printed, f"{question.id}: not printed with a tick: {text}"

@@ -4,9 +4,7 @@ nn.MultiheadAttention. The wrong answers here are written independently of the c
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,12 +19,8 @@ from checks_testing import (
 from torch import nn
 
 from course_utils import checks
-from course_utils.authoring.answers import read_answer
-from course_utils.checks import FAILED, NOT_ATTEMPTED, PASSED
-from course_utils.checks import nb06_multi_head as MODULE
 from course_utils.checks import nb06_multi_head as checks_nb06
 from course_utils.checks._common import build_module
-from course_utils.checks.questions import check_answer
 from course_utils.modeling import layers
 
 # ----------------------------------------------------------------------------- 06.1
@@ -400,55 +394,3 @@ def test_mha_reference_agrees_with_nn_multiheadattention_on_every_case(seed):
         with torch.no_grad():
             got = exercise.call(layers.MultiHeadAttention, case)["output"]
         torch.testing.assert_close(got, expected.detach(), msg=case.name)
-
-
-# ----------------------------------------------------------------------------- questions
-
-
-def _solution_cells() -> list[dict]:
-    path = Path(__file__).resolve().parents[1] / "solutions" / MODULE.QUESTIONS[0].notebook
-    return json.loads(path.read_text(encoding="utf-8"))["cells"]
-
-
-@pytest.mark.parametrize("question", MODULE.QUESTIONS, ids=lambda q: q.id)
-def test_question_accepts_its_answer_and_rejects_blank_and_nonsense(question):
-    assert check_answer(question, question.expected()).status == PASSED
-    assert check_answer(question, None).status == NOT_ATTEMPTED
-    assert check_answer(question, "").status == NOT_ATTEMPTED
-    nonsense = check_answer(question, "zz")
-    assert nonsense.status == FAILED and nonsense.points == 0
-    assert question.evidence in nonsense.message
-
-
-@pytest.mark.parametrize(
-    ("question", "misconception"),
-    [(q, m) for q in MODULE.QUESTIONS for m in q.misconceptions],
-    ids=lambda x: getattr(x, "id", None) or getattr(x, "choice", None),
-)
-def test_each_distractor_is_rejected_and_named_without_giving_the_answer(question, misconception):
-    result = check_answer(question, misconception.choice)
-    assert result.status == FAILED and result.points == 0
-    assert result.mistake == misconception.name
-    assert misconception.feedback in result.message
-    assert f"({question.correct})" not in result.message
-    assert question.choices[question.correct] not in result.message
-
-
-@pytest.mark.parametrize("question", MODULE.QUESTIONS, ids=lambda q: q.id)
-def test_solution_answers_the_question_and_its_run_prints_the_backing_claims(question):
-    cells = _solution_cells()
-    answer_cells = [c for c in cells if c["metadata"].get("course", {}).get("id") == question.id]
-    assert len(answer_cells) == 1
-    assert answer_cells[0]["id"] == "answer-" + question.id.replace(".", "-")
-    value = read_answer("".join(answer_cells[0]["source"]), question.id).value
-    assert check_answer(question, value).status == PASSED
-    printed = "".join(
-        "".join(out.get("text", ""))
-        for cell in cells
-        if cell["cell_type"] == "code"
-        for out in cell.get("outputs", [])
-    )
-    assert question.backed_by, f"{question.id} names no claim"
-    for text in question.backed_by:
-        assert "profile" not in text, f"{question.id}: a profile-limited claim backs it: {text}"
-        assert f"✓ {text}" in printed, f"{question.id}: not printed with a tick: {text}"

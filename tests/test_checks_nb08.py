@@ -519,7 +519,7 @@ def _topk_scatter(model, idx, max_new_tokens, temperature=1.0, top_k=None, gener
         logits, _ = model(idx[:, -model.config.block_size :])
         logits = logits[:, -1] / temperature
         if top_k is not None:
-            values, where = torch.topk(logits, top_k)
+            values, where = torch.topk(logits, min(top_k, logits.size(-1)))
             logits = torch.full_like(logits, float("-inf")).scatter(-1, where, values)
         nxt = torch.softmax(logits, -1).multinomial(1, generator=generator)
         idx = torch.cat((idx, nxt), dim=1)
@@ -534,7 +534,7 @@ def _power_of_probs(model, idx, max_new_tokens, temperature=1.0, top_k=None, gen
             logits, _ = model(idx[:, -model.config.block_size :])
             w = torch.softmax(logits[:, -1, :], dim=-1) ** (1.0 / temperature)
             if top_k is not None:
-                kth = w.topk(top_k, dim=-1).values[:, -1:]
+                kth = w.topk(min(top_k, w.shape[-1]), dim=-1).values[:, -1:]
                 w = torch.where(w >= kth, w, torch.zeros_like(w))
             idx = torch.cat([idx, torch.multinomial(w, 1, generator=generator)], dim=1)
     return idx
@@ -547,12 +547,28 @@ def _row_by_row(model, idx, max_new_tokens, temperature=1.0, top_k=None, generat
         start = max(0, idx.shape[1] - model.config.block_size)
         logits = model(idx[:, start:])[0][:, -1, :] / temperature
         if top_k is not None:
-            kth = torch.sort(logits, dim=-1, descending=True).values[:, top_k - 1 : top_k]
+            k = min(top_k, logits.shape[-1])
+            kth = torch.sort(logits, dim=-1, descending=True).values[:, k - 1 : k]
             logits[logits < kth] = float("-inf")
         probs = F.softmax(logits, dim=-1)
         nxt = torch.stack([torch.multinomial(p, 1, generator=generator) for p in probs])
         idx = torch.cat([idx, nxt], dim=1)
     return idx
+
+
+def test_generate_that_does_not_clamp_top_k_to_the_vocabulary_is_told_student_B_16():
+    def no_clamp(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        for _ in range(max_new_tokens):
+            logits = model(idx[:, -model.config.block_size :])[0][:, -1, :] / temperature
+            if top_k is not None:
+                kth = torch.topk(logits, top_k).values[:, -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)
+            idx = torch.cat([idx, nxt], dim=1)
+        return idx
+
+    result = run("08.2", no_clamp)
+    assert result.status == ERROR and "more than the" in result.message
 
 
 @pytest.mark.parametrize("answer", [_topk_scatter, _power_of_probs, _row_by_row])

@@ -481,6 +481,7 @@ def _generate_cases(seed: int) -> list[Case]:
         case("temperature 0.7, top_k = 5", 3, 4, 0.7, 5),
         case(f"context grows past block_size = {block} (crop it)", block - 1, 4, 1.3, 4),
         case("top_k = 1 (always the most likely token)", 2, 3, 1.0, 1),
+        case(f"top_k = {V + 3}, more than the {V} tokens (keep them all)", 2, 3, 1.0, V + 3),
     ]
 
 

@@ -454,11 +454,11 @@ def draw_split_heads(T: int = 3, D: int = 6, H: int = 2):
         _draw_grid(
             ax, lab(wrong[h]), col(wrong[h]), xs + Dh + 4, y, f'"head" {h}: (T, Dh)', palette
         )
-    ax.text(xs, height + 1.2, "right: reshape, transpose", fontsize=10, weight="bold")
+    ax.text(xs, height + 1.2, "right: each head keeps all T tokens", fontsize=10, weight="bold")
     ax.text(
         xs + Dh + 4,
         height + 1.2,
-        "wrong: plain reshape",
+        "wrong: a head mixes tokens",
         fontsize=10,
         weight="bold",
         color="firebrick",

@@ -945,4 +945,45 @@ DEPTH_QUESTION = Question(
     ),
 )
 
-QUESTIONS = [DEPTH_QUESTION]
+PATH_QUESTION = Question(
+    id="07.Q2",
+    title="Which layer hears the first token at the last position?",
+    points=1,
+    notebook=NOTEBOOK,
+    prompt="Through which contender does the first input x[0] reach the last output y[n-1] "
+    "with the largest gradient?",
+    evidence="the gradient plot and the lines printed below it (|d y[n-1] / d x[0]| per layer)",
+    choices={
+        "a": "the GRU: its hidden state carries every earlier token forward to the last step",
+        "b": "the convolution stack that covers n: it connects every input to every output",
+        "c": "self attention, by orders of magnitude",
+        "d": "one convolution: it is the cheapest and the most local",
+    },
+    correct="c",
+    misconceptions=(
+        Misconception(
+            "a",
+            "a recurrent state carries the distant past at full strength",
+            "Read |d y[n-1] / d x[0]| of the GRU in the printed lines, and compare it with the "
+            "gradient from the last inputs on the plot: how much survives n - 1 steps?",
+        ),
+        Misconception(
+            "b",
+            "a path that exists is a path that carries signal",
+            "The stack does reach x[0] (count the inputs reaching y[n-1]), but read the size of "
+            "its gradient from x[0] in the printed lines: how many layers did it go through?",
+        ),
+        Misconception(
+            "d",
+            "the cheapest layer is the best connected",
+            "Count the inputs that reach y[n-1] through one convolution in the printed lines: "
+            "is x[0] among them?",
+        ),
+    ),
+    backed_by=(
+        "self attention's gradient from x[0] is more than 100 times the GRU's and the covering "
+        "stack's",
+    ),
+)
+
+QUESTIONS = [DEPTH_QUESTION, PATH_QUESTION]

@@ -948,9 +948,9 @@ EXERCISES = [FORWARD, GREEDY, LOOP]
 # profile (``backed_by``); each distractor contradicts one of them.
 
 _SWEEP_CHOICES = {
-    "a": "The largest c fixes them: on the longest sentences exact match climbs towards the "
+    "b": "The largest c fixes them: on the longest sentences exact match climbs towards the "
     "level of the short ones.",
-    "b": "A bigger c gets more sentences right overall, but on the longest sentences exact "
+    "a": "A bigger c gets more sentences right overall, but on the longest sentences exact "
     "match stays below 10% at every size.",
     "c": "Nothing changes at any length: with the same number of steps, a bigger model cannot "
     "learn more.",
@@ -979,10 +979,10 @@ QUESTIONS = [
         evidence="the sweep table (one row per hidden size, the last column of buckets is the "
         "longest sentences) and its plots",
         choices=_SWEEP_CHOICES,
-        correct="b",
+        correct="a",
         misconceptions=(
             Misconception(
-                "a",
+                "b",
                 "the bottleneck is only a matter of capacity",
                 "Read the longest bucket's column of the sweep table from the smallest H to "
                 "the largest, and compare it with the shortest bucket's column.",

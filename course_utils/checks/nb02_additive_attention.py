@@ -558,13 +558,13 @@ _LENGTH_CHOICES = {
     "a": "With attention, exact match stays as high on sentences longer than any training "
     "sentence as on the trained lengths: the decoder reads every word, so length no longer "
     "matters.",
-    "b": "On the longest lengths it trained on, attention is far ahead of the model without "
+    "d": "On the longest lengths it trained on, attention is far ahead of the model without "
     "attention; on sentences longer than any it trained on, every attention model falls with "
     "each longer bucket.",
     "c": "With attention, exact match still collapses with length inside the training lengths, "
     "like the model without attention: re-weighting the same encoder states adds no "
     "information.",
-    "d": "Attention pays off only on sentences longer than any it trained on; on the trained "
+    "b": "Attention pays off only on sentences longer than any it trained on; on the trained "
     "lengths the model without attention already does as well.",
 }
 
@@ -579,7 +579,7 @@ QUESTIONS = [
         evidence="the four tables (and the plot) of exact match by source length, the bucket "
         "just left of the dashed line and those right of it",
         choices=_LENGTH_CHOICES,
-        correct="b",
+        correct="d",
         misconceptions=(
             Misconception(
                 "a",
@@ -594,7 +594,7 @@ QUESTIONS = [
                 "that of the model without attention.",
             ),
             Misconception(
-                "d",
+                "b",
                 "attention is a trick for long inputs only",
                 "Compare, on the longest trained bucket, the additive model's exact match with "
                 "that of the model without attention; then read each model's longer buckets.",

@@ -841,15 +841,15 @@ LENGTH_QUESTION = Question(
     choices={
         "a": "all four: each one gives every one of the 48 positions a vector, an angle or a "
         'bias, and the task only needs "two back"',
-        "b": "only RoPE and the relative bias, whose scores depend on the distance j - i alone: "
+        "d": "only RoPE and the relative bias, whose scores depend on the distance j - i alone: "
         "they stay at 95% or more, while the sinusoidal and the learned models lose much of "
         "their accuracy on the positions never seen in training",
         "c": "only the two fixed formulas, sinusoidal and RoPE, which are defined at any "
         "position; the learned table and the clipped relative bias fail beyond the training "
         "length",
-        "d": "none of them: a model trained on sequences of 24 tokens works on 24 tokens only",
+        "b": "none of them: a model trained on sequences of 24 tokens works on 24 tokens only",
     },
-    correct="b",
+    correct="d",
     misconceptions=(
         Misconception(
             "a",
@@ -868,7 +868,7 @@ LENGTH_QUESTION = Question(
             "(distances beyond the clip share the bias of the largest one).",
         ),
         Misconception(
-            "d",
+            "b",
             "no model works beyond its training length",
             "Look at the column 'T = 48': are all rows far below their 'T = 24' accuracy? The "
             "task needs the distance 2 only, and every model saw it in training; what is new "

@@ -500,9 +500,9 @@ HEADS_COST_QUESTION = Question(
     ),
     evidence="the line printed by the cell 'What do more heads cost?', run with several n_heads",
     choices={
-        "a": "the parameters and the matmul FLOPs both grow in proportion to H: every head "
+        "b": "the parameters and the matmul FLOPs both grow in proportion to H: every head "
         "brings its own projections",
-        "b": "the parameters and the matmul FLOPs stay the same; only the number of attention "
+        "a": "the parameters and the matmul FLOPs stay the same; only the number of attention "
         "scores grows, in proportion to H: every head has its own T x T score matrix, but "
         "works in D / H dimensions",
         "c": "the parameters stay the same, but the matmul FLOPs grow in proportion to H: every "
@@ -510,10 +510,10 @@ HEADS_COST_QUESTION = Question(
         "d": "nothing changes, not even the number of attention scores: the heads only share "
         "out the same work",
     },
-    correct="b",
+    correct="a",
     misconceptions=(
         Misconception(
-            "a",
+            "b",
             "every head brings its own full-width projections",
             "Run the cell with n_heads = 1 and with n_heads = 16 and compare the parameter "
             "counts it prints. How wide is one head's W_Q^h when D = 64 is split between 16 "

@@ -892,7 +892,7 @@ EXERCISES = [LAYER_NORM, MLP_EXERCISE, BLOCK, PARAM_COUNT]
 # ----------------------------------------------------------------------------- questions
 
 DEPTH_QUESTION = Question(
-    id="07.Q1",
+    id="07.Q2",
     title="Do the activations fade with the gradient?",
     points=1,
     notebook=NOTEBOOK,
@@ -946,7 +946,7 @@ DEPTH_QUESTION = Question(
 )
 
 PATH_QUESTION = Question(
-    id="07.Q2",
+    id="07.Q1",
     title="Which layer hears the first token at the last position?",
     points=1,
     notebook=NOTEBOOK,
@@ -986,4 +986,4 @@ PATH_QUESTION = Question(
     ),
 )
 
-QUESTIONS = [DEPTH_QUESTION, PATH_QUESTION]
+QUESTIONS = [PATH_QUESTION, DEPTH_QUESTION]  # in reading order: section 1, then section 4

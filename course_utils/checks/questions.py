@@ -163,14 +163,14 @@ def check_answer(q: Question, value: Any) -> CheckResult:
 
 
 def _check_choice(q: Question, value: Any) -> CheckResult:
-    letters = ", ".join(f'"{c}"' for c in q.choices)
+    letters = ", ".join(f'"{c}"' for c in sorted(q.choices))
     choice = value.strip().lower().strip("()") if isinstance(value, str) else None
     if choice not in q.choices:
         return _result(
             q,
             FAILED,
             f"{value!r} is not one of the choices: answer with one letter ({letters}), "
-            f'e.g. answer("{q.id}", "{next(iter(q.choices))}"). Look at {q.evidence}.',
+            f'e.g. answer("{q.id}", "{min(q.choices)}"). Look at {q.evidence}.',
         )
     if choice == q.correct:
         return _result(q, PASSED, f"({choice}) is what the run shows")

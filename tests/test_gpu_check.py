@@ -4,6 +4,7 @@ GPU check (``benchmarks/gpu.sh``), exercised on the CPU with tiny sizes."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -198,7 +199,13 @@ def test_gpu_check_runs_notebooks_in_the_profile_with_the_step_cap(tmp_path):
             "from course_utils.runtime.profiles import cap_steps, profile_name\n"
             "assert profile_name() == 'ci', profile_name()\n"
             "assert cap_steps(1000) == 3, cap_steps(1000)\n"
-        )
+        ),
+        # a quality claim that 3 steps cannot meet prints its cross; the smoke goes on
+        nbformat.v4.new_code_cell(
+            "from course_utils.authoring.claims import claim\n"
+            "claim('the validation loss reaches the bar', False)\n"
+            "print('smoke went on')"
+        ),
     ]
     solutions = tmp_path / "solutions"
     solutions.mkdir()
@@ -207,6 +214,7 @@ def test_gpu_check_runs_notebooks_in_the_profile_with_the_step_cap(tmp_path):
     assert gpu_check.main([*argv, "--solutions", str(solutions), "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "gpu.json").read_text())["stages"]["notebooks"]["rows"]
     assert rows == [{"notebook": "00_probe", "seconds": rows[0]["seconds"], "status": "ok"}]
+    assert os.environ.get("COURSE_CLAIMS_KEEP_GOING") is None  # only inside the smoke
 
 
 def test_gpu_sh_calls_the_check():

@@ -34,6 +34,7 @@ from course_utils.checks.questions import (
     Misconception,
     Question,
     check_answer,
+    normalise_choice,
     prediction_of,
     record_prediction,
 )
@@ -109,16 +110,24 @@ def check(exercise_id: str, candidate, seed: int = 0) -> CheckResult:
     """
     result = run(exercise_id, candidate, seed=seed, own_work=True)
     print(result.verdict_line())
+    return _settle(
+        result,
+        "(fix it and run this cell again; until then `fallback` gives the later cells "
+        f"the course's verified {get(exercise_id).function})",
+    )
+
+
+def _settle(result: CheckResult, advice: str = "") -> CheckResult:
+    """After a verdict line: nothing more when passed; in a strict kernel raise
+    :class:`CheckFailed`; else print what went wrong (and ``advice``) unless not attempted."""
     if result.passed:
         return result
     if is_strict():
         raise CheckFailed(f"{result.verdict_line()}\n{result.message}")
     if result.status != NOT_ATTEMPTED:
         print(result.message)
-        print(
-            "(fix it and run this cell again; until then `fallback` gives the later cells "
-            f"the course's verified {get(exercise_id).function})"
-        )
+        if advice:
+            print(advice)
     return result
 
 
@@ -151,15 +160,9 @@ def answer(question_id: str, value):
     print(result.verdict_line())
     predicted = prediction_of(question_id)
     if predicted is not None and q.choices is not None:
-        shown = str(predicted).strip().lower().strip("()")
+        shown = normalise_choice(predicted)
         print(f"Your prediction before the run: ({shown}) {q.choices.get(shown, '')}".rstrip())
-    if result.passed:
-        return result
-    if is_strict():
-        raise CheckFailed(f"{result.verdict_line()}\n{result.message}")
-    if result.status != NOT_ATTEMPTED:
-        print(result.message)
-    return result
+    return _settle(result)
 
 
 def predict(question_id: str, value) -> None:

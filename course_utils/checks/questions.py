@@ -36,6 +36,7 @@ __all__ = [
     "Misconception",
     "Question",
     "check_answer",
+    "normalise_choice",
     "question_id_parts",
     "is_question_id",
     "record_prediction",
@@ -164,7 +165,7 @@ def check_answer(q: Question, value: Any) -> CheckResult:
 
 def _check_choice(q: Question, value: Any) -> CheckResult:
     letters = ", ".join(f'"{c}"' for c in sorted(q.choices))
-    choice = value.strip().lower().strip("()") if isinstance(value, str) else None
+    choice = normalise_choice(value) if isinstance(value, str) else None
     if choice not in q.choices:
         return _result(
             q,
@@ -177,6 +178,11 @@ def _check_choice(q: Question, value: Any) -> CheckResult:
     m = q.misconception(choice)
     message = f"({choice}) is a common misconception — {m.name}. {m.feedback}"
     return CheckResult(q.id, q.title, FAILED, 0, q.points, message, m.name)
+
+
+def normalise_choice(value: Any) -> str:
+    """A written choice as its letter: ``" (B) "`` -> ``"b"``."""
+    return str(value).strip().lower().strip("()")
 
 
 def _check_number(q: Question, value: Any) -> CheckResult:

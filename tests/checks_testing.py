@@ -39,3 +39,22 @@ def assert_registered_mistakes_named(exercise_id: str, seeds=SEEDS) -> None:
 
 def mistake_names(exercise_id: str) -> set[str]:
     return {m.name for m in checks.get(exercise_id).mistakes}
+
+
+def assert_no_hint_prints_a_solution_line(exercise_id: str) -> None:
+    """Every hint a failure of ``exercise_id`` can show (each mistake's and the generic one)
+    names the mistake and the idea, never a line of its notebook's solution (the no-answer
+    rule's needles)."""
+    import json
+    from pathlib import Path
+
+    from course_utils.authoring.leaks import _solution_lines, _squash, needles
+
+    exercise = checks.get(exercise_id)
+    path = Path(__file__).resolve().parents[1] / "solutions" / exercise.notebook
+    cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    found = [_squash(n) for c in cells for line in _solution_lines(c)[0] for n in needles(line)]
+    assert len(found) > 5  # the solutions were read
+    for hint in [exercise.hint, *(m.hint for m in exercise.mistakes)]:
+        leaked = [n for n in found if n in _squash(hint)]
+        assert not leaked, f"{exercise_id}: {hint!r} prints {leaked}"

@@ -662,23 +662,37 @@ def test_bwrap_without_namespaces_falls_back_to_none_with_a_warning(tmp_path, mo
     assert code == grade_cli.EXIT_BAD_INPUT and "not sandboxed" in err, err
 
 
+def running_site_packages() -> list[str]:
+    """The site-packages folders of the interpreter running the tests (torch, ipykernel, ...)."""
+    import site
+
+    return [p for p in site.getsitepackages() if Path(p).is_dir()]
+
+
+def make_probe_venv(venv: Path) -> None:
+    """A bare venv at ``venv`` that sees this interpreter's packages through a ``.pth`` file.
+
+    Not ``--system-site-packages``: made from a venv, that chains to the *base* interpreter,
+    which on a fresh machine has no torch or ipykernel (the newcomer report's F1)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    inside = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    (inside / "course-test-parent.pth").write_text("\n".join(running_site_packages()) + "\n")
+
+
 def test_a_venv_under_tmp_is_visible_inside_the_sandbox(tmp_path):
     """The sandbox replaces /tmp with a private folder; a virtual environment living there
     is bound after it, so the kernel's Python is found."""
     require_bwrap()
     venv = Path("/tmp") / f"course-venv-test-{os.getpid()}"
     try:
-        subprocess.run(
-            [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
-            check=True,
-            timeout=60,
-        )
+        make_probe_venv(venv)
         probe = (
             "import sys; sys.path.insert(0, {root!r})\n"
             "from pathlib import Path\n"
             "from course_utils.grading import sandbox as sb\n"
             "box = Path({box!r}); box.mkdir()\n"
-            "s = sb.Sandbox('bwrap', box, sb.Limits(memory_mb=0, max_procs=0, disk_mb=64))\n"
+            "s = sb.Sandbox('bwrap', box, sb.Limits(memory_mb=0, max_procs=0, disk_mb=64),"
+            " read_only={site!r})\n"
             "s.prepare(); s.hand_over(); (box / 'c.json').write_text('{{}}')\n"
             "import subprocess, os\n"
             "cmd = s.command([sys.executable, '-c', 'import sys, ipykernel; print(sys.prefix)'],"
@@ -686,7 +700,7 @@ def test_a_venv_under_tmp_is_visible_inside_the_sandbox(tmp_path):
             "r = subprocess.run(cmd, capture_output=True, text=True, env=s.kernel_env(dict(os.environ)))\n"
             "s.close(); s.remove_box()\n"
             "print(r.returncode, r.stdout.strip(), r.stderr.strip()[-300:])\n"
-        ).format(root=str(ROOT), box=str(tmp_path / "cg-venv"))
+        ).format(root=str(ROOT), box=str(tmp_path / "cg-venv"), site=running_site_packages())
         r = subprocess.run(
             [str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, timeout=120
         )

@@ -9,22 +9,13 @@ Three layers, each importing only from the ones above it:
 - ``authoring``: the tools that make and check the notebooks (``release``, ``regions``,
   ``leaks``, ``student_work``, ``claims``, ``execute``, ``nbval_strict``).
 
-Beside them: ``data``, the exercise checks (``checks``), the per-notebook experiments
-(``recipes``), the grader (``grading``), ``plots``, ``widgets`` and the benchmarks (``bench``).
-Every notebook imports from here. The old flat paths (``course_utils.attention``, ...) still
-import the same modules (see ``_moved``).
+Beside them: ``lessons``, one package per notebook (its exercises, graded questions and
+experiments, found by ``lessons.discover()``: open that folder for the table of contents), the
+shared ``data``, the exercise-check machinery (``checks``), the grader (``grading``), ``plots``,
+``widgets`` and the benchmarks (``bench``). Every notebook imports from here.
+
+Importing the package has no side effect on the process (the command line and the test suite
+opt into :func:`course_utils.fast_nbformat.skip_iri_parser` themselves).
 """
 
 __version__ = "0.1.0"
-
-import sys as _sys
-
-# nbformat validates notebooks with jsonschema which, when the optional package rfc3987_syntax
-# is installed (Jupyter's jsonschema[format-nongpl] brings it), builds a parser at import: one to
-# three seconds in every process that reads a notebook (the grader, `course release`, the test
-# suite's subprocesses). Notebook schemas use no IRI format, so the course goes without it.
-_sys.modules.setdefault("rfc3987_syntax", None)
-
-from course_utils import _moved as _moved_modules  # noqa: E402
-
-_moved_modules.install()

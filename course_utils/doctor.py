@@ -43,11 +43,13 @@ def report() -> list[str]:
 
 def _gpu_profile_lines() -> list[str]:
     """The gpu profile's assumptions and per-notebook estimates (course_utils.gpu_plan), each
-    with what runs, written from the recipe's table (course_utils.recipes.gpu_runs)."""
-    from course_utils import gpu_plan
-    from course_utils.recipes import gpu_runs
+    with what runs, written from the lesson's recipe table (``Lesson.what_on_gpu``)."""
+    from course_utils import gpu_plan, lessons
 
-    return [f"gpu profile {line}" for line in gpu_plan.doctor_lines(gpu_runs.what)]
+    def what(key: str) -> str:
+        return lessons.get(key).what_on_gpu()
+
+    return [f"gpu profile {line}" for line in gpu_plan.doctor_lines(what)]
 
 
 def precision_lines() -> list[str]:
@@ -65,7 +67,7 @@ def precision_lines() -> list[str]:
         ]
     chosen = precision.choose("cuda:0")
     total = torch.cuda.get_device_properties(0).total_memory
-    key, peak = max(gpu_plan.EXPECTATIONS.items(), key=lambda kv: kv[1].memory_gb)
+    key, peak = max(gpu_plan.estimates().items(), key=lambda kv: kv[1].memory_gb)
     if peak.memory_gb * 1e9 <= total:
         fit = f"the gpu profile fits (largest estimate: notebook {key}, {peak.memory_gb:g} GB)"
     else:

@@ -1,6 +1,6 @@
 """Power laws from measurements: how time or memory grows with the sequence length (notebooks
 07 and 11, the attention benchmark), and how a model's loss falls with its size or its training
-compute (notebook 11's section 7, :mod:`course_utils.recipes.scaling_sweep`).
+compute (notebook 11's section 7, :mod:`course_utils.lessons.nb11_attention_at_scale.scaling_sweep`).
 
     fit_exponent({128: t1, 256: t2, 512: t3})       # y ~ n^p: p = 2 for O(n^2)
     a, alpha = fit_power_law(params, losses)         # L(N) ~ a * N^(-alpha)

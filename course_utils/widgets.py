@@ -299,7 +299,7 @@ def bottleneck_explorer(sweep: Mapping[int, Any], *, hidden: int | None = None) 
     """Notebook 01: the bottleneck by source length and hidden size.
 
     ``sweep`` maps each hidden size H to a result with ``.report.exact`` and ``.report.token``
-    (``bucket -> accuracy``, as :func:`course_utils.recipes.nb01.hidden_size_sweep` returns).
+    (``bucket -> accuracy``, as :func:`course_utils.lessons.nb01_rnn_bottleneck.recipe.hidden_size_sweep` returns).
     Controls: H (a slider over the sizes trained), the length bucket, and the metric. Left:
     accuracy vs source length, the chosen H in bold over the others; right: accuracy vs H at
     the chosen length. A bigger context vector c helps short sentences first: the long ones

@@ -16,6 +16,10 @@ os.environ.setdefault("COURSE_CLAIMS_AUTHOR", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from course_utils.fast_nbformat import skip_iri_parser  # noqa: E402
+
+skip_iri_parser()  # as `course ...` does: nbformat without jsonschema's IRI grammar
+
 torch.set_num_threads(1)
 
 

@@ -15,8 +15,8 @@ from checks_testing import (
 )
 
 from course_utils import checks
-from course_utils.checks.nb01_rnn_bottleneck import build_case_model
 from course_utils.data.tasks import BOS, EOS, PAD
+from course_utils.lessons.nb01_rnn_bottleneck.exercises import build_case_model
 from course_utils.modeling.models import Seq2SeqRNN
 
 # ----------------------------------------------------------------------------- 01.1
@@ -55,7 +55,7 @@ def forward_gru_equations(model, src, src_lengths, tgt_in):
 
 def forward_fused_gru(model, src, src_lengths, tgt_in):
     """All steps at once with nn.GRU sharing the cell's weights (teacher forcing allows it)."""
-    from course_utils.recipes.nb01 import teacher_forced_logits
+    from course_utils.lessons.nb01_rnn_bottleneck.recipe import teacher_forced_logits
 
     return teacher_forced_logits(model, src, src_lengths, tgt_in)
 

@@ -317,8 +317,8 @@ def _solution_cells():
 
 
 def test_the_spread_question_reads_a_row_every_profile_prints_the_same():
-    from course_utils.checks.nb03_scaled_dot_product import SPREAD_PAIRS, SPREAD_WIDTH
-    from course_utils.recipes import nb03
+    from course_utils.lessons.nb03_scaled_dot_product import recipe as nb03
+    from course_utils.lessons.nb03_scaled_dot_product.questions import SPREAD_PAIRS, SPREAD_WIDTH
 
     for profile in ("ci", "cpu", "gpu"):
         cfg = nb03.config(profile)

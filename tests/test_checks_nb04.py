@@ -19,7 +19,7 @@ from torch import nn
 
 from course_utils import checks
 from course_utils.checks import FAILED, NOT_ATTEMPTED, PASSED, get, run
-from course_utils.checks.nb04_self_cross_position import (
+from course_utils.lessons.nb04_self_cross_position.exercises import (
     EQUIVARIANCE_MISTAKES,
     SELF_ATTENTION_MISTAKES,
     TEST_FUNCTIONS,

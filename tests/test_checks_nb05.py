@@ -318,7 +318,7 @@ def test_masked_softmax_check_rejects_a_detached_answer_with_a_clear_message():
 def test_the_reference_masked_softmax_never_computes_a_nan_and_the_watch_sees_one():
     """The NaN watch behind 05.3: silent on the reference (on every case of the check, fully
     masked rows included), and it does see a NaN that is replaced afterwards."""
-    from course_utils.checks.nb05_masked_attention import NaNWatch
+    from course_utils.lessons.nb05_masked_attention.exercises import NaNWatch
 
     for case in checks.get("05.3").make_cases(0):
         watch = NaNWatch()

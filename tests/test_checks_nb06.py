@@ -19,8 +19,8 @@ from checks_testing import (
 from torch import nn
 
 from course_utils import checks
-from course_utils.checks import nb06_multi_head as checks_nb06
 from course_utils.checks._common import build_module
+from course_utils.lessons.nb06_multi_head import exercises as checks_nb06
 from course_utils.modeling import layers
 
 # ----------------------------------------------------------------------------- 06.1

@@ -27,7 +27,7 @@ from torch import nn
 from course_utils import checks
 from course_utils.checks import ERROR, FAILED, NOT_ATTEMPTED, PASSED, get, run
 from course_utils.checks._common import build_module
-from course_utils.checks.nb07_transformer_block import (
+from course_utils.lessons.nb07_transformer_block.exercises import (
     MISTAKES,
     block_param_count,
     call,

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from course_utils.checks import ERROR, FAILED, NOT_ATTEMPTED, PASSED, get, get_question, run
 from course_utils.checks.core import judge
-from course_utils.checks.nb08_gpt import (
+from course_utils.lessons.nb08_gpt.exercises import (
     FLOPS_MISTAKES,
     GENERATE_MISTAKES,
     GROUP_MISTAKES,
@@ -640,7 +640,7 @@ def test_temperature_and_top_k_mistakes_differ_from_the_reference_at_the_first_s
 
 
 def _tiny_recipe(**overrides):
-    from course_utils.recipes import nb08
+    from course_utils.lessons.nb08_gpt import recipe as nb08
 
     base = nb08.config("ci")
     model = replace(base.model, block_size=8, n_layers=1, n_heads=2, d_model=8)
@@ -659,7 +659,7 @@ def _tiny_recipe(**overrides):
 
 
 def test_unigram_entropy_is_the_entropy_of_the_character_frequencies():
-    from course_utils.recipes.nb08 import unigram_entropy
+    from course_utils.lessons.nb08_gpt.recipe import unigram_entropy
 
     data = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])  # uniform over 4 symbols
     assert unigram_entropy(data, 6) == pytest.approx(np.log(4))
@@ -667,7 +667,7 @@ def test_unigram_entropy_is_the_entropy_of_the_character_frequencies():
 
 def test_train_char_gpt_runs_its_steps_records_curves_and_is_deterministic():
     from course_utils.data.text import CharDataset
-    from course_utils.recipes import nb08
+    from course_utils.lessons.nb08_gpt import recipe as nb08
 
     data = CharDataset("to be or not to be, that is the question\n" * 20)
     _, h1 = nb08.train_char_gpt(_tiny_recipe(), data, progress=False, log_every=2)
@@ -682,7 +682,7 @@ def test_train_char_gpt_runs_its_steps_records_curves_and_is_deterministic():
 
 def test_a_time_budget_stops_training_and_still_ends_the_schedule():
     from course_utils.data.text import CharDataset
-    from course_utils.recipes import nb08
+    from course_utils.lessons.nb08_gpt import recipe as nb08
 
     data = CharDataset("abcdefgh" * 50)
     _, h = nb08.train_char_gpt(_tiny_recipe(), data, steps=10**6, time_budget_s=0.0, progress=False)
@@ -747,7 +747,7 @@ def test_train_step_returning_the_loss_with_its_graph_is_told_to_return_a_number
 
 
 def test_train_step_that_returns_nothing_is_told_to_return_the_loss():
-    from course_utils.checks.nb08_gpt import train_step
+    from course_utils.lessons.nb08_gpt.exercises import train_step
 
     def step(model, opt, x, y, lr, grad_clip):
         train_step(model, opt, x, y, lr, grad_clip)
@@ -757,7 +757,7 @@ def test_train_step_that_returns_nothing_is_told_to_return_the_loss():
 
 
 def test_train_step_cases_start_from_a_stale_gradient_and_clip_in_one_case():
-    from course_utils.checks.nb08_gpt import _step_cases, _step_setup
+    from course_utils.lessons.nb08_gpt.exercises import _step_cases, _step_setup
 
     cases = _step_cases(0)
     assert {c.inputs["grad_clip"] for c in cases} == {0.05, 1e6}

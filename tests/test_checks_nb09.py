@@ -21,7 +21,7 @@ from torch import nn
 
 from course_utils import checks
 from course_utils.checks import ERROR, NOT_ATTEMPTED, get, run
-from course_utils.checks.nb09_vit import VIT_MISTAKES, vit_forward
+from course_utils.lessons.nb09_vit.exercises import VIT_MISTAKES, vit_forward
 from course_utils.modeling.models import ViT, ViTConfig, patchify
 
 ID = "09.1"

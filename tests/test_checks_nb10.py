@@ -15,7 +15,7 @@ from checks_testing import (
 )
 from torch import nn
 
-from course_utils.checks.nb10_full_transformer import Seq2SeqTransformer
+from course_utils.lessons.nb10_full_transformer.exercises import Seq2SeqTransformer
 from course_utils.modeling import layers
 from course_utils.modeling.attention import causal_mask
 
@@ -312,7 +312,7 @@ def test_greedy_check_rejects_output_longer_than_max_len():
 
 def test_greedy_cases_have_rows_ending_at_different_steps():
     from course_utils import checks
-    from course_utils.checks.nb10_full_transformer import _build_model
+    from course_utils.lessons.nb10_full_transformer.exercises import _build_model
 
     ex = checks.get("10.3")
     for seed in SEEDS:

@@ -25,7 +25,7 @@ from checks_testing import (
 
 from course_utils import checks
 from course_utils.checks._common import AllocationTracker
-from course_utils.checks.nb11_attention_at_scale import WRONG_DIM, kv_cache_decode_step
+from course_utils.lessons.nb11_attention_at_scale.exercises import WRONG_DIM, kv_cache_decode_step
 from course_utils.modeling import attention
 
 ID = "11.1"

@@ -166,7 +166,7 @@ def _direct(q, k, v, attn_mask=None):  # A1
     return _ref_03()(q, k, v, attn_mask=attn_mask)
 
 
-_MOD = importlib.import_module("course_utils." + "attention")
+_MOD = importlib.import_module("course_utils.modeling." + "attention")
 
 
 def _obfuscated(q, k, v, attn_mask=None):  # A2

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,3 +74,15 @@ def test_ci_run_installs_into_a_venv_inside_the_clone_as_the_readme_says():
     assert lines.index(VENV[1]) < lines.index('python -m pip install -e ".[dev]"')
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert all(c in readme for c in VENV)
+
+
+def test_ci_runs_in_a_venv_that_cannot_see_the_base_interpreters_packages():
+    """.ci/run's venv is made as the README says, from whatever Python the machine has, and sees
+    none of that Python's packages: what passes in CI passes on a fresh machine (newcomer F1)."""
+    if os.environ.get("COURSE_CI_CLEAN_VENV") != "1":
+        pytest.skip("only under .ci/run (COURSE_CI_CLEAN_VENV=1), which makes its own venv")
+    assert sys.prefix != sys.base_prefix, "not in a venv"
+    cfg = (Path(sys.prefix) / "pyvenv.cfg").read_text().splitlines()
+    assert "include-system-site-packages = false" in cfg
+    base_paths = [p for p in sys.path if p.startswith(sys.base_prefix) and "site-packages" in p]
+    assert base_paths == [], base_paths

@@ -11,9 +11,9 @@ import torch
 import torch.nn as nn
 from device_harness import META, DeviceLeak, FakeAccelerator, all_on_meta, to_meta
 
+from course_utils.lessons.nb09_vit import recipe as nb09
 from course_utils.modeling import attention
 from course_utils.modeling.models import GPT, EncoderDecoderTransformer, Seq2SeqRNN, ViT, ViTConfig
-from course_utils.recipes import nb09
 from course_utils.runtime import devices
 
 
@@ -198,9 +198,9 @@ def test_profile_device_override(on_meta_profile, monkeypatch):
 def test_nb08_training_sampling_and_timing_on_the_device(on_meta_profile):
     from dataclasses import replace
 
-    from course_utils.checks.nb08_gpt import generate as reference_generate
     from course_utils.data.text import CharDataset
-    from course_utils.recipes import nb08
+    from course_utils.lessons.nb08_gpt import recipe as nb08
+    from course_utils.lessons.nb08_gpt.exercises import generate as reference_generate
 
     cfg = nb08.config("ci")
     cfg = replace(
@@ -229,7 +229,7 @@ def test_nb08_training_sampling_and_timing_on_the_device(on_meta_profile):
 
 
 def test_nb08_autocast_and_fused_optimizer_paths_are_taken_in_the_gpu_recipe():
-    from course_utils.recipes import nb08
+    from course_utils.lessons.nb08_gpt import recipe as nb08
 
     cfg = nb08.config("gpu")
     assert cfg.autocast_dtype == torch.bfloat16
@@ -239,7 +239,7 @@ def test_nb08_autocast_and_fused_optimizer_paths_are_taken_in_the_gpu_recipe():
 def test_nb06_training_and_analyses_on_the_device(on_meta_profile):
     from dataclasses import replace
 
-    from course_utils.recipes import nb06
+    from course_utils.lessons.nb06_multi_head import recipe as nb06
 
     cfg = replace(nb06.config(), steps=2, batch=4, d_model=16, n_heads=2, n_layers=1, d_ff=16)
     with FakeAccelerator():
@@ -254,7 +254,7 @@ def test_nb06_training_and_analyses_on_the_device(on_meta_profile):
 def test_nb07_gradient_norms_on_the_device(on_meta_profile):
     from dataclasses import replace
 
-    from course_utils.recipes import nb07
+    from course_utils.lessons.nb07_transformer_block import recipe as nb07
 
     cfg = replace(
         nb07.config(), depth=3, stack_d_model=16, stack_d_ff=16, stack_len=4, stack_batch=2
@@ -270,7 +270,7 @@ def test_nb07_gradient_norms_on_the_device(on_meta_profile):
 def test_nb10_training_and_decoding_on_the_device(on_meta_profile, name):
     from dataclasses import replace
 
-    from course_utils.recipes import nb10
+    from course_utils.lessons.nb10_full_transformer import recipe as nb10
 
     cfg = nb10.config()
     cfg = replace(
@@ -294,7 +294,7 @@ def test_nb09_vit_training_on_the_device(on_meta_profile):
     from dataclasses import replace
 
     from course_utils.data.images import ImageSplit
-    from course_utils.recipes import nb09
+    from course_utils.lessons.nb09_vit import recipe as nb09
 
     cfg = nb09.config()
     g = torch.Generator().manual_seed(0)
@@ -313,7 +313,7 @@ def test_nb09_vit_training_on_the_device(on_meta_profile):
 
 
 def test_data_parallel_step_on_the_device():
-    from course_utils.recipes import nb11
+    from course_utils.lessons.nb11_attention_at_scale import recipe as nb11
     from course_utils.runtime import distributed
 
     info = distributed.DistInfo(0, 1, 0, META, None)
@@ -407,7 +407,7 @@ def test_greedy_decoders_take_a_source_from_the_cpu():
 
 def test_nb11_kv_cache_demo_runs_on_the_device():
     """Notebook 11's KV-cache cell: GPT on the device, a CPU prompt, the generic timer."""
-    from course_utils.recipes import nb11
+    from course_utils.lessons.nb11_attention_at_scale import recipe as nb11
 
     model = to_meta(_tiny_gpt(dropout=0.0))
     prompt = torch.zeros(1, 1, dtype=torch.long)
@@ -421,7 +421,7 @@ def test_nb11_kv_cache_demo_runs_on_the_device():
 def test_nb12_captioner_training_and_decoding_on_the_device(on_meta_profile):
     from dataclasses import replace
 
-    from course_utils.recipes import nb12
+    from course_utils.lessons.nb12_image_captioning import recipe as nb12
 
     cfg = replace(
         nb12.config(),

@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_utils import doctor, gpu_plan
+from course_utils import doctor, gpu_plan, lessons
 from course_utils.bench import gpu_check
+from course_utils.lessons.nb01_rnn_bottleneck import recipe as nb01
+from course_utils.lessons.nb08_gpt import recipe as nb08
+from course_utils.lessons.nb11_attention_at_scale import recipe as nb11
+from course_utils.lessons.nb12_image_captioning import recipe as nb12
 from course_utils.modeling.models.gpt import GPTConfig
-from course_utils.recipes import gpu_runs, nb01, nb08, nb11, nb12
 from course_utils.runtime import profiles
 
 ROOT = Path(__file__).parents[1]
@@ -39,7 +42,8 @@ def test_naive_sweep_stops_where_it_would_not_fit_and_says_so():
 
 def test_every_notebook_has_a_gpu_estimate_and_doctor_prints_them():
     notebooks = sorted(p.name[:2] for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
-    assert notebooks == sorted(gpu_plan.EXPECTATIONS) == sorted(gpu_runs.WHAT)
+    assert notebooks == sorted(gpu_plan.estimates()) == [x.number for x in lessons.discover()]
+    assert all(lessons.get(key).what_on_gpu() for key in notebooks)
     report = "\n".join(doctor.report())
     for key in notebooks:
         assert f"gpu profile {key}: about" in report
@@ -49,15 +53,15 @@ def test_every_notebook_has_a_gpu_estimate_and_doctor_prints_them():
 def test_the_doctor_describes_each_notebook_from_its_recipe_table():
     gpt, r = nb08.RECIPES.gpu, nb01.RECIPES.gpu
     m = gpt.model
-    nb08_what, nb01_what = gpu_runs.what("08"), gpu_runs.what("01_rnn_bottleneck")
+    nb08_what, nb01_what = what_on_gpu("08"), what_on_gpu("01_rnn_bottleneck")
     assert f"GPT {m.n_layers}x{m.n_heads}x{m.d_model}, {gpt.steps} steps, bf16" in nb08_what
     assert f"val <= {nb08.GPU_VAL_BAR}" in nb08_what
     assert f"{len(r.hidden_sizes)} widths" in nb01_what and r.budget in nb01_what
-    assert f"n = {max(nb11.SIZES.gpu.lengths)}" in gpu_runs.what("11")
+    assert f"n = {max(nb11.SIZES.gpu.lengths)}" in what_on_gpu("11")
     assert f"gpu profile {gpu_plan.row('08')}; {nb08_what}" in doctor.report()
-    assert f"{nb12.SIZES.gpu.steps} steps each" in gpu_runs.what("12")
+    assert f"{nb12.SIZES.gpu.steps} steps each" in what_on_gpu("12")
     with pytest.raises(KeyError, match="'13'"):
-        gpu_runs.what("13")
+        what_on_gpu("13")
 
 
 def test_changing_a_recipe_table_changes_the_gpu_plan_and_the_doctor(monkeypatch):
@@ -67,15 +71,20 @@ def test_changing_a_recipe_table_changes_the_gpu_plan_and_the_doctor(monkeypatch
     bigger = replace(gpu, model=replace(gpu.model, n_layers=8, d_model=480), steps=1234)
     monkeypatch.setattr(nb08, "RECIPES", replace(nb08.RECIPES, gpu=bigger))
     monkeypatch.setattr(nb08, "GPU_VAL_BAR", 1.39)
-    assert "GPT 8x6x480, 1234 steps" in gpu_runs.what("08")
+    assert "GPT 8x6x480, 1234 steps" in what_on_gpu("08")
     report = "\n".join(doctor.report())
     assert (
         "gpu profile 08: about 4 min, up to 6 GB of GPU memory; GPT 8x6x480, 1234 steps" in report
     )
-    assert "val <= 1.39" in gpu_runs.what("08")
+    assert "val <= 1.39" in what_on_gpu("08")
     wider = replace(nb01.RECIPES.gpu, hidden_sizes=(8, 16), steps=7)
     monkeypatch.setattr(nb01, "RECIPES", replace(nb01.RECIPES, gpu=wider))
-    assert "2 widths (8 to 16), 7 steps" in gpu_runs.what("01")
+    assert "2 widths (8 to 16), 7 steps" in what_on_gpu("01")
+
+
+def what_on_gpu(notebook: str) -> str:
+    """What ``course doctor`` says notebook ``notebook`` runs in the gpu profile."""
+    return lessons.get(notebook).what_on_gpu()
 
 
 NANOGPT_A100_MINUTES = 3.0  # nanoGPT's train_shakespeare_char: 5000 steps x 64 x 256 tokens
@@ -108,13 +117,13 @@ def _gpt_estimate_covers(cfg, minutes: float) -> bool:
 def test_the_estimates_do_not_contradict_the_tables():
     from dataclasses import replace
 
-    assert _gpt_estimate_covers(nb08.RECIPES.gpu, gpu_plan.EXPECTATIONS["08"].minutes)
+    assert _gpt_estimate_covers(nb08.RECIPES.gpu, gpu_plan.estimates()["08"].minutes)
     longer = replace(nb08.RECIPES.gpu, steps=10_000)
-    assert not _gpt_estimate_covers(longer, gpu_plan.EXPECTATIONS["08"].minutes)
+    assert not _gpt_estimate_covers(longer, gpu_plan.estimates()["08"].minutes)
     # notebook 11's naive attention at its longest length fits the memory estimate (GiB)
     cfg = nb11.SIZES.gpu
     peak = nb11.naive_bytes(cfg.naive_max, cfg, torch.bfloat16) / 2**30
-    assert peak <= gpu_plan.EXPECTATIONS["11"].memory_gb <= gpu_plan.MIN_MEMORY_GB
+    assert peak <= gpu_plan.estimates()["11"].memory_gb <= gpu_plan.MIN_MEMORY_GB
 
 
 def test_describe_states_the_gpu_expectations_only_in_the_gpu_profile(monkeypatch):
@@ -223,7 +232,7 @@ def test_gpu_sh_calls_the_check():
 
 
 def test_a_long_vit_run_states_its_expected_time_first():
-    from course_utils.recipes import nb09
+    from course_utils.lessons.nb09_vit import recipe as nb09
 
     cfg = nb09.config("gpu", dataset="cifar10")
     per_epoch = -(-50_000 // cfg.train.batch_size)
@@ -241,7 +250,7 @@ def test_data_parallel_stage_runs_notebook_11s_gpt_demo_over_nccl(monkeypatch):
     from types import SimpleNamespace
 
     from course_utils.bench import gpu_check
-    from course_utils.recipes import nb11
+    from course_utils.lessons.nb11_attention_at_scale import recipe as nb11
     from course_utils.runtime import distributed
 
     calls = []

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "course_utils"
 
 
@@ -101,10 +103,17 @@ def test_no_module_imports_another_modules_private_names():
 
 
 def test_reading_a_notebook_does_not_build_jsonschemas_iri_parser():
-    """course_utils keeps jsonschema from building rfc3987_syntax's grammar (seconds per process
-    that imports nbformat: every grader and release run); notebooks still validate."""
+    """The course's entry points keep jsonschema from building rfc3987_syntax's grammar (seconds
+    per process that imports nbformat: every grader and release run); notebooks still validate;
+    importing course_utils alone changes nothing (no import-time global state)."""
+    bare = "import sys, course_utils; print(sys.modules.get('rfc3987_syntax', 'untouched'))"
+    done = subprocess.run([sys.executable, "-c", bare], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "untouched", done.stdout + done.stderr
     code = (
-        "import sys, course_utils, nbformat\n"
+        "import sys\n"
+        "from course_utils.fast_nbformat import skip_iri_parser\n"
+        "skip_iri_parser()\n"
+        "import nbformat\n"
         "nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('1')])\n"
         "nbformat.validate(nb)\n"
         "print(sorted(m for m in ('lark', 'rfc3987_syntax') if sys.modules.get(m)))"
@@ -121,13 +130,13 @@ FORBIDDEN_IMPORTS = {
         "course_utils.authoring",
         "course_utils.checks",
         "course_utils.grading",
-        "course_utils.recipes",
+        "course_utils.lessons",
     ),
     "course_utils.runtime": (
         "course_utils.authoring",
         "course_utils.checks",
         "course_utils.grading",
-        "course_utils.recipes",
+        "course_utils.lessons",
     ),
 }
 
@@ -157,22 +166,14 @@ def test_the_layers_import_only_downwards():
     assert layer_violations(edges) == []
 
 
-def test_old_import_paths_give_the_same_module_not_a_copy():
-    """A student's notebook written before the move keeps working, with one set of classes."""
+def test_no_alias_for_the_old_import_paths():
+    """0.1.0 is unreleased: the modules that moved have one name, the new one."""
     import importlib
 
-    from course_utils import _moved
-
-    for old in ["attention", "positional", "layers", "models", "models.gpt", *_moved.MOVED]:
-        old_name = f"course_utils.{old}"
-        module = importlib.import_module(old_name)
-        assert module is importlib.import_module(_moved.new_name(old_name)), old_name
-        assert module.__spec__.name == _moved.new_name(old_name)
-    from course_utils.attention import softmax
-    from course_utils.models.gpt import GPT
-
-    from course_utils.modeling.attention import softmax as new_softmax
-    from course_utils.modeling.models.gpt import GPT as NewGPT
-
-    assert softmax is new_softmax and GPT is NewGPT
-    assert _moved.new_name("course_utils.checks") is None
+    for old in [
+        "course_utils.attention",
+        "course_utils.models.gpt",
+        "course_utils.recipes" + ".nb08",  # spelled apart: no rewrite touches it
+    ]:
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(old)

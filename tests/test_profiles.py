@@ -11,9 +11,18 @@ import numpy as np
 import pytest
 import torch
 
+from course_utils import lessons
 from course_utils.runtime import profiles
 
-RECIPES = [f"nb{i:02d}" for i in range(1, 12)]
+
+def recipe_of(name: str):
+    """The recipe module of lesson package ``name`` (``"nb08_gpt"``)."""
+    return importlib.import_module(f"course_utils.lessons.{name}.recipe")
+
+
+# every lesson with a recipe, from the registry (no hand list: a new lesson is checked too)
+RECIPES = [f"nb{x.notebook}" for x in lessons.discover() if x.has("recipe")]
+CONFIGURED = [name for name in RECIPES if hasattr(recipe_of(name), "config")]
 
 
 @pytest.mark.parametrize("name", profiles.PROFILES)
@@ -127,7 +136,7 @@ def _tables(module) -> dict[str, profiles.ProfileTable]:
 
 @pytest.mark.parametrize("name", RECIPES)
 def test_every_recipe_states_its_sizes_in_tables_of_all_three_profiles(name):
-    module = importlib.import_module(f"course_utils.recipes.{name}")
+    module = recipe_of(name)
     tables = _tables(module)
     assert tables, f"{name} has no ProfileTable"
     for table in tables.values():
@@ -145,12 +154,10 @@ def test_a_module_that_does_not_state_its_sizes_in_a_table_is_found():
     assert _tables(plots) == {}
 
 
-@pytest.mark.parametrize(
-    "name", ["nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb10", "nb11", "nb12"]
-)
+@pytest.mark.parametrize("name", CONFIGURED)
 @pytest.mark.parametrize("profile", profiles.PROFILES)
 def test_a_recipes_config_is_its_tables_row_named_or_active(monkeypatch, name, profile):
-    module = importlib.import_module(f"course_utils.recipes.{name}")
+    module = recipe_of(name)
     monkeypatch.setenv(profiles.ENV_VAR, profile)
     assert module.config() == module.config(profile)
     other = "ci" if profile != "ci" else "cpu"
@@ -159,7 +166,12 @@ def test_a_recipes_config_is_its_tables_row_named_or_active(monkeypatch, name, p
 
 def test_the_cpu_sizes_the_stored_outputs_come_from_are_unchanged():
     """Spot checks of the ci and cpu sizes the stored notebook outputs were made with."""
-    from course_utils.recipes import nb01, nb03, nb06, nb08, nb09, nb11
+    from course_utils.lessons.nb01_rnn_bottleneck import recipe as nb01
+    from course_utils.lessons.nb03_scaled_dot_product import recipe as nb03
+    from course_utils.lessons.nb06_multi_head import recipe as nb06
+    from course_utils.lessons.nb08_gpt import recipe as nb08
+    from course_utils.lessons.nb09_vit import recipe as nb09
+    from course_utils.lessons.nb11_attention_at_scale import recipe as nb11
 
     assert (nb01.RECIPES.ci.steps, nb01.RECIPES.cpu.steps, nb01.RECIPES.cpu.hidden_sizes) == (
         160,
@@ -174,7 +186,7 @@ def test_the_cpu_sizes_the_stored_outputs_come_from_are_unchanged():
 
 
 def test_a_recipe_config_is_a_copy_the_table_keeps_its_sizes():
-    from course_utils.recipes import nb08
+    from course_utils.lessons.nb08_gpt import recipe as nb08
 
     cfg = nb08.config("gpu")
     cfg.model.n_layers = 1  # GPTConfig is mutable: the table must not change with it
@@ -183,7 +195,8 @@ def test_a_recipe_config_is_a_copy_the_table_keeps_its_sizes():
 
 @pytest.mark.parametrize("profile", profiles.PROFILES)
 def test_notebook_01_and_02s_recipe_is_the_tables_row(monkeypatch, profile):
-    from course_utils.recipes import nb01, nb02
+    from course_utils.lessons.nb01_rnn_bottleneck import recipe as nb01
+    from course_utils.lessons.nb02_additive_attention import recipe as nb02
 
     monkeypatch.setenv(profiles.ENV_VAR, profile)
     assert nb01.recipe() == nb01.recipe(profile) == nb01.RECIPES.for_profile(profile)
@@ -192,7 +205,7 @@ def test_notebook_01_and_02s_recipe_is_the_tables_row(monkeypatch, profile):
 
 
 def test_notebook_09s_data_set_preference_ends_with_the_bundled_digits(monkeypatch):
-    from course_utils.recipes import nb09
+    from course_utils.lessons.nb09_vit import recipe as nb09
 
     assert all(row[-1] == "digits" for _, row in nb09.DATASET_PREFERENCE.items())
     monkeypatch.setattr(nb09, "find_cifar10", lambda: "cifar.tar.gz")

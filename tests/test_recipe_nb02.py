@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.data.tasks import TranslationTask
-from course_utils.recipes import nb01, nb02
+from course_utils.lessons.nb01_rnn_bottleneck import recipe as nb01
+from course_utils.lessons.nb02_additive_attention import recipe as nb02
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from course_utils.checks.nb06_multi_head import multi_head_loop_reference
+from course_utils.lessons.nb06_multi_head import recipe as nb06
+from course_utils.lessons.nb06_multi_head.exercises import multi_head_loop_reference
 from course_utils.modeling import layers
-from course_utils.recipes import nb06
 
 
 @pytest.mark.parametrize("n_heads", [1, 4, 8])

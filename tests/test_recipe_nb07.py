@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 import torch
 
+from course_utils.lessons.nb07_transformer_block import recipe as nb07
 from course_utils.modeling import layers
-from course_utils.recipes import nb07
 
 
 def _tiny():

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from course_utils.lessons.nb08_gpt import recipe as nb08
 from course_utils.modeling.models.gpt import GPT, GPTConfig
-from course_utils.recipes import nb08
 
 
 def _tiny_gpt(block_size: int = 8) -> GPT:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_utils.recipes import nb01, nb02, nb10
+from course_utils.lessons.nb01_rnn_bottleneck import recipe as nb01
+from course_utils.lessons.nb02_additive_attention import recipe as nb02
+from course_utils.lessons.nb10_full_transformer import recipe as nb10
 
 
 @pytest.mark.parametrize("profile", ["ci", "cpu", "gpu"])
@@ -56,7 +58,7 @@ def test_train_model_trains_a_given_model_with_a_given_loss_and_decoder(monkeypa
     monkeypatch.setenv("COURSE_PROFILE", "ci")
     from dataclasses import replace
 
-    from course_utils.checks.nb10_full_transformer import (
+    from course_utils.lessons.nb10_full_transformer.exercises import (
         Seq2SeqTransformer,
         _greedy,
         _reference_loss,

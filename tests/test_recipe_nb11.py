@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from course_utils.lessons.nb11_attention_at_scale import recipe as nb11
 from course_utils.modeling import attention
-from course_utils.recipes import nb11
 
 
 def test_peak_memory_counts_the_score_matrix_of_naive_attention():
@@ -61,7 +61,7 @@ def test_sdpa_helpers_name_backends_and_the_kernel_that_runs():
 
 def test_fit_exponent_is_one_function_shared_by_the_recipes_and_the_benchmark():
     from course_utils import scaling
-    from course_utils.recipes import nb07
+    from course_utils.lessons.nb07_transformer_block import recipe as nb07
 
     assert nb11.fit_exponent is scaling.fit_exponent is nb07.fit_exponent
     assert scaling.fit_exponent({64: 1.0}) != scaling.fit_exponent({64: 1.0})  # NaN: one point

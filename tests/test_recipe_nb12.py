@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from course_utils.data import captions as cap
+from course_utils.lessons.nb12_image_captioning import recipe as nb12
 from course_utils.modeling.decoding import beam_search, length_penalty
 from course_utils.modeling.models.captioner import Captioner
-from course_utils.recipes import nb12
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,9 @@ import torch
 matplotlib.use("Agg")
 
 from course_utils.data.tasks import EOS, PAD, make_translation_data  # noqa: E402
+from course_utils.lessons.nb01_rnn_bottleneck import recipe as nb01  # noqa: E402
+from course_utils.lessons.nb02_additive_attention import recipe as nb02  # noqa: E402
 from course_utils.modeling.models import Seq2SeqRNN  # noqa: E402
-from course_utils.recipes import nb01, nb02  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -323,7 +324,7 @@ def test_plot_alignment_labels_the_words_and_marks_the_gold_alignment(data, tiny
 
 
 def test_fit_trains_with_the_given_loop_and_records_a_validation_curve(data, tiny):
-    from course_utils.checks.nb01_rnn_bottleneck import train_loop
+    from course_utils.lessons.nb01_rnn_bottleneck.exercises import train_loop
 
     model = nb01.build_model(data, tiny, attention=False)
     history = nb01.fit(model, data, tiny, train_loop)
@@ -337,7 +338,7 @@ def test_fit_trains_with_the_given_loop_and_records_a_validation_curve(data, tin
 def test_fit_hands_the_loop_the_schedule_of_train_seq2seq(data, tiny):
     """Same batches, optimizer and learning rates: fit + the reference loop and train_seq2seq
     end with the same weights."""
-    from course_utils.checks.nb01_rnn_bottleneck import train_loop
+    from course_utils.lessons.nb01_rnn_bottleneck.exercises import train_loop
 
     a = nb01.build_model(data, tiny, attention=False)
     b = nb01.build_model(data, tiny, attention=False)

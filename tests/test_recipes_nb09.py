@@ -15,9 +15,9 @@ import torch
 
 from course_utils.data import images
 from course_utils.data.images import CIFAR10_FILE, ImageSplit, load_digits_split
+from course_utils.lessons.nb09_vit import recipe as nb09
 from course_utils.modeling.layers import record_attention
 from course_utils.modeling.models import ViT, ViTConfig
-from course_utils.recipes import nb09
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import random
 import pytest
 
 from course_utils.data.text import CharDataset, fallback_corpus
+from course_utils.lessons.nb11_attention_at_scale import scaling_sweep as ss
 from course_utils.modeling.models.gpt import GPT, GPTConfig
-from course_utils.recipes import scaling_sweep as ss
 from course_utils.runtime.profiles import PROFILES
 from course_utils.scaling import fit_power_law, fit_power_law_with_floor, power_law
 

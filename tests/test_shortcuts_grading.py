@@ -23,7 +23,7 @@ SDPA_SIG = "def scaled_dot_product_attention(q, k, v, attn_mask=None):\n"
 
 ATTACKS_03 = {
     # id -> (cell inserted above the exercise cell or None, new exercise cell source)
-    "a1_direct": (None, "from course_utils.attention import scaled_dot_product_attention\n"),
+    "a1_direct": (None, "from course_utils.modeling.attention import scaled_dot_product_attention\n"),
     "a2_obfuscated": (
         None,
         "import importlib\n"
@@ -41,7 +41,7 @@ ATTACKS_03 = {
     "a4_import_elsewhere": (
         "from dataclasses import replace\n"
         "import course_utils.checks as _C\n"
-        "from course_utils.attention import scaled_dot_product_attention as _ref1\n"
+        "from course_utils.modeling.attention import scaled_dot_product_attention as _ref1\n"
         "_C.REGISTRY['03.1'] = replace(_C.REGISTRY['03.1'], reference=lambda *a, **k: None)\n",
         SDPA_SIG + "    return _ref1(q, k, v, attn_mask)\n",
     ),

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from course_utils.data.tasks import batches, exact_match, make_reverse_data
-from course_utils.recipes import nb11
+from course_utils.lessons.nb11_attention_at_scale import recipe as nb11
 from course_utils.runtime import distributed
 from course_utils.runtime.training import (
     History,
@@ -341,7 +341,7 @@ def test_demo_under_torchrun_matches_the_single_process_run(tmp_path):
         "--standalone",
         "--nproc_per_node=2",
         "-m",
-        "course_utils.recipes.nb11",
+        "course_utils.lessons.nb11_attention_at_scale.recipe",
         "--steps",
         str(steps),
         "--backend",

@@ -7,7 +7,7 @@ Two runs in one process, on the same machine and data:
    betas (0.9, 0.99), weight decay 0.1, no dropout, evaluations every 250 steps), re-run with
    the course's GPT (the same architecture as nanoGPT's ``model.py``). Its wall time is this
    machine's "65 s-equivalent": the issue's 65 s were measured on a faster 2-core CPU.
-2. the course's cpu recipe (notebook 08's, ``course_utils.recipes.nb08``), given the
+2. the course's cpu recipe (notebook 08's, ``course_utils.lessons.nb08_gpt.recipe``), given the
    reference's wall time as its budget. Target: val loss <= ``nb08.CPU_VAL_BAR`` in that
    time.
 
@@ -24,7 +24,7 @@ import dataclasses
 import torch
 
 from course_utils.bench.common import median_time, table
-from course_utils.recipes.nb08 import CPU_VAL_BAR, GPU_VAL_BAR
+from course_utils.lessons.nb08_gpt.recipe import CPU_VAL_BAR, GPU_VAL_BAR
 
 NANOGPT_CPU_SECONDS = 65.0  # the issue's figure for nanoGPT's CPU recipe on a 2-core CPU
 NANOGPT_CPU_LOSS = 1.886  # ... and the val loss it reaches
@@ -45,8 +45,8 @@ def flops_per_token(n_params: int, n_layers: int, d_model: int, block_size: int)
 def nanogpt_cpu_recipe():
     """nanoGPT's README command for a CPU (``train_shakespeare_char`` with the CPU overrides),
     as an ``nb08.Config``: batch 12, 2000 steps, lr 1e-3 -> 1e-4, 100 warmup steps."""
+    from course_utils.lessons.nb08_gpt import recipe as nb08
     from course_utils.modeling.models.gpt import GPTConfig
-    from course_utils.recipes import nb08
 
     return nb08.Config(
         model=GPTConfig.preset("nanogpt-cpu", bias=False),
@@ -66,7 +66,7 @@ def nanogpt_cpu_recipe():
 
 
 def _train(name: str, cfg, data, peak: float, budget: float | None) -> dict:
-    from course_utils.recipes import nb08
+    from course_utils.lessons.nb08_gpt import recipe as nb08
 
     model, hist = nb08.train_char_gpt(cfg, data, time_budget_s=budget, progress=False)
     m = model.config
@@ -95,7 +95,7 @@ def _train(name: str, cfg, data, peak: float, budget: float | None) -> dict:
 
 def run(opts: argparse.Namespace) -> dict:
     """Train the nanoGPT reference, then the course recipe within the reference's wall time."""
-    from course_utils.recipes import nb08
+    from course_utils.lessons.nb08_gpt import recipe as nb08
 
     device = torch.device(opts.device or "cpu")
     gpu = device.type == "cuda"

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from course_utils.recipes.nb08 import GPU_VAL_BAR
+from course_utils.lessons.nb08_gpt.recipe import GPU_VAL_BAR
 
 STAGES = ("doctor", "paths", "notebooks", "gpt-bar", "bench")
 BUDGET_S = {"doctor": 10, "paths": 60, "notebooks": 180, "gpt-bar": 200, "bench": 60}
@@ -112,7 +112,8 @@ def stage_paths(opts: argparse.Namespace) -> dict[str, Any]:
 
     import torch
 
-    from course_utils.recipes import nb08, nb11
+    from course_utils.lessons.nb08_gpt import recipe as nb08
+    from course_utils.lessons.nb11_attention_at_scale import recipe as nb11
     from course_utils.runtime import devices
 
     device = devices.resolve(opts.device)
@@ -149,7 +150,7 @@ def stage_paths(opts: argparse.Namespace) -> dict[str, Any]:
 def data_parallel_stage(gpus: int) -> dict[str, Any]:
     """Notebook 11's data-parallel demo on the course GPT over NCCL when there are >= 2 GPUs
     (its parameters must equal one process's), else why it was skipped."""
-    from course_utils.recipes import nb11
+    from course_utils.lessons.nb11_attention_at_scale import recipe as nb11
     from course_utils.runtime import distributed
 
     backend, note = distributed.data_parallel_backend(max(2, gpus))
@@ -185,7 +186,7 @@ def stage_notebooks(opts: argparse.Namespace) -> dict[str, Any]:
 
 
 def stage_gpt_bar(opts: argparse.Namespace) -> dict[str, Any]:
-    from course_utils.recipes import nb08
+    from course_utils.lessons.nb08_gpt import recipe as nb08
 
     cfg = nb08.config(opts.profile)
     if opts.device:

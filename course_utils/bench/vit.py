@@ -1,7 +1,7 @@
 """ViT benchmark: the course ViT with an SVC and a small CNN beside it, trained in one run.
 
 CPU (and ``--quick``): scikit-learn digits, stratified 80/20, notebook 09's recipe
-(``course_utils.recipes.nb09``). Target (cpu): ViT test accuracy >= ``nb09.CPU_ACC_BAR`` in
+(``course_utils.lessons.nb09_vit.recipe``). Target (cpu): ViT test accuracy >= ``nb09.CPU_ACC_BAR`` in
 <= ``nb09.CPU_SECONDS_BAR`` seconds. GPU (``--device cuda``): CIFAR-10 from the cache when the
 archive is there (target ``nb09.GPU_CIFAR10_ACC_BAR``), else digits with the gpu recipe.
 """
@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 
 from course_utils.bench.common import table
-from course_utils.recipes.nb09 import CPU_ACC_BAR, CPU_SECONDS_BAR, GPU_CIFAR10_ACC_BAR
+from course_utils.lessons.nb09_vit.recipe import CPU_ACC_BAR, CPU_SECONDS_BAR, GPU_CIFAR10_ACC_BAR
 
 
 def run(opts: argparse.Namespace) -> dict:
     """Train the three models on the same split and report accuracy and seconds."""
-    from course_utils.recipes import nb09
+    from course_utils.lessons.nb09_vit import recipe as nb09
 
     gpu = str(opts.device or "cpu").startswith("cuda")
     profile = "ci" if opts.quick else ("gpu" if gpu else "cpu")

@@ -1,15 +1,15 @@
 """Exercise registry and checks: ``EXERCISES``, ``run(exercise_id, candidate)``.
 
-Each notebook's exercises live in their own module ``course_utils/checks/nbXX_*.py`` exposing
-``EXERCISES: list[Exercise]``; this package collects them all, in notebook order.
+Each notebook's exercises live in its lesson folder, ``course_utils/lessons/nbNN_*/exercises.py``
+(``EXERCISES: list[Exercise]``), and its graded questions beside them (``questions.py``,
+``QUESTIONS``); this package holds the machinery and collects them all, in notebook order.
 See :mod:`course_utils.checks.core` for how a check works.
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
 import os
-import pkgutil
 
 from course_utils.authoring.nbval_strict import STRICT_ENV
 from course_utils.checks.core import (
@@ -49,41 +49,64 @@ def is_strict() -> bool:
     return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _discover(attribute: str) -> dict:
-    """Every ``attribute`` (``EXERCISES`` or ``QUESTIONS``) of the ``nbXX_*`` modules, by id,
-    in notebook order."""
+def _discover(piece: str, attribute: str) -> dict:
+    """Every ``attribute`` (``EXERCISES`` or ``QUESTIONS``) of the lessons' ``piece`` modules
+    (``exercises``, ``questions``), by id, in notebook order."""
+    from course_utils import lessons
+
     found: dict = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if not info.name.startswith("nb"):
+    for lesson in lessons.discover():
+        if not lesson.has(piece):
             continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for item in getattr(module, attribute, []):
+        module = lesson.module(piece)
+        for item in getattr(module, attribute):
             if item.id in found:
                 raise RuntimeError(f"id {item.id} registered twice ({module.__name__})")
+            if item.id.split(".")[0] != lesson.number:
+                raise RuntimeError(
+                    f"{module.__name__} registers {item.id}, not lesson {lesson.number}'s"
+                )
             found[item.id] = item
     return dict(sorted(found.items(), key=lambda kv: item_key(kv[0])))
 
 
-REGISTRY: dict[str, Exercise] = _discover("EXERCISES")
-EXERCISES: list[Exercise] = list(REGISTRY.values())
-QUESTION_REGISTRY: dict[str, Question] = _discover("QUESTIONS")
-QUESTIONS: list[Question] = list(QUESTION_REGISTRY.values())
+@functools.cache
+def _registries() -> dict[str, dict]:
+    """The exercise and question registries, built on first use (so a lesson's ``exercises``
+    module may import this package's machinery before the registry exists)."""
+    return {
+        "REGISTRY": _discover("exercises", "EXERCISES"),
+        "QUESTION_REGISTRY": _discover("questions", "QUESTIONS"),
+    }
+
+
+def __getattr__(name: str):
+    """``REGISTRY``/``EXERCISES`` and ``QUESTION_REGISTRY``/``QUESTIONS``, from the lessons."""
+    if name in ("REGISTRY", "QUESTION_REGISTRY"):
+        return _registries()[name]
+    if name == "EXERCISES":
+        return list(_registries()["REGISTRY"].values())
+    if name == "QUESTIONS":
+        return list(_registries()["QUESTION_REGISTRY"].values())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get(exercise_id: str) -> Exercise:
     """The exercise with this id; a ``KeyError`` listing the known ids otherwise."""
     try:
-        return REGISTRY[exercise_id]
+        return _registries()["REGISTRY"][exercise_id]
     except KeyError:
-        raise KeyError(f"no exercise {exercise_id!r}; known: {', '.join(REGISTRY)}") from None
+        raise KeyError(
+            f"no exercise {exercise_id!r}; known: {', '.join(_registries()['REGISTRY'])}"
+        ) from None
 
 
 def get_question(question_id: str) -> Question:
     """The graded question with this id; a ``KeyError`` listing the known ids otherwise."""
     try:
-        return QUESTION_REGISTRY[question_id]
+        return _registries()["QUESTION_REGISTRY"][question_id]
     except KeyError:
-        known = ", ".join(QUESTION_REGISTRY) or "none"
+        known = ", ".join(_registries()["QUESTION_REGISTRY"]) or "none"
         raise KeyError(f"no question {question_id!r}; known: {known}") from None
 
 

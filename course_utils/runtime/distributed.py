@@ -9,10 +9,10 @@ Two ways to start the processes:
 - ``torchrun --nproc_per_node=2 my_script.py`` sets ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...;
   the script calls :func:`init_distributed` and then :func:`course_utils.runtime.training.train`,
   which wraps the model in ``DistributedDataParallel`` and shards the batches by rank.
-  ``torchrun --nproc_per_node=2 -m course_utils.recipes.nb11`` runs notebook 11's small demo.
+  ``torchrun --nproc_per_node=2 -m course_utils.lessons.nb11_attention_at_scale.recipe`` runs notebook 11's small demo.
 - :func:`spawn_data_parallel` starts them from Python (e.g. a notebook) with
   ``torch.multiprocessing``'s ``spawn``. The function it runs must be importable (defined in a
-  module, not in the notebook), like :func:`course_utils.recipes.nb11.demo_worker`.
+  module, not in the notebook), like :func:`course_utils.lessons.nb11_attention_at_scale.recipe.demo_worker`.
 
 Backends: ``gloo`` on CPU, ``nccl`` on CUDA GPUs (one GPU per process).
 """
@@ -262,7 +262,7 @@ def _check_importable(fn: Callable[..., Any]) -> None:
     if not getattr(main, "__file__", None):
         raise ValueError(
             f"{fn.__name__} is defined in this notebook; spawned processes cannot import it. "
-            "Put it in a .py file and import it, or use course_utils.recipes.nb11.demo_worker"
+            "Put it in a .py file and import it, or use course_utils.lessons.nb11_attention_at_scale.recipe.demo_worker"
         )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Precision", "choose", "resolve", "autocast_for", "bf16_native"]
+__all__ = ["Precision", "choose", "resolve", "autocast_for", "bf16_native", "dtype_name"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,11 @@ class Precision:
             return "fp32"
         name = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.dtype, str(self.dtype))
         return f"{name} + GradScaler" if self.grad_scaler else name
+
+
+def dtype_name(dtype: torch.dtype | None) -> str:
+    """``"bf16"``, ``"fp16"`` or ``"fp32"`` (``None``: no autocast) for a recipe's autocast dtype."""
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", None: "fp32"}.get(dtype, str(dtype))
 
 
 def bf16_native() -> bool:

@@ -183,7 +183,11 @@ def describe(notebook: str | None = None) -> str:
     from course_utils import gpu_plan
 
     notebook = notebook or gpu_plan.current_notebook()
-    est = f"; notebook {gpu_plan.row(notebook)}" if notebook in gpu_plan.EXPECTATIONS else ""
+    est = (
+        f"; notebook {gpu_plan.row(notebook)}"
+        if notebook and notebook[:2] in gpu_plan.estimates()
+        else ""
+    )
     return (
         f"{line}\ngpu profile: sized for {gpu_plan.REFERENCE}{est} "
         "(estimates; `course doctor` lists every notebook)"

@@ -39,11 +39,11 @@ from torch import Tensor
 
 from course_utils.checks._common import as_tensor, build_module, close, random_weights, size
 from course_utils.checks.core import Case, Exercise, Mistake, generator
-from course_utils.checks.questions import Misconception, Question
 from course_utils.data.tasks import BOS, EOS, PAD
+from course_utils.lessons.nb01_rnn_bottleneck import LESSON
 from course_utils.modeling.models import Seq2SeqRNN
 
-NOTEBOOK = "01_rnn_bottleneck.ipynb"
+NOTEBOOK = LESSON.filename
 
 __all__ = [
     "EXERCISES",
@@ -941,106 +941,3 @@ LOOP = Exercise(
 )
 
 EXERCISES = [FORWARD, GREEDY, LOOP]
-
-# ----------------------------------------------------------------------------- questions
-# 01.Q1 is predicted before the hidden-size sweep runs and answered after it; 01.Q2 reads the
-# linear probe's table. The right statements are the claims the notebook asserts in every
-# profile (``backed_by``); each distractor contradicts one of them.
-
-_SWEEP_CHOICES = {
-    "b": "The largest c fixes them: on the longest sentences exact match climbs towards the "
-    "level of the short ones.",
-    "a": "A bigger c gets more sentences right overall, but on the longest sentences exact "
-    "match stays below 10% at every size.",
-    "c": "Nothing changes at any length: with the same number of steps, a bigger model cannot "
-    "learn more.",
-    "d": "One number per source word is enough: every size here (each has at least as many "
-    "numbers as the longest sentence has words) gets the longest sentences right.",
-}
-
-_PROBE_CHOICES = {
-    "a": "About the same share at every length: c has a fixed size, so it holds every "
-    "sentence equally well.",
-    "b": "On the shortest sentences far more than the position alone gives away, and more "
-    "than 20 points less on the longest ones.",
-    "c": "No more than the position-only guess: c keeps how long the sentence is, not which "
-    "words it holds.",
-    "d": "More on the longest sentences: more words go in, so more of them are left in c.",
-}
-
-QUESTIONS = [
-    Question(
-        id="01.Q1",
-        title="Does a bigger c fix the long sentences?",
-        points=2,
-        notebook=NOTEBOOK,
-        prompt="Same data, same steps, same seed, one model per hidden size: what does a "
-        "bigger context vector c do to exact match on the longest sentences?",
-        evidence="the sweep table (one row per hidden size, the last column of buckets is the "
-        "longest sentences) and its plots",
-        choices=_SWEEP_CHOICES,
-        correct="a",
-        misconceptions=(
-            Misconception(
-                "b",
-                "the bottleneck is only a matter of capacity",
-                "Read the longest bucket's column of the sweep table from the smallest H to "
-                "the largest, and compare it with the shortest bucket's column.",
-            ),
-            Misconception(
-                "c",
-                "at a fixed budget, a bigger model cannot learn more",
-                'Compare the "overall" column of the sweep table between the smallest and the '
-                "largest H.",
-            ),
-            Misconception(
-                "d",
-                "c needs one number per word",
-                "Every H in the sweep is at least the longest sentence length (the recipe "
-                "printed at the top). Read the longest bucket's column of the sweep table.",
-            ),
-        ),
-        backed_by=(
-            "at every hidden size the longest bucket stays below 10% exact match",
-            "a larger c gets more sentences right overall: the largest hidden size beats the "
-            "smallest on all lengths together",
-        ),
-    ),
-    Question(
-        id="01.Q2",
-        title="What can a linear probe read out of c?",
-        points=1,
-        notebook=NOTEBOOK,
-        prompt="How much of a sentence's words can a linear probe read out of c, by length?",
-        evidence="the probe table: the main model's row (H of section 6) and the position-only "
-        "row, from the shortest bucket to the longest",
-        choices=_PROBE_CHOICES,
-        correct="b",
-        misconceptions=(
-            Misconception(
-                "a",
-                "a fixed-size summary holds every input equally well",
-                "Read the main model's row of the probe table from the shortest bucket to the "
-                "longest.",
-            ),
-            Misconception(
-                "c",
-                "c only encodes the sentence's length",
-                "Compare, on the shortest bucket, the main model's row with the \"position "
-                'only" row.',
-            ),
-            Misconception(
-                "d",
-                "more words in means more information stored",
-                "Read the main model's row of the probe table from the shortest bucket to the "
-                "longest.",
-            ),
-        ),
-        backed_by=(
-            "the probe's accuracy falls by more than 20 points from the shortest to the longest "
-            "sentences",
-            "on the shortest sentences the probe beats the position-only guess by more than 20 "
-            "points",
-        ),
-    ),
-]

@@ -728,3 +728,12 @@ def probe_context(
         by_bucket[key] = (cor & valid).sum().item() / valid.sum().item()
         baseline[key] = (guessed[rows] & valid).sum().item() / valid.sum().item()
     return ProbeReport(model.hidden_dim, grid, by_bucket, baseline)
+
+
+def gpu_summary() -> str:
+    """What this notebook runs in the ``gpu`` profile, in words, from the gpu row of its table
+    (``course doctor`` prints it beside the estimate)."""
+
+    r = RECIPES.gpu
+    widths = f"{len(r.hidden_sizes)} widths ({r.hidden_sizes[0]} to {r.hidden_sizes[-1]})"
+    return f"GRU encoder-decoder at {widths}, {r.budget}, sentences of up to {r.max_len} words"

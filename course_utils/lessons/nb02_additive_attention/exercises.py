@@ -35,16 +35,16 @@ from course_utils.checks._common import (
     size,
 )
 from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
-from course_utils.checks.nb01_rnn_bottleneck import (
+from course_utils.lessons.nb01_rnn_bottleneck.exercises import (
     build_case_model,
     model_case_inputs,
     unguarded,
 )
-from course_utils.checks.questions import Misconception, Question
+from course_utils.lessons.nb02_additive_attention import LESSON
 from course_utils.modeling import attention
 from course_utils.modeling.models import Seq2SeqRNN
 
-NOTEBOOK = "02_additive_attention.ipynb"
+NOTEBOOK = LESSON.filename
 
 
 def _params(g: torch.Generator, Dq: int, Dk: int, A: int) -> dict[str, Tensor]:
@@ -548,64 +548,3 @@ DECODER_STEP = Exercise(
 
 
 EXERCISES = [SCORES, ATTENTION, DECODER_STEP]
-
-# ----------------------------------------------------------------------------- questions
-# 02.Q1 is predicted once the split is known (train short, test long) and answered after the
-# four models are evaluated. The right statement is what the notebook's claims assert in every
-# profile (``backed_by``); each distractor contradicts one of them.
-
-_LENGTH_CHOICES = {
-    "a": "With attention, exact match stays as high on sentences longer than any training "
-    "sentence as on the trained lengths: the decoder reads every word, so length no longer "
-    "matters.",
-    "d": "On the longest lengths it trained on, attention is far ahead of the model without "
-    "attention; on sentences longer than any it trained on, every attention model falls with "
-    "each longer bucket.",
-    "c": "With attention, exact match still collapses with length inside the training lengths, "
-    "like the model without attention: re-weighting the same encoder states adds no "
-    "information.",
-    "b": "Attention pays off only on sentences longer than any it trained on; on the trained "
-    "lengths the model without attention already does as well.",
-}
-
-QUESTIONS = [
-    Question(
-        id="02.Q1",
-        title="Does attention remove the collapse with length?",
-        points=2,
-        notebook=NOTEBOOK,
-        prompt="Trained on short sentences, tested on short and long ones: what does exact match "
-        "do with attention, inside the training lengths and beyond them?",
-        evidence="the four tables (and the plot) of exact match by source length, the bucket "
-        "just left of the dashed line and those right of it",
-        choices=_LENGTH_CHOICES,
-        correct="d",
-        misconceptions=(
-            Misconception(
-                "a",
-                "removing the bottleneck makes a model generalise to any length",
-                "Read an attention model's table from the longest trained bucket (the last one "
-                "left of the dashed line) to the longest test bucket.",
-            ),
-            Misconception(
-                "c",
-                "attention only re-weights what the encoder already passed on",
-                "Compare, on the longest trained bucket, the additive model's exact match with "
-                "that of the model without attention.",
-            ),
-            Misconception(
-                "b",
-                "attention is a trick for long inputs only",
-                "Compare, on the longest trained bucket, the additive model's exact match with "
-                "that of the model without attention; then read each model's longer buckets.",
-            ),
-        ),
-        backed_by=(
-            "Inside the training lengths, attention adds at least 25 points of exact match on "
-            "the longest trained bucket",
-            "Beyond the training lengths every attention model gets worse with every bucket",
-            "On the longest test bucket, never seen in training, every attention model is at "
-            "least 40 points below its score on the longest trained bucket",
-        ),
-    ),
-]

@@ -9,7 +9,7 @@ to draw alignments and to take the alignment misses apart.
     fig = plot_alignment(weights[0], src_words, out_words, gold=alignment)
     misses = miss_breakdown(model, data)                # where the strongest weight goes instead
 
-The training and evaluation helpers are notebook 01's (:mod:`course_utils.recipes.nb01`),
+The training and evaluation helpers are notebook 01's (:mod:`course_utils.lessons.nb01_rnn_bottleneck.recipe`),
 re-exported here.
 """
 
@@ -39,12 +39,8 @@ from course_utils.data.tasks import (
     exact_match,
     make_translation_data,
 )
-from course_utils.modeling.attention import AdditiveAttention, masked_softmax
-from course_utils.modeling.models.seq2seq_rnn import Seq2SeqRNN
-from course_utils.modeling.module_state import model_device
-from course_utils.plots import show_heatmap
-from course_utils.recipes import nb01
-from course_utils.recipes.nb01 import (
+from course_utils.lessons.nb01_rnn_bottleneck import recipe as nb01
+from course_utils.lessons.nb01_rnn_bottleneck.recipe import (
     LengthReport,
     Recipe,
     count_parameters,
@@ -53,6 +49,10 @@ from course_utils.recipes.nb01 import (
     teacher_forced_logits,
     train_seq2seq,
 )
+from course_utils.modeling.attention import AdditiveAttention, masked_softmax
+from course_utils.modeling.models.seq2seq_rnn import Seq2SeqRNN
+from course_utils.modeling.module_state import model_device
+from course_utils.plots import show_heatmap
 from course_utils.runtime.profiles import PROFILES, ProfileTable
 
 __all__ = [
@@ -503,3 +503,15 @@ def showcase_examples(data: TaskData, n: int = 12) -> list[Example]:
     pool.sort(key=lambda e: (-_inversions(e), -len(e.src), e.src))
     out += pool[: max(0, n - len(out))]
     return out
+
+
+def gpu_summary() -> str:
+    """What this notebook runs in the ``gpu`` profile, in words, from the gpu row of its table
+    (``course doctor`` prints it beside the estimate)."""
+    from course_utils.lessons.nb01_rnn_bottleneck.recipe import RECIPES
+
+    r = RECIPES.gpu
+    return (
+        f"Bahdanau attention on the same task ({r.budget}), trained on up to "
+        f"{TRAIN_MAX_LEN.gpu} words, tested on up to {r.max_len}"
+    )

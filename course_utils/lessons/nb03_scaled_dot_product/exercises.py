@@ -26,10 +26,10 @@ from course_utils.checks._common import (
     size,
 )
 from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator, randn
-from course_utils.checks.questions import Misconception, Question
+from course_utils.lessons.nb03_scaled_dot_product import LESSON
 from course_utils.modeling import attention
 
-NOTEBOOK = "03_scaled_dot_product.ipynb"
+NOTEBOOK = LESSON.filename
 
 # ----------------------------------------------------------------------------- 03.1 sdpa
 
@@ -429,87 +429,4 @@ QKV = Exercise(
     "then attention with the 1/sqrt(Dk) scale (reuse your scaled_dot_product_attention).",
 )
 
-EXERCISES = [SDPA, QKV]  # append this notebook's later exercises here
-
-# ----------------------------------------------------------------------------- questions
-# The question cells live in the notebook; the truth of a numeric question is recomputed here,
-# in the grader's own process, exactly as the notebook's cell computes it.
-
-SPREAD_WIDTH = 512  # the width 03.Q1 asks about (a row of the variance table in every profile)
-SPREAD_PAIRS = 8_000  # (q, x) pairs per width: nb03.config(...).n_pairs in every profile
-
-
-def measured_score_std(d: int = SPREAD_WIDTH, n_pairs: int = SPREAD_PAIRS) -> float:
-    """The std of q . x that the notebook's variance table prints for width ``d``: ``n_pairs``
-    pairs of standard-normal vectors drawn from a generator seeded with ``d`` (q first, then x)."""
-    gen = torch.Generator().manual_seed(d)
-    q = torch.randn(n_pairs, d, generator=gen)
-    x = torch.randn(n_pairs, d, generator=gen)
-    return (q * x).sum(dim=-1).std().item()
-
-
-QUESTIONS = [
-    Question(
-        id="03.Q1",
-        title="How big is an unscaled score at d = 512?",
-        points=1,
-        notebook=NOTEBOOK,
-        prompt="What standard deviation of the unscaled dot product q·x did your run measure at "
-        f"d = {SPREAD_WIDTH}?",
-        evidence=f"the std(q.x) column of the variance table, row d = {SPREAD_WIDTH}",
-        truth=measured_score_std,
-        tolerance=0.03,
-        backed_by=("the measured variance tracks d (Var(q.x)/d within 15% of 1 at every width)",),
-    ),
-    Question(
-        id="03.Q2",
-        title="What does the scale do to the weights?",
-        points=2,
-        notebook=NOTEBOOK,
-        prompt="You ran the cell with no scaling, with 1/√d and with 1/d. Which statement do "
-        "your three runs support?",
-        evidence="the three tables your runs of the cell above printed (largest weight and "
-        "entropy, at d = 4, 64 and 1024)",
-        choices={
-            "a": "Dividing by d is the safest choice: the smaller scores keep the weights soft, "
-            "and they still single out the best-matching key at every width.",
-            "b": "The scale makes no difference: the softmax normalises the scores, so the "
-            "three runs give the same weights.",
-            "c": "Only 1/√d gives weights that look alike at every width; without scaling they "
-            "turn nearly one-hot as d grows, and with 1/d they flatten towards uniform.",
-            "d": "Without scaling, wider vectors give softer weights: a dot product of more "
-            "random terms averages out.",
-        },
-        correct="c",
-        misconceptions=(
-            Misconception(
-                "a",
-                "the more the scores are shrunk, the safer",
-                "Look at the largest-weight column of your 1/d run at d = 1024 and compare it "
-                "with the uniform weight printed in the table's header: how much can that "
-                "softmax still prefer one key over the others?",
-            ),
-            Misconception(
-                "b",
-                "the softmax undoes any rescaling of the scores",
-                "The softmax ignores a constant *added* to every score, not a factor that "
-                "multiplies them. Compare the largest-weight column of your three runs at the "
-                "same d.",
-            ),
-            Misconception(
-                "d",
-                "a sum of d random terms averages out like a mean",
-                'Look at the score-spread column of your "none" run: does it shrink or grow '
-                "from d = 4 to d = 1024? Section 2 measured why.",
-            ),
-        ),
-        backed_by=(
-            "unscaled, the weights turn nearly one-hot as d grows (largest weight above 0.9 "
-            "at d = 1024)",
-            "scaled by 1/sqrt(d), the weights look alike at every width (largest weight within "
-            "0.1, entropy within 0.3 nats)",
-            "scaled by 1/d, the weights flatten towards uniform as d grows (at d = 1024: "
-            "largest weight below 0.08, entropy within 0.01 nats of log S)",
-        ),
-    ),
-]
+EXERCISES = [SDPA, QKV]

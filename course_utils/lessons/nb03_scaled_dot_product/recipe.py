@@ -144,3 +144,14 @@ def recall_batch(
     query = keys[rows, index][:, None, :]  # (n, 1, d_key)
     target = values[rows, index][:, None, :]  # (n, 1, d_value)
     return query, x, target, index
+
+
+def gpu_summary() -> str:
+    """What this notebook runs in the ``gpu`` profile, in words, from the gpu row of its table
+    (``course doctor`` prints it beside the estimate)."""
+
+    s = SIZES.gpu
+    return (
+        f"scaled dot-product attention: {len(s.dims)} widths up to d = {s.dims[-1]}, "
+        f"recall task {s.recall_steps} steps x {s.recall_batch}"
+    )

@@ -30,12 +30,12 @@ from torch import Tensor, nn
 
 from course_utils.checks._common import as_tensor, close, compare_or_raised, raised, size
 from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator, randn
-from course_utils.checks.questions import Misconception, Question
+from course_utils.lessons.nb04_self_cross_position import LESSON
 from course_utils.modeling import positional
 from course_utils.modeling.attention import causal_mask, scaled_dot_product_attention
 from course_utils.modeling.positional import apply_rope, sinusoidal_positional_encoding
 
-NOTEBOOK = "04_self_cross_position.ipynb"
+NOTEBOOK = LESSON.filename
 
 # ============================================================================= 04.1 SelfAttention
 
@@ -822,66 +822,3 @@ REL = Exercise(
 )
 
 EXERCISES = [ATTENTION, EQUIVARIANCE, PE, ROPE, REL]
-
-# ----------------------------------------------------------------------------- questions
-
-LENGTH_QUESTION = Question(
-    id="04.Q1",
-    title="Which encodings work at twice the training length?",
-    points=1,
-    notebook="04_self_cross_position.ipynb",
-    prompt=(
-        "On sequences of 48 tokens, twice the training length, which encodings still solve the "
-        "lag task?"
-    ),
-    evidence=(
-        "the extrapolation table of section 6 (the columns 'T = 48' and 'new ones') and the "
-        "plot right of its dotted line"
-    ),
-    choices={
-        "a": "all four: each one gives every one of the 48 positions a vector, an angle or a "
-        'bias, and the task only needs "two back"',
-        "d": "only RoPE and the relative bias, whose scores depend on the distance j - i alone: "
-        "they stay at 95% or more, while the sinusoidal and the learned models lose much of "
-        "their accuracy on the positions never seen in training",
-        "c": "only the two fixed formulas, sinusoidal and RoPE, which are defined at any "
-        "position; the learned table and the clipped relative bias fail beyond the training "
-        "length",
-        "b": "none of them: a model trained on sequences of 24 tokens works on 24 tokens only",
-    },
-    correct="d",
-    misconceptions=(
-        Misconception(
-            "a",
-            "an encoding defined at every position works at every position",
-            "Compare, row by row, the column 'T = 24' with the column 'new ones' (positions "
-            "24-47, which no training sequence had), and look at the curves right of the "
-            "dotted line: being defined at a position is not the same as having been trained "
-            "on it.",
-        ),
-        Misconception(
-            "c",
-            "a fixed formula extrapolates, a learned or clipped table does not",
-            "Read the sinusoidal row and the relative row of the column 'new ones': which of "
-            "the two keeps its training-length accuracy? Ask what is new to each model at "
-            "position 40: an input vector it never saw, or only a distance it saw in training "
-            "(distances beyond the clip share the bias of the largest one).",
-        ),
-        Misconception(
-            "b",
-            "no model works beyond its training length",
-            "Look at the column 'T = 48': are all rows far below their 'T = 24' accuracy? The "
-            "task needs the distance 2 only, and every model saw it in training; what is new "
-            "in a longer sequence are the absolute positions.",
-        ),
-    ),
-    backed_by=(
-        "RoPE and the relative bias keep at least 95% accuracy at twice the training length "
-        "(where the distance the task needs, 2, is one seen in training)",
-        "the learned table fails on the new positions (below 25%: its rows there were never "
-        "trained)",
-        "sinusoidal encodings lose at least 20 points on the new positions",
-    ),
-)
-
-QUESTIONS = [LENGTH_QUESTION]

@@ -68,3 +68,10 @@ def lag_batch(n: int, cfg: Config, generator: torch.Generator) -> tuple[Tensor, 
     """
     tokens = torch.randint(0, cfg.vocab, (n, cfg.seq_len), generator=generator)
     return tokens, tokens[:, : cfg.seq_len - cfg.lag]
+
+
+def gpu_summary() -> str:
+    """What this notebook runs in the ``gpu`` profile, in words, from the gpu row of its table
+    (``course doctor`` prints it beside the estimate)."""
+
+    return f"self / cross attention, positions: lag task, {SIZES.gpu.steps} steps per encoding"

@@ -118,3 +118,10 @@ class TinyLM(nn.Module):
 def uniform_loss(vocab: int) -> float:
     """Cross-entropy (nats) of guessing uniformly among ``vocab`` characters."""
     return math.log(vocab)
+
+
+def gpu_summary() -> str:
+    """What this notebook runs in the ``gpu`` profile, in words, from the gpu row of its table
+    (``course doctor`` prints it beside the estimate)."""
+
+    return f"masks: one-layer character model, {SIZES.gpu.steps} steps with and without the mask"

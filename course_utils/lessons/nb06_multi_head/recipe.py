@@ -473,3 +473,14 @@ def draw_split_heads(T: int = 3, D: int = 6, H: int = 2):
         fontsize=10,
     )
     return fig
+
+
+def gpu_summary() -> str:
+    """What this notebook runs in the ``gpu`` profile, in words, from the gpu row of its table
+    (``course doctor`` prints it beside the estimate)."""
+
+    s = SIZES.gpu
+    return (
+        f"multi-head lookup model ({s.steps} steps), head ablation, loop vs batched heads "
+        f"up to H = {max(s.time_heads)} at d = {s.time_d_model}, n = {s.time_len}"
+    )

@@ -408,3 +408,14 @@ def gradient_norms_by_layer(
         ]
     )
     return norms.cpu(), torch.stack(stds).cpu()
+
+
+def gpu_summary() -> str:
+    """What this notebook runs in the ``gpu`` profile, in words, from the gpu row of its table
+    (``course doctor`` prints it beside the estimate)."""
+
+    s = SIZES.gpu
+    return (
+        f"block timing vs n up to {max(s.lengths)}, a {s.depth}-layer stack: depth and norm "
+        "placement"
+    )

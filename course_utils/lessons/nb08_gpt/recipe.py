@@ -27,6 +27,7 @@ from course_utils.data.text import CharDataset, TextCorpus, load_text_corpus
 from course_utils.modeling.models.gpt import GPT, GPTConfig
 from course_utils.modeling.module_state import eval_mode
 from course_utils.runtime import devices
+from course_utils.runtime.precision import dtype_name
 from course_utils.runtime.profiles import ProfileTable, cap_steps, current
 from course_utils.runtime.training import History, lr_schedule, train
 
@@ -464,3 +465,15 @@ def compare_generation(
 
 
 __all__ += ["CacheTiming", "count_full_forwards", "compare_generation"]
+
+
+def gpu_summary() -> str:
+    """What this notebook runs in the ``gpu`` profile, in words, from the gpu row of its table
+    (``course doctor`` prints it beside the estimate)."""
+
+    c = RECIPES.gpu
+    m = c.model
+    return (
+        f"GPT {m.n_layers}x{m.n_heads}x{m.d_model}, {c.steps} steps, {dtype_name(c.autocast_dtype)}, "
+        f"fused AdamW (bar: val <= {GPU_VAL_BAR})"
+    )

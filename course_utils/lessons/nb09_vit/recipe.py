@@ -698,7 +698,7 @@ def long_run_notice(name: str, steps: int, epochs: int, device: torch.device) ->
     notebook 09 (``course_utils.gpu_plan``); the progress bar then shows the measured rate."""
     from course_utils import gpu_plan
 
-    est = gpu_plan.EXPECTATIONS["09"].minutes
+    est = gpu_plan.estimates()["09"].minutes
     return (
         f"{name}: {steps:,} optimizer steps ({epochs} epochs) on {device}; expected about "
         f"{est:g} min on {gpu_plan.REFERENCE} (an estimate; the bar below shows the real rate), "
@@ -1118,3 +1118,15 @@ def similarity_by_distance(model: ViT) -> tuple[list[float], list[float]]:
     squared = grid_distance((gh, gw)).square().round().long()  # integers: exact to compare
     values = sorted({int(d) for d in squared.flatten() if d > 0})
     return [math.sqrt(d) for d in values], [float(sim[squared == d].mean()) for d in values]
+
+
+def gpu_summary() -> str:
+    """What this notebook runs in the ``gpu`` profile, in words, from the gpu row of its table
+    (``course doctor`` prints it beside the estimate)."""
+
+    names = {"cifar10": "CIFAR-10", "mnist": "MNIST", "digits": "digits"}
+    runs = [
+        f"{names[d]} ({config('gpu', dataset=d).train.epochs} epochs)"
+        for d in DATASET_PREFERENCE.gpu
+    ]
+    return "ViT on " + " when cached, else ".join(runs)

@@ -12,8 +12,8 @@ number of optimizer steps (the same training budget in steps); :func:`train_mode
 each one's training wall time and CPU time (evaluations excluded) and its test accuracy with
 greedy decoding, overall and per source length.
 
-The task and the RNN sizes are notebook 01's (``course_utils.recipes.nb01.recipe()``) in every
-profile, split as notebook 02 splits it (:func:`course_utils.recipes.nb02.make_data`): the
+The task and the RNN sizes are notebook 01's (``course_utils.lessons.nb01_rnn_bottleneck.recipe.recipe()``) in every
+profile, split as notebook 02 splits it (:func:`course_utils.lessons.nb02_additive_attention.recipe.make_data`): the
 models train on sentences of at most ``cfg.task.train_max_len`` words and are tested on
 sentences up to ``cfg.task.max_len`` words, so the longest length buckets hold only lengths
 no model saw in training.
@@ -120,7 +120,7 @@ class Config:
 @dataclass(frozen=True)
 class Sizes:
     """The sizes of :class:`Config` that depend on the profile (one row of :data:`SIZES`; the
-    task and the RNNs take notebook 01's table, :data:`course_utils.recipes.nb01.RECIPES`)."""
+    task and the RNNs take notebook 01's table, :data:`course_utils.lessons.nb01_rnn_bottleneck.recipe.RECIPES`)."""
 
     d_ff: int  # the Transformer's feed-forward width
     steps: int
@@ -166,7 +166,8 @@ def config(profile: str | None = None) -> Config:
     """The recipe of the active profile (or of ``profile``: "ci", "cpu" or "gpu"): notebook
     01's task and RNN sizes, this notebook's Transformer and the training budget all three
     share."""
-    from course_utils.recipes import nb01, nb02
+    from course_utils.lessons.nb01_rnn_bottleneck import recipe as nb01
+    from course_utils.lessons.nb02_additive_attention import recipe as nb02
 
     r = nb01.RECIPES.for_profile(profile)
     s = SIZES.for_profile(profile)
@@ -453,3 +454,14 @@ def alignment_by_layer(model: nn.Module, split: Any, *, batch_size: int = 500) -
                 hits.append(0)
             hits[k] += n
     return [h / max(1, valid_total) for h in hits]
+
+
+def gpu_summary() -> str:
+    """What this notebook runs in the ``gpu`` profile, in words, from the gpu row of its table
+    (``course doctor`` prints it beside the estimate)."""
+
+    s = SIZES.gpu
+    return (
+        f"Transformer vs RNNs on the translation task, {s.steps} steps each, "
+        f"{len(s.seeds)} Transformer seeds"
+    )

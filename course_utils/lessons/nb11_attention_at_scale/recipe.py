@@ -12,7 +12,7 @@
 * :func:`data_parallel_demo` — a small MLP or a small course GPT (``model="gpt"``) trained
   data-parallel in spawned processes equals one process on the full batch
   (:mod:`course_utils.runtime.distributed` does the plumbing), with each run's training time;
-  ``torchrun --nproc_per_node=2 -m course_utils.recipes.nb11`` runs it under torchrun.
+  ``torchrun --nproc_per_node=2 -m course_utils.lessons.nb11_attention_at_scale.recipe`` runs it under torchrun.
 * :func:`gpt_demo_problem` / :func:`sharded_gradients` — the GPT of that demo, and the
   all-reduce simulated in one process: the mean of N shards' gradients against the full
   batch's gradient.
@@ -740,7 +740,7 @@ def data_parallel_demo(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``torchrun --nproc_per_node=2 -m course_utils.recipes.nb11``: the demo under torchrun."""
+    """``torchrun --nproc_per_node=2 -m course_utils.lessons.nb11_attention_at_scale.recipe``: the demo under torchrun."""
     parser = argparse.ArgumentParser(description="data-parallel demo (run it under torchrun)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=16)
@@ -766,3 +766,17 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def gpu_summary() -> str:
+    """What this notebook runs in the ``gpu`` profile, in words, from the gpu row of its table
+    (``course doctor`` prints it beside the estimate)."""
+    from course_utils.lessons.nb11_attention_at_scale.scaling_sweep import SIZES as SWEEPS
+
+    s, sweep = SIZES.gpu, SWEEPS.gpu
+    big = sweep.sizes[-1]
+    return (
+        f"attention sweep to n = {max(s.lengths)} (adapts to memory), backends up to "
+        f"n = {max(s.backend_lengths)}, KV cache ({s.gen_tokens} tokens), DDP; scaling sweep of "
+        f"{len(sweep.sizes)} GPTs up to {big[0]}x{big[1]} on {sweep.tokens / 1e6:g}M tokens each"
+    )

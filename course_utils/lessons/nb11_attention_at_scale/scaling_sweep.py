@@ -13,7 +13,7 @@ embedding, so it is left out with it). Training compute is their ``C ~ 6 N D`` F
 training tokens: 2 N per token for the forward pass, 4 N for the backward pass (the
 attention scores' own ``O(T)`` share per token is left out, as theirs is).
 
-Every run trains with notebook 08's loop (:func:`course_utils.recipes.nb08.train_char_gpt`):
+Every run trains with notebook 08's loop (:func:`course_utils.lessons.nb08_gpt.recipe.train_char_gpt`):
 AdamW, linear warmup, cosine decay, one learning rate for every size, one seed.
 """
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import torch
 
 from course_utils.data.text import CharDataset
+from course_utils.lessons.nb08_gpt import recipe as nb08
 from course_utils.modeling.models.gpt import GPTConfig
-from course_utils.recipes import nb08
 from course_utils.runtime.profiles import ProfileTable
 from course_utils.scaling import fit_power_law
 

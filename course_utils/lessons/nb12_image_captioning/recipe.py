@@ -421,3 +421,14 @@ def show_caption_attention(
     fig.suptitle("cross attention of each generated word over the image patches")
     fig.tight_layout()
     return fig
+
+
+def gpu_summary() -> str:
+    """What this notebook runs in the ``gpu`` profile, in words, from the gpu row of its table
+    (``course doctor`` prints it beside the estimate)."""
+
+    s = SIZES.gpu
+    return (
+        f"captioners (cross attention and pooled vector) on {s.n_train:,} digit scenes, "
+        f"{s.steps} steps each"
+    )

@@ -21,36 +21,23 @@ class Config:
     """Sizes of notebook 03's experiments."""
 
     dims: tuple[int, ...]  # widths d swept in the variance / saturation experiments
-    hist_dims: tuple[int, ...]  # widths shown in the histograms
     n_pairs: int  # random (q, x) pairs per width for the variance measurement
-    n_keys: int  # keys per query in the softmax-saturation experiment
     n_queries: int  # queries per width (the median over them is plotted)
     recall_steps: int  # training steps of the key/value recall task
     recall_batch: int  # episodes per step
-    recall_records: int  # records (data vectors) per episode
-    recall_d_key: int  # width of a record's key (and of the queries)
-    recall_d_value: int  # width of a record's value
-    recall_lr: float
     timing_tokens: int  # queries (and keys) in the loop-versus-matrix timing
-    timing_width: int  # their width
     timing_repeats: int  # timings per form; the median is reported
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """The sizes of :class:`Config` that depend on the profile (one row of :data:`SIZES`)."""
-
-    dims: tuple[int, ...]
-    n_pairs: int
-    n_queries: int
-    recall_steps: int
-    recall_batch: int
-    timing_tokens: int
-    timing_repeats: int
+    hist_dims: tuple[int, ...] = (4, 64, 1024)  # widths shown in the histograms
+    n_keys: int = 16  # keys per query in the softmax-saturation experiment
+    recall_records: int = 8  # records (data vectors) per episode
+    recall_d_key: int = 8  # width of a record's key (and of the queries)
+    recall_d_value: int = 8  # width of a record's value
+    recall_lr: float = 0.03
+    timing_width: int = 64  # their width
 
 
 SIZES = ProfileTable(
-    ci=Sizes(
+    ci=Config(
         dims=(2, 8, 32, 128, 512, 2048),
         n_pairs=8_000,  # as cpu: the variance table is the same in every profile (03.Q1)
         n_queries=256,
@@ -59,7 +46,7 @@ SIZES = ProfileTable(
         timing_tokens=128,
         timing_repeats=5,
     ),
-    cpu=Sizes(
+    cpu=Config(
         dims=(2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
         n_pairs=8_000,
         n_queries=1_024,
@@ -68,7 +55,7 @@ SIZES = ProfileTable(
         timing_tokens=512,
         timing_repeats=9,
     ),
-    gpu=Sizes(
+    gpu=Config(
         dims=(2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
         n_pairs=8_000,
         n_queries=1_024,
@@ -81,24 +68,9 @@ SIZES = ProfileTable(
 
 
 def config(profile: str | None = None) -> Config:
-    """The sizes of the active profile (or of ``profile``: "ci", "cpu" or "gpu")."""
-    s = SIZES.for_profile(profile)
-    return Config(
-        dims=s.dims,
-        hist_dims=(4, 64, 1024),
-        n_pairs=s.n_pairs,
-        n_keys=16,
-        n_queries=s.n_queries,
-        recall_steps=s.recall_steps,
-        recall_batch=s.recall_batch,
-        recall_records=8,
-        recall_d_key=8,
-        recall_d_value=8,
-        recall_lr=0.03,
-        timing_tokens=s.timing_tokens,
-        timing_width=64,
-        timing_repeats=s.timing_repeats,
-    )
+    """The sizes of the active profile (or of ``profile``: "ci", "cpu" or "gpu"): that row of
+    :data:`SIZES` (the fields no row sets keep :class:`Config`'s defaults)."""
+    return SIZES.for_profile(profile)
 
 
 def softmax_entropy(weights: Tensor) -> Tensor:

@@ -28,6 +28,9 @@ from dataclasses import dataclass
 
 import torch
 
+from course_utils.data.tasks import BOS, EOS, PAD
+from course_utils.data.tasks import Vocab as TokenVocab
+
 __all__ = [
     "PAD",
     "BOS",
@@ -46,36 +49,22 @@ __all__ = [
     "make_caption_data",
 ]
 
-PAD, BOS, EOS = 0, 1, 2
 DIGIT_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 WORDS = ("a", *DIGIT_NAMES, "left", "of", "above")
 GRID = 2  # cells per side
 DIGIT = 8  # scikit-learn's digits are 8 x 8
 
 
-class Vocab:
-    """Word <-> id: PAD 0, BOS 1, EOS 2, then :data:`WORDS`."""
+class Vocab(TokenVocab):
+    """The captions' words as :class:`course_utils.data.tasks.Vocab` numbers every vocabulary:
+    PAD 0, BOS 1, EOS 2, then :data:`WORDS`; ``decode`` gives the caption as one string."""
 
     def __init__(self) -> None:
-        self.itos = ["<pad>", "<bos>", "<eos>", *WORDS]
-        self.stoi = {w: i for i, w in enumerate(self.itos)}
+        super().__init__(WORDS)
 
-    def __len__(self) -> int:
-        return len(self.itos)
-
-    def encode(self, words: list[str]) -> list[int]:
-        """Words -> ids (no BOS, no EOS)."""
-        return [self.stoi[w] for w in words]
-
-    def decode(self, ids) -> str:
+    def decode(self, ids, **kwargs) -> str:  # type: ignore[override]
         """Ids (a list or 1-D tensor) -> the words up to the first EOS, PAD and BOS dropped."""
-        out = []
-        for i in [int(t) for t in ids]:
-            if i == EOS:
-                break
-            if i not in (PAD, BOS):
-                out.append(self.itos[i])
-        return " ".join(out)
+        return " ".join(super().decode(ids, **kwargs))
 
     def is_noun(self, token_id: int) -> bool:
         """True for the ids of the digit names."""

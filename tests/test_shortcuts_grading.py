@@ -27,7 +27,7 @@ ATTACKS_03 = {
     "a2_obfuscated": (
         None,
         "import importlib\n"
-        "_m = importlib.import_module('course_utils.' + 'attention')\n"
+        "_m = importlib.import_module('course_utils.modeling.' + 'attention')\n"
         + SDPA_SIG
         + "    return getattr(_m, 'scaled_dot_product' + '_attention')(q, k, v, attn_mask)\n",
     ),

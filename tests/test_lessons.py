@@ -69,9 +69,11 @@ def test_every_lesson_has_its_pieces(number):
     assert isinstance(lesson.gpu, lessons.GpuEstimate) and lesson.gpu.minutes > 0
     assert lesson.what_on_gpu(), "nothing says what runs in the gpu profile"
     assert lesson.has("recipe") != bool(lesson.gpu_runs), "a recipe, or gpu_runs in words"
-    assert (ROOT / "solutions" / lesson.filename).is_file()
-    assert (ROOT / "notebooks" / lesson.filename).is_file()
-    assert lesson_test_files(lesson), f"no tests/test_*nb{number}*.py"
+    assert (ROOT / "solutions" / lesson.filename).is_file(), f"no solutions/{lesson.filename}"
+    assert (ROOT / "notebooks" / lesson.filename).is_file(), (
+        f"no notebooks/{lesson.filename}: run `course release` (it writes the student version)"
+    )
+    assert lesson_test_files(lesson), f"no tests/test_checks_nb{number}.py"
     assert gpu_plan.estimates()[number] == lesson.gpu
 
 
@@ -79,7 +81,12 @@ def test_every_lesson_has_its_pieces(number):
 def test_the_readme_row_of_each_lesson_is_its_registry_entry(number):
     """README's notebook table (which the site reads too) says what LESSON says."""
     lesson = lessons.get(number)
-    row = readme_table((ROOT / "README.md").read_text())[lesson.notebook]
+    table = readme_table((ROOT / "README.md").read_text())
+    assert lesson.notebook in table, (
+        f"README's notebook table has no row for `{lesson.notebook}`: add "
+        f"| {lesson.number} | `{lesson.notebook}` | {lesson.slides or '–'} | {lesson.builds} |"
+    )
+    row = table[lesson.notebook]
     assert row["number"] == lesson.number
     assert row["slides"] == (lesson.slides or "–")
     assert row["summary"] == lesson.builds
@@ -140,3 +147,31 @@ def test_a_lesson_piece_outside_the_pattern_is_refused():
         lessons.get("05").module("checks")
     with pytest.raises(KeyError, match="no lesson for notebook '99'"):
         lessons.get("99")
+
+
+@pytest.mark.parametrize("number", NUMBERS)
+def test_each_solution_is_stored_executed_every_check_passing(number):
+    """The solution notebook holds the run it is compared with: every check and answer cell
+    printed its PASSED line (a new exercise's cells are re-executed, not left empty)."""
+    lesson = lessons.get(number)
+    nb = json.loads((ROOT / "solutions" / lesson.filename).read_text())
+    for cell in nb["cells"]:
+        course = cell.get("metadata", {}).get("course", {})
+        if course.get("role") not in ("check", "answer"):
+            continue
+        printed = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []))
+        assert f"[{course['id']}]" in printed and "PASSED" in printed, (
+            f"{lesson.filename}, cell {cell.get('id')!r}: no stored PASSED line for "
+            f"{course['id']}; re-execute the solution (`course release --execute "
+            f"solutions/{lesson.filename} --profile cpu`)"
+        )
+
+
+def test_no_student_version_gives_a_solution_line_away():
+    """The no-answer rule on the repository's notebooks, in the quick tier (not only in
+    ``course release --check``): no solution line appears in what ``course release`` writes."""
+    from course_utils.authoring import release
+
+    leaks = release.leaks_per_notebook(ROOT / "solutions")
+    found = {name: [str(leak) for leak in found] for name, found in leaks.items() if found}
+    assert found == {}, found

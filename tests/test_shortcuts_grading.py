@@ -23,7 +23,10 @@ SDPA_SIG = "def scaled_dot_product_attention(q, k, v, attn_mask=None):\n"
 
 ATTACKS_03 = {
     # id -> (cell inserted above the exercise cell or None, new exercise cell source)
-    "a1_direct": (None, "from course_utils.modeling.attention import scaled_dot_product_attention\n"),
+    "a1_direct": (
+        None,
+        "from course_utils.modeling.attention import scaled_dot_product_attention\n",
+    ),
     "a2_obfuscated": (
         None,
         "import importlib\n"

@@ -16,24 +16,24 @@ from torch import Tensor
 from course_utils.runtime.profiles import ProfileTable
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Config:
     """Sizes of notebook 03's experiments."""
 
     dims: tuple[int, ...]  # widths d swept in the variance / saturation experiments
+    hist_dims: tuple[int, ...] = (4, 64, 1024)  # widths shown in the histograms
     n_pairs: int  # random (q, x) pairs per width for the variance measurement
+    n_keys: int = 16  # keys per query in the softmax-saturation experiment
     n_queries: int  # queries per width (the median over them is plotted)
     recall_steps: int  # training steps of the key/value recall task
     recall_batch: int  # episodes per step
-    timing_tokens: int  # queries (and keys) in the loop-versus-matrix timing
-    timing_repeats: int  # timings per form; the median is reported
-    hist_dims: tuple[int, ...] = (4, 64, 1024)  # widths shown in the histograms
-    n_keys: int = 16  # keys per query in the softmax-saturation experiment
     recall_records: int = 8  # records (data vectors) per episode
     recall_d_key: int = 8  # width of a record's key (and of the queries)
     recall_d_value: int = 8  # width of a record's value
     recall_lr: float = 0.03
+    timing_tokens: int  # queries (and keys) in the loop-versus-matrix timing
     timing_width: int = 64  # their width
+    timing_repeats: int  # timings per form; the median is reported
 
 
 SIZES = ProfileTable(

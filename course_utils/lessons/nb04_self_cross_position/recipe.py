@@ -14,19 +14,19 @@ from torch import Tensor
 from course_utils.runtime.profiles import ProfileTable
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Config:
     """Sizes of notebook 04's experiments."""
 
-    steps: int  # training steps per positional encoding
-    n_test: int  # test sequences
     vocab: int = 16  # token ids 0..vocab-1 in the lag task
     seq_len: int = 24  # tokens per sequence
     d_model: int = 32  # width of the embeddings and of q, k, v
     lag: int = 2  # the answer at position t is the token at t - lag
+    steps: int  # training steps per positional encoding
     batch: int = 32  # sequences per step
     lr: float = 0.01
     max_distance: int = 8  # relative position bias: distances clipped to +-max_distance
+    n_test: int  # test sequences
 
 
 SIZES = ProfileTable(

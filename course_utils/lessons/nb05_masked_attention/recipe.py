@@ -19,17 +19,17 @@ from course_utils.modeling.attention import scaled_dot_product_attention
 from course_utils.runtime.profiles import ProfileTable
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Config:
     """Sizes of notebook 05's experiments."""
 
-    steps: int  # training steps per model
-    n_eval: int  # windows in the evaluation batch
     n_sentences: int = 3000  # sentences in the character corpus
     seq_len: int = 32  # characters per training window
     d_model: int = 48  # width of the embeddings and of q, k, v
+    steps: int  # training steps per model
     batch: int = 32  # windows per step
     lr: float = 1e-2
+    n_eval: int  # windows in the evaluation batch
     sample_len: int = 48  # characters generated per sample
 
 

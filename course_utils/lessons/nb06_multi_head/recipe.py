@@ -49,25 +49,25 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Config:
     """Sizes of notebook 06's experiments."""
 
+    vocab: int = 8  # letters a, b, c, ...
+    seq_len: int = 10
     d_model: int
+    n_heads: int = 4
+    n_layers: int = 2
     d_ff: int
     steps: int
     batch: int
     lr: float
+    n_sentences: int = 6  # sentences offered by the viewer
     time_batch: int
     time_len: int
     time_d_model: int
     time_heads: tuple[int, ...]
     min_run_time: float  # seconds per torch.utils.benchmark measurement
-    vocab: int = 8  # letters a, b, c, ...
-    seq_len: int = 10
-    n_heads: int = 4
-    n_layers: int = 2
-    n_sentences: int = 6  # sentences offered by the viewer
 
 
 SIZES = ProfileTable(

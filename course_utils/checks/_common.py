@@ -288,10 +288,23 @@ def case_device(inputs: dict[str, Any]) -> torch.device:
     return torch.device("cpu")
 
 
+def case_dtype(inputs: dict[str, Any]) -> torch.dtype:
+    """The floating dtype of a case's module weights (``"w:..."``), else of its first floating
+    tensor, else float64: a check builds its modules in it."""
+    floating = {
+        k: v for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.is_floating_point()
+    }
+    weights = [v for k, v in floating.items() if k.startswith(WEIGHT_PREFIX)]
+    for t in weights or list(floating.values()):
+        return t.dtype
+    return torch.float64
+
+
 def build_module(
     cls: Any, args: tuple, kwargs: dict[str, Any], inputs: dict[str, Any], class_name: str
 ) -> nn.Module:
-    """``cls(*args, **kwargs)`` in float64 eval mode with the case's weights copied in.
+    """``cls(*args, **kwargs)`` in eval mode, in the weights' dtype (float64, or float32 for a
+    contract's float32 case), with the case's weights copied in.
 
     Built under a forked RNG so a check never moves the notebook's random stream. A weight the
     module lacks (renamed submodule) or of another shape is a ValueError naming it.
@@ -300,7 +313,7 @@ def build_module(
         module = cls(*args, **kwargs)
     if not isinstance(module, nn.Module):
         raise TypeError(f"{class_name}(...) should build an nn.Module, got {type(module).__name__}")
-    module = module.double().to(case_device(inputs)).eval()
+    module = module.to(dtype=case_dtype(inputs), device=case_device(inputs)).eval()
     with torch.no_grad():
         for key, value in inputs.items():
             if not key.startswith(WEIGHT_PREFIX):

@@ -44,6 +44,34 @@ class Case:
     inputs: dict[str, Any]
 
 
+class ContractError(ValueError):
+    """An answer broke its exercise's :class:`Contract` (a dtype, a detached output, a type)."""
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What an exercise's prompt promises beyond the values, declared once and checked by the
+    machinery for every case (see :func:`contract_call` and :func:`contract_cases`).
+
+    ``float32``: the first case is run again with every floating input (module weights too)
+    in float32; the outputs must come back float32 (the dtype follows the input's).
+    ``differentiable``: input names (``"w:*"``: the module's weights) the floating outputs
+    (``grad_outputs``, default all of them) must stay differentiable in: a detached output, a
+    ``torch.no_grad()`` forward or numbers copied out of a tensor fail. ``returns``: the Python
+    type the candidate returns (``bool``, ``int``): a 0-d tensor fails. ``masked``: the name of
+    the mask input; a case is added whose first query row is fully masked, and its output
+    must be ``masked_output`` (as the prompt states it, e.g. "zeros").
+    Every output tensor must sit on the inputs' device.
+    """
+
+    float32: bool = False
+    differentiable: tuple[str, ...] = ()
+    grad_outputs: tuple[str, ...] = ()
+    returns: type | None = None
+    masked: str = ""
+    masked_output: str = ""
+
+
 @dataclass(frozen=True)
 class Mistake:
     """A classic wrong answer, written as code with the student's signature, and its hint."""
@@ -70,6 +98,12 @@ def allclose_compare(
             return (
                 f"case '{case.name}': '{key}' has shape {tuple(g.shape)}, "
                 f"expected {tuple(exp.shape)}"
+            )
+        if g.dtype != exp.dtype and g.is_floating_point() and exp.is_floating_point():
+            return (
+                f"case '{case.name}': '{key}' has dtype {g.dtype}, expected {exp.dtype} "
+                "(the output's dtype follows the inputs': compute in their dtype, and bring "
+                "any table you build to it with .to(x.dtype))"
             )
         if g.dtype != exp.dtype and not (g.is_floating_point() and exp.is_floating_point()):
             return f"case '{case.name}': '{key}' has dtype {g.dtype}, expected {exp.dtype}"
@@ -109,9 +143,178 @@ class Exercise:
     # Torch functions and aten operators the exercise asks the student to write instead of
     # calling (see :mod:`course_utils.checks.guard`): "torch.softmax", "aten::_softmax", ...
     forbids: tuple[str, ...] = ()
+    # What the student builds, by concept (:mod:`course_utils.checks.concepts`): every library
+    # op and course implementation doing that whole job is off-limits (added to ``forbids``
+    # and to the course code the watch refuses, see :func:`own_work_keys`).
+    concepts: tuple[str, ...] = ()
+    contract: Contract = field(default_factory=Contract)
+
+    def __post_init__(self) -> None:
+        """Fold the concepts' ops into ``forbids``; wrap ``make_cases`` and ``call`` so the
+        contract holds wherever they run (check cells, tests and the grader's kernel)."""
+        if self.concepts:
+            from course_utils.checks import concepts
+
+            ops = concepts.forbidden_ops(self.concepts)
+            self.forbids = tuple(dict.fromkeys((*self.forbids, *ops)))
+        raw_cases, raw_call = self.make_cases, self.call
+        if getattr(raw_call, "contract_of", None) is None:
+            self.make_cases = _ContractCases(self, raw_cases)
+            self.call = _ContractCall(self, raw_call)
 
     def __repr__(self) -> str:
         return f"Exercise({self.id!r}, {self.title!r}, points={self.points}, function={self.function!r})"
+
+
+class _ContractCases:
+    """``exercise.make_cases`` with the contract's extra cases appended (:func:`contract_cases`).
+    ``func`` is the exercise's own function (what the grader fingerprints)."""
+
+    def __init__(self, exercise: Exercise, func: Callable[[int], list[Case]]) -> None:
+        self.exercise, self.func = exercise, func
+
+    def __call__(self, seed: int) -> list[Case]:
+        return contract_cases(self.exercise.contract, self.func(seed))
+
+
+class _ContractCall:
+    """``exercise.call`` run under the contract (:func:`contract_call`); ``func`` is the
+    exercise's own function (what the grader fingerprints)."""
+
+    def __init__(self, exercise: Exercise, func: Callable[[Any, Case], Outputs]) -> None:
+        self.exercise, self.func = exercise, func
+        self.contract_of = exercise.id
+
+    def __call__(self, candidate: Any, case: Case) -> Outputs:
+        return contract_call(self.exercise, self.func, candidate, case)
+
+
+def _floating_inputs(inputs: dict[str, Any]) -> list[str]:
+    return [k for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.is_floating_point()]
+
+
+def contract_cases(contract: Contract, cases: list[Case]) -> list[Case]:
+    """``cases`` and, as the contract asks, the first case again in float32 (every floating
+    input cast: ``"..., in float32"``) and the first case with a mask whose first query row is
+    fully masked (``mask[..., 0, :] = False``; the case's name says what the row must give)."""
+    out = list(cases)
+    if not cases:
+        return out
+    first = cases[0]
+    if contract.float32:
+        inputs = dict(first.inputs)
+        for key in _floating_inputs(inputs):
+            inputs[key] = inputs[key].to(torch.float32)
+        out.append(Case(f"{first.name}, in float32", inputs))
+    if contract.masked:
+        base = next((c for c in cases if isinstance(c.inputs.get(contract.masked), torch.Tensor)), None)
+        if base is not None:
+            mask = base.inputs[contract.masked].clone()
+            if mask.dtype != torch.bool:
+                raise TypeError(f"{contract.masked}: only bool masks can be fully masked here")
+            mask[..., 0, :] = False
+            name = f"{base.name}, first query row fully masked (it must output {contract.masked_output})"
+            out.append(Case(name, {**base.inputs, contract.masked: mask}))
+    return out
+
+
+def contract_call(
+    exercise: Exercise, call: Callable[[Any, Case], Outputs], candidate: Any, case: Case
+) -> Outputs:
+    """``call(candidate, case)`` holding ``exercise.contract``: the named inputs made
+    differentiable (a non-leaf copy, so an in-place edit still reaches ``case.inputs``), the
+    candidate's raw return values recorded, then :func:`_contract_problem` on what came back;
+    a :class:`ContractError` says what the prompt promised."""
+    c = exercise.contract
+    leaves: dict[str, torch.Tensor] = {}
+    originals: dict[str, torch.Tensor] = {}
+    for name in c.differentiable:
+        value = case.inputs.get(name)
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            originals[name] = value
+            leaves[name] = value.detach().clone().requires_grad_(True)
+            case.inputs[name] = leaves[name] * 1  # a non-leaf: in-place edits stay legal
+    returned: list[Any] = []
+    run = candidate
+    if c.returns is not None and not isinstance(candidate, type):
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            value = candidate(*args, **kwargs)
+            returned.append(value)
+            return value
+
+    try:
+        with torch.enable_grad():
+            out = call(run, case)
+    finally:
+        for name, original in originals.items():
+            used = case.inputs[name]
+            if not _same(original, used):  # an in-place edit: the caller's copy shows it
+                with torch.no_grad():
+                    original.copy_(used.detach())
+            case.inputs[name] = original
+    problem = _contract_problem(exercise, case, out, returned, leaves)
+    if problem:
+        raise ContractError(problem)
+    return out
+
+
+def _contract_problem(
+    exercise: Exercise,
+    case: Case,
+    out: Outputs,
+    returned: list[Any],
+    leaves: dict[str, torch.Tensor],
+) -> str | None:
+    """What the outputs ``out`` (and the candidate's raw ``returned`` values) break of the
+    contract, in the prompt's words; None when nothing."""
+    c, fn = exercise.contract, exercise.function
+    if "raised" in out:  # an error carried as data: judged as such
+        return None
+    for value in returned:
+        wanted = c.returns
+        if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
+            return (
+                f"{fn} should return a Python {wanted.__name__} (as the prompt asks), got "
+                f"{type(value).__name__}{' ' + repr(value) if not isinstance(value, torch.Tensor) else ''}: "
+                f"convert it, e.g. with {wanted.__name__}(...) or .item()"
+            )
+    device = _case_device(case.inputs)
+    for key, value in out.items():
+        if isinstance(value, torch.Tensor) and device is not None and value.device != device:
+            return f"{fn} returned '{key}' on {value.device}, its inputs are on {device}"
+    if not leaves and not any(k.startswith("w:") for k in c.differentiable):
+        return None
+    keys = c.grad_outputs or [
+        k for k, v in out.items() if isinstance(v, torch.Tensor) and v.is_floating_point()
+    ]
+    wrt = ", ".join(c.differentiable)
+    for key in keys:
+        value = out.get(key)
+        if isinstance(value, torch.Tensor) and not value.requires_grad:
+            return (
+                f"{fn}'s '{key}' is not differentiable in {wrt}: no .detach(), .item()/.tolist(), "
+                "numpy or torch.no_grad() on the way (training needs the gradient)"
+            )
+    for name, leaf in leaves.items():
+        values = [out[k] for k in keys if isinstance(out.get(k), torch.Tensor)]
+        total = sum(v.double().sum() for v in values if v.requires_grad)
+        if not isinstance(total, torch.Tensor):
+            continue
+        (grad,) = torch.autograd.grad(total, [leaf], allow_unused=True, retain_graph=True)
+        if grad is None:
+            return (
+                f"{fn}'s output does not depend on {name} through autograd: it was copied "
+                "out (e.g. .tolist() or .detach()); index or multiply the tensor itself"
+            )
+    return None
+
+
+def _case_device(inputs: dict[str, Any]) -> torch.device | None:
+    for value in inputs.values():
+        if isinstance(value, torch.Tensor):
+            return value.device
+    return None
 
 
 @dataclass
@@ -187,6 +390,8 @@ def collect_outputs(
                 outputs,
                 "not attempted yet: the stub still raises NotImplementedError",
             )
+        except ContractError as exc:  # right or wrong values, but not what the prompt promised
+            return ERROR, outputs, f"case '{case.name}': {exc}"
         except Exception as exc:  # the student's code may raise anything
             return (
                 ERROR,
@@ -220,7 +425,7 @@ def make_watch(exercise: Exercise, candidate: Any, *, reference: bool = True) ->
     ``reference=True``; :func:`course_utils.checks.run` (tests, authoring) without."""
     from course_utils.checks import guard
 
-    keys = guard.reference_keys(exercise.reference) if reference else []
+    keys = own_work_keys(exercise) if reference else []
     shapes = guard.reference_shapes(exercise.reference) if reference else []
     own = guard.own_codes_of(candidate) if reference else []
     ref = exercise.reference
@@ -233,6 +438,18 @@ def make_watch(exercise: Exercise, candidate: Any, *, reference: bool = True) ->
         return guard.Watch(forbids, keys, shapes, own, where=where.strip("."), profile=reference)
 
     return factory
+
+
+def own_work_keys(exercise: Exercise) -> list[tuple]:
+    """The course code an answer to ``exercise`` may not run (as
+    :func:`~course_utils.checks.guard.code_key` tuples): the exercise's reference and every
+    course implementation of the concepts it names. The grader sends these to the kernel as
+    the watch's ``reference`` (instead of ``guard.reference_keys(exercise.reference)``)."""
+    from course_utils.checks import concepts, guard
+
+    keys = set(guard.reference_keys(exercise.reference))
+    keys.update(concepts.course_keys(exercise.concepts))
+    return sorted(keys)
 
 
 def changed_inputs(original: dict[str, Any], given: dict[str, Any]) -> list[str]:

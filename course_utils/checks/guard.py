@@ -394,7 +394,8 @@ class Watch:
             if "course_utils" in code.co_filename:
                 key = code_key(code)
                 if key is not None and key in self.reference:
-                    return key[1]
+                    module = key[0][: -len(".py")].replace("/", ".").removesuffix(".__init__")
+                    return module + "." + key[1]
         return None
 
     def ran_copy(self):
@@ -426,7 +427,7 @@ class Watch:
         if ref:
             return (
                 f"not accepted: while the check ran your {function}, the course's own "
-                f"implementation ran ({self.where or ref}). Exercise {exercise_id} asks for "
+                f"implementation ran ({ref}). Exercise {exercise_id} asks for "
                 "your own code: an import, fallback() or a name built at run time all count."
             )
         copy = self.ran_copy()

@@ -46,8 +46,21 @@ def _mha_function() -> Any:
     E, H = 4, 2
     x = _t(3, 1, E)
     return F.multi_head_attention_forward(
-        x, x, x, E, H, _t(3 * E, E), None, None, None, False, 0.0, _t(E, E), None,
-        training=False, need_weights=False,
+        x,
+        x,
+        x,
+        E,
+        H,
+        _t(3 * E, E),
+        None,
+        None,
+        None,
+        False,
+        0.0,
+        _t(E, E),
+        None,
+        training=False,
+        need_weights=False,
     )
 
 
@@ -104,8 +117,16 @@ def _course_rel_bias() -> Any:
 def _course_vit() -> Any:
     from course_utils.modeling.models.vit import ViT, ViTConfig
 
-    cfg = ViTConfig(image_size=4, patch_size=2, in_channels=1, num_classes=3, d_model=4,
-                    n_layers=1, n_heads=2, d_ff=8)
+    cfg = ViTConfig(
+        image_size=4,
+        patch_size=2,
+        in_channels=1,
+        num_classes=3,
+        d_model=4,
+        n_layers=1,
+        n_heads=2,
+        d_ff=8,
+    )
     return ViT(cfg).double()(_t(1, 1, 4, 4))
 
 
@@ -114,8 +135,17 @@ def _course_captioner() -> Any:
 
     from course_utils.modeling.models.captioner import Captioner
 
-    m = Captioner(7, image_size=4, patch_size=2, d_model=4, n_heads=2, enc_layers=1,
-                  dec_layers=1, d_ff=8, max_len=6).double()
+    m = Captioner(
+        7,
+        image_size=4,
+        patch_size=2,
+        d_model=4,
+        n_heads=2,
+        enc_layers=1,
+        dec_layers=1,
+        d_ff=8,
+        max_len=6,
+    ).double()
     return m(_t(1, 1, 4, 4), torch.tensor([[1, 3, 4]]))
 
 
@@ -206,8 +236,11 @@ CONCEPTS: dict[str, Concept] = {
                 "aten::_log_softmax": _softmax_probe("log"),
                 "aten::_safe_softmax": _sdpa,
             },
-            course={"course_utils.modeling.attention:softmax": _call(
-                "course_utils.modeling.attention:softmax", lambda: _t(2, 3))},
+            course={
+                "course_utils.modeling.attention:softmax": _call(
+                    "course_utils.modeling.attention:softmax", lambda: _t(2, 3)
+                )
+            },
         ),
         Concept(
             "log-sum-exp",
@@ -236,9 +269,14 @@ CONCEPTS: dict[str, Concept] = {
                 **_SDPA_ATEN,
                 **_MHA_OPS,
             },
-            course={"course_utils.modeling.attention:scaled_dot_product_attention": _call(
-                "course_utils.modeling.attention:scaled_dot_product_attention",
-                lambda: _t(1, 3, 4), lambda: _t(1, 3, 4), lambda: _t(1, 3, 4))},
+            course={
+                "course_utils.modeling.attention:scaled_dot_product_attention": _call(
+                    "course_utils.modeling.attention:scaled_dot_product_attention",
+                    lambda: _t(1, 3, 4),
+                    lambda: _t(1, 3, 4),
+                    lambda: _t(1, 3, 4),
+                )
+            },
         ),
         Concept(
             "multi-head attention",
@@ -249,8 +287,7 @@ CONCEPTS: dict[str, Concept] = {
             "Transformer decoder layer",
             ops={**_MHA_OPS, "aten::_transformer_encoder_layer_fwd": _transformer_layer},
             course={
-                "course_utils.modeling.layers:TransformerDecoderBlock.forward":
-                    _course_decoder_block,
+                "course_utils.modeling.layers:TransformerDecoderBlock.forward": _course_decoder_block,
             },
         ),
         Concept(

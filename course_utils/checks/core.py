@@ -44,10 +44,6 @@ class Case:
     inputs: dict[str, Any]
 
 
-class ContractError(ValueError):
-    """An answer broke its exercise's :class:`Contract` (a dtype, a detached output, a type)."""
-
-
 @dataclass(frozen=True)
 class Contract:
     """What an exercise's prompt promises beyond the values, declared once and checked by the
@@ -70,6 +66,22 @@ class Contract:
     returns: type | None = None
     masked: str = ""
     masked_output: str = ""
+    updates_weights: bool = False  # a training step: the module's weights may change
+
+
+# Modules a check built from a case's weights (``_common.build_module``) during the current
+# call, with those weights: the contract requires them unchanged afterwards.
+BUILT_MODULES: list[tuple[Any, dict[str, torch.Tensor]]] = []
+# The output key under which a call reports a broken contract (its message as uint8 bytes).
+CONTRACT_KEY = "contract"
+
+
+def contract_problem_of(outputs: Outputs) -> str | None:
+    """The contract message a call put in ``outputs`` (see :func:`contract_call`), or None."""
+    value = outputs.get(CONTRACT_KEY)
+    if not isinstance(value, torch.Tensor):
+        return None
+    return bytes(value.to(torch.uint8).tolist()).decode(errors="replace")
 
 
 @dataclass(frozen=True)
@@ -102,8 +114,8 @@ def allclose_compare(
         if g.dtype != exp.dtype and g.is_floating_point() and exp.is_floating_point():
             return (
                 f"case '{case.name}': '{key}' has dtype {g.dtype}, expected {exp.dtype} "
-                "(the output's dtype follows the inputs': compute in their dtype, and bring "
-                "any table you build to it with .to(x.dtype))"
+                "(the dtype the prompt asks for: the inputs' dtype, or the one it names; "
+                "compute in it, and bring any table you build to it with .to(...))"
             )
         if g.dtype != exp.dtype and not (g.is_floating_point() and exp.is_floating_point()):
             return f"case '{case.name}': '{key}' has dtype {g.dtype}, expected {exp.dtype}"
@@ -201,13 +213,15 @@ def contract_cases(contract: Contract, cases: list[Case]) -> list[Case]:
     if not cases:
         return out
     first = cases[0]
-    if contract.float32:
+    if contract.float32 and _floating_inputs(first.inputs):
         inputs = dict(first.inputs)
         for key in _floating_inputs(inputs):
             inputs[key] = inputs[key].to(torch.float32)
         out.append(Case(f"{first.name}, in float32", inputs))
     if contract.masked:
-        base = next((c for c in cases if isinstance(c.inputs.get(contract.masked), torch.Tensor)), None)
+        base = next(
+            (c for c in cases if isinstance(c.inputs.get(contract.masked), torch.Tensor)), None
+        )
         if base is not None:
             mask = base.inputs[contract.masked].clone()
             if mask.dtype != torch.bool:
@@ -223,8 +237,9 @@ def contract_call(
 ) -> Outputs:
     """``call(candidate, case)`` holding ``exercise.contract``: the named inputs made
     differentiable (a non-leaf copy, so an in-place edit still reaches ``case.inputs``), the
-    candidate's raw return values recorded, then :func:`_contract_problem` on what came back;
-    a :class:`ContractError` says what the prompt promised."""
+    candidate's raw return values recorded, then :func:`_contract_problem` on what came back:
+    a broken promise is added to the outputs as :data:`CONTRACT_KEY` (plain bytes, so the
+    grader's judge sees it too) and judged after the values."""
     c = exercise.contract
     leaves: dict[str, torch.Tensor] = {}
     originals: dict[str, torch.Tensor] = {}
@@ -243,6 +258,7 @@ def contract_call(
             returned.append(value)
             return value
 
+    BUILT_MODULES.clear()
     try:
         with torch.enable_grad():
             out = call(run, case)
@@ -254,8 +270,11 @@ def contract_call(
                     original.copy_(used.detach())
             case.inputs[name] = original
     problem = _contract_problem(exercise, case, out, returned, leaves)
-    if problem:
-        raise ContractError(problem)
+    if not problem and not c.updates_weights:
+        problem = _changed_weights(exercise.function)
+    BUILT_MODULES.clear()
+    if problem:  # as data: judged after the values, so a wrong value keeps its named mistake
+        out = {**out, CONTRACT_KEY: torch.tensor(list(problem.encode()[:2000]), dtype=torch.uint8)}
     return out
 
 
@@ -296,17 +315,24 @@ def _contract_problem(
                 f"{fn}'s '{key}' is not differentiable in {wrt}: no .detach(), .item()/.tolist(), "
                 "numpy or torch.no_grad() on the way (training needs the gradient)"
             )
-    for name, leaf in leaves.items():
-        values = [out[k] for k in keys if isinstance(out.get(k), torch.Tensor)]
-        total = sum(v.double().sum() for v in values if v.requires_grad)
-        if not isinstance(total, torch.Tensor):
-            continue
-        (grad,) = torch.autograd.grad(total, [leaf], allow_unused=True, retain_graph=True)
-        if grad is None:
-            return (
-                f"{fn}'s output does not depend on {name} through autograd: it was copied "
-                "out (e.g. .tolist() or .detach()); index or multiply the tensor itself"
-            )
+    return None
+
+
+def _changed_weights(fn: str) -> str | None:
+    """Which weight of a module the check built (:data:`BUILT_MODULES`) the candidate changed
+    in place, as a message; None when all are as given."""
+    for module, weights in BUILT_MODULES:
+        for name, value in weights.items():
+            try:
+                param = module.get_parameter(name)
+            except AttributeError:
+                continue
+            if not _same(value.to(param.dtype), param.detach().to(value.device)):
+                return (
+                    f"{fn} changed the model's parameter '{name}' in place: the caller's model "
+                    "is damaged for every later use (training, plots). Read the weights, "
+                    "never write them (no in-place ops, no .data or no_grad() edits)"
+                )
     return None
 
 
@@ -390,9 +416,9 @@ def collect_outputs(
                 outputs,
                 "not attempted yet: the stub still raises NotImplementedError",
             )
-        except ContractError as exc:  # right or wrong values, but not what the prompt promised
-            return ERROR, outputs, f"case '{case.name}': {exc}"
         except Exception as exc:  # the student's code may raise anything
+            if violation:  # a shortcut seen on an earlier case is the verdict
+                return FAILED, outputs, violation
             return (
                 ERROR,
                 outputs,
@@ -509,8 +535,20 @@ def judge(exercise: Exercise, cases: Sequence[Case], outputs: Sequence[Outputs])
         expected = exercise.call(exercise.reference, case)
         problem = exercise.compare(case, got, expected)
         if problem is None:
-            continue
-        mistake = diagnose(exercise, case, got)
+            broken = contract_problem_of(got)
+            if broken is None:
+                continue
+            return CheckResult(
+                exercise.id,
+                exercise.title,
+                FAILED,
+                0,
+                exercise.points,
+                f"case '{case.name}': {broken}",
+                "contract",
+            )
+        only_dtype = exercise.compare(case, _cast_like(got, expected), expected) is None
+        mistake = None if only_dtype else diagnose(exercise, case, got)
         if mistake is not None:
             message = f"{problem}. Likely mistake: {mistake.name}. Hint: {mistake.hint}"
         else:
@@ -534,6 +572,19 @@ def judge(exercise: Exercise, cases: Sequence[Case], outputs: Sequence[Outputs])
     )
 
 
+def _cast_like(got: Outputs, like: Outputs) -> Outputs:
+    """``got`` with each floating tensor cast to the dtype of ``like``'s (values only)."""
+    return {
+        k: v.to(like[k].dtype)
+        if isinstance(v, torch.Tensor)
+        and isinstance(like.get(k), torch.Tensor)
+        and v.is_floating_point()
+        and like[k].is_floating_point()
+        else v
+        for k, v in got.items()
+    }
+
+
 def diagnose(exercise: Exercise, case: Case, got: Outputs) -> Mistake | None:
     """The first known mistake whose output on ``case`` matches ``got``, or ``None``."""
     for mistake in exercise.mistakes:
@@ -541,6 +592,7 @@ def diagnose(exercise: Exercise, case: Case, got: Outputs) -> Mistake | None:
             wrong = exercise.call(mistake.impl, case)
         except Exception:
             continue
+        wrong = _cast_like(wrong, got)  # a mistake is named by its values, not its dtype
         if exercise.compare(case, got, wrong) is None:
             return mistake
     return None
@@ -559,11 +611,23 @@ def check(
     cases = exercise.make_cases(seed)
     watch = make_watch(exercise, candidate, reference=own_work)
     status, outputs, message = collect_outputs(exercise, candidate, cases, watch)
+    return verdict(exercise, cases, status, outputs, message)
+
+
+def verdict(
+    exercise: Exercise, cases: Sequence[Case], status: str, outputs: Sequence[Outputs], message: str
+) -> CheckResult:
+    """The verdict on what :func:`collect_outputs` returned (step 3): judged when every case
+    ran; else the outputs of the cases before the one that raised are judged first, so a
+    wrong value there keeps its named mistake ("Likely mistake: ...") rather than the later
+    error. The grader calls this on the harvested ``(status, outputs, message)`` so its
+    verdict is the check cell's."""
     if status == PASSED:
         return judge(exercise, cases, outputs)
-    if outputs:  # cases are judged in order: a wrong value before the raising case comes first
+    if outputs:  # cases in order: a wrong value before the raising case (or the shortcut)
         earlier = judge(exercise, cases[: len(outputs)], outputs)
         if earlier.status == FAILED:
+            earlier.message += f" (then {message.splitlines()[0] if message else status})"
             return earlier
     return CheckResult(exercise.id, exercise.title, status, 0, exercise.points, message)
 

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from course_utils.checks._common import as_tensor, close, compare_or_raised, raised, size
 from course_utils.checks.core import Case, Contract, Exercise, Mistake, Outputs, generator, randn
+from course_utils.lessons.nb03_scaled_dot_product.exercises import MASK_MISTAKES_HINTS
 from course_utils.lessons.nb04_self_cross_position import LESSON
 from course_utils.modeling import positional
 from course_utils.modeling.attention import causal_mask, scaled_dot_product_attention
@@ -97,7 +98,38 @@ def _inv_sqrt(t: Tensor) -> float:
     return 1 / math.sqrt(t.shape[-1])
 
 
+class _MaskMistake(SelfAttention):
+    """The right projections and scale, the mask used wrongly (``how``: "inverted": True
+    taken as blocked; "added": the bool mask added to the scores as 0/1)."""
+
+    how = "inverted"
+
+    def forward(self, x, context=None, attn_mask=None):
+        c = x if context is None else context
+        q, k, v = self.W_q(x), self.W_k(c), self.W_v(c)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            if self.how == "inverted":
+                scores = scores.masked_fill(attn_mask, float("-inf"))
+            else:
+                scores = scores + attn_mask.to(scores.dtype)
+        w = torch.softmax(scores, dim=-1)
+        return w @ v, w
+
+
 SELF_ATTENTION_MISTAKES = [
+    Mistake(
+        "mask inverted (True treated as blocked)",
+        MASK_MISTAKES_HINTS["inverted"],
+        type("InvertedMask", (_MaskMistake,), {"how": "inverted"}),
+    ),
+    Mistake(
+        "bool mask added to the scores as 0/1",
+        "a bool mask says which keys may be attended (True): adding it as a number only "
+        "shifts the allowed scores by 1; block the others with float('-inf') (masked_fill) "
+        "or pass it to scaled dot-product attention as it is",
+        type("AddedMask", (_MaskMistake,), {"how": "added"}),
+    ),
     Mistake(
         "keys and values swapped",
         "K = W_k(context) is compared with the queries; V = W_v(context) is what the "
@@ -636,8 +668,9 @@ PE_MISTAKES = [
     ),
     Mistake(
         "sin and cos concatenated instead of interleaved",
-        f"interleave them, pe[:, 0::2] = sin(...) and pe[:, 1::2] = cos(...), instead of "
-        f"putting all sines first: {_RIGHT}",
+        "each pair of columns (2i, 2i+1) holds one frequency's sine and cosine side by side, "
+        "not all the sines followed by all the cosines: look at which column each value "
+        "lands in",
         _pe(_pair_angle, interleave=False),
     ),
     Mistake(

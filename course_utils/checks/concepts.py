@@ -178,6 +178,7 @@ def _softmax_probe(fn: str) -> Callable[[], Any]:
             "Tensor": lambda: x.softmax(-1),
             "log": lambda: torch.log_softmax(x, -1),
             "lse": lambda: torch.logsumexp(x, -1),
+            "safe": lambda: torch._safe_softmax(x, -1),
             "Tlse": lambda: x.logsumexp(-1),
         }[fn]()
 
@@ -234,7 +235,7 @@ CONCEPTS: dict[str, Concept] = {
                 "torch.log_softmax": _softmax_probe("log"),
                 "aten::_softmax": _softmax_probe("torch"),
                 "aten::_log_softmax": _softmax_probe("log"),
-                "aten::_safe_softmax": _sdpa,
+                "aten::_safe_softmax": _softmax_probe("safe"),
             },
             course={
                 "course_utils.modeling.attention:softmax": _call(
@@ -265,7 +266,7 @@ CONCEPTS: dict[str, Concept] = {
             "scaled dot-product attention",
             ops={
                 "torch.nn.functional.scaled_dot_product_attention": _sdpa,
-                "aten::_safe_softmax": _sdpa,
+                "aten::_safe_softmax": _softmax_probe("safe"),
                 **_SDPA_ATEN,
                 **_MHA_OPS,
             },

@@ -54,7 +54,8 @@ class Contract:
     ``differentiable``: input names (``"w:*"``: the module's weights) the floating outputs
     (``grad_outputs``, default all of them) must stay differentiable in: a detached output, a
     ``torch.no_grad()`` forward or numbers copied out of a tensor fail. ``returns``: the Python
-    type the candidate returns (``bool``, ``int``): a 0-d tensor fails. ``masked``: the name of
+    type(s) the candidate returns (``bool``; ``(int, float)`` for "a Python number"): a 0-d
+    tensor fails. ``masked``: the name of
     the mask input; a case is added whose first query row is fully masked, and its output
     must be ``masked_output`` (as the prompt states it, e.g. "zeros").
     Every output tensor must sit on the inputs' device.
@@ -63,7 +64,7 @@ class Contract:
     float32: bool = False
     differentiable: tuple[str, ...] = ()
     grad_outputs: tuple[str, ...] = ()
-    returns: type | None = None
+    returns: type | tuple[type, ...] | None = None
     masked: str = ""
     masked_output: str = ""
     updates_weights: bool = False  # a training step: the module's weights may change
@@ -290,13 +291,15 @@ def _contract_problem(
     c, fn = exercise.contract, exercise.function
     if "raised" in out:  # an error carried as data: judged as such
         return None
+    wanted = c.returns if isinstance(c.returns, tuple) else (c.returns,)
     for value in returned:
-        wanted = c.returns
-        if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
+        if not isinstance(value, wanted) or (isinstance(value, bool) and bool not in wanted):
+            names = " or ".join(t.__name__ for t in wanted)
+            shown = "" if isinstance(value, torch.Tensor) else f" {value!r}"
             return (
-                f"{fn} should return a Python {wanted.__name__} (as the prompt asks), got "
-                f"{type(value).__name__}{' ' + repr(value) if not isinstance(value, torch.Tensor) else ''}: "
-                f"convert it, e.g. with {wanted.__name__}(...) or .item()"
+                f"{fn} should return a Python {names} (as the prompt asks), got "
+                f"{type(value).__name__}{shown}: convert it, e.g. with "
+                f"{wanted[0].__name__}(...) or .item()"
             )
     device = _case_device(case.inputs)
     for key, value in out.items():

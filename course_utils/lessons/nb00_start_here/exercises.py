@@ -128,7 +128,7 @@ SOFTMAX_MISTAKES = [
 
 SOFTMAX = Exercise(
     id="00.1",
-    concepts=('softmax',),
+    concepts=("softmax",),
     title="Numerically stable softmax",
     points=2,
     notebook=NOTEBOOK,
@@ -270,7 +270,7 @@ LOGSUMEXP_MISTAKES = [  # NaN first: on a 1-D output any NaN hides the other val
 
 LOGSUMEXP = Exercise(
     id="00.2",
-    concepts=('log-sum-exp',),
+    concepts=("log-sum-exp",),
     title="Stable logsumexp",
     points=1,
     notebook=NOTEBOOK,

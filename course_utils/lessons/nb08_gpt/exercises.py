@@ -812,6 +812,7 @@ LR_MISTAKES = [
 
 LR = Exercise(
     id="08.3",
+    contract=Contract(returns=(float, int)),  # "Return a Python number"
     title="learning rate: linear warmup, then cosine decay",
     points=2,
     notebook=NOTEBOOK,
@@ -1182,7 +1183,7 @@ STEP = Exercise(
     hint="set the rate in every parameter group; forward to get the loss; clear the old "
     "gradients; backward; clip the global gradient norm; optimizer step; return the loss as "
     "a number",
-    contract=Contract(updates_weights=True),  # a training step: the weights change
+    contract=Contract(updates_weights=True, returns=(float, int)),  # the weights change
 )
 
 

@@ -518,9 +518,7 @@ def _not_shown_by_fixed_cases() -> tuple[int, ...]:
     """Indices of the mistakes no :data:`ADVERSARIAL` table separates from the reference
     (none today; computed once, it is the same at every seed)."""
     cases = _fixed_cases()
-    return tuple(
-        k for k, m in enumerate(BEAM_MISTAKES) if not any(_differs(m, c) for c in cases)
-    )
+    return tuple(k for k, m in enumerate(BEAM_MISTAKES) if not any(_differs(m, c) for c in cases))
 
 
 def _beam_cases(seed: int) -> list[Case]:

@@ -284,3 +284,72 @@ def test_an_exercise_names_every_concept_its_reference_builds(exercise_id):
         for path in concept.course:
             if _builds(ex.reference, path):
                 assert name in ex.concepts, f"{exercise_id} builds {name!r} ({path})"
+
+
+def exercise_prompt(exercise) -> str:
+    """The exercise's prompt: the markdown cell of its notebook headed "Exercise NN.K", with
+    its whitespace collapsed."""
+    nb = json.loads((ROOT / "solutions" / exercise.notebook).read_text())
+    heading = re.compile(rf"^#+ .*Exercise {re.escape(exercise.id)}\b", re.M)
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown" and heading.search(source):
+            return " ".join(source.split())
+    raise AssertionError(f"no markdown cell headed 'Exercise {exercise.id}' in {exercise.notebook}")
+
+
+def _float32_is_checked(ex) -> bool:
+    cases = ex.make_cases(0)
+    inputs = [v for c in cases for v in c.inputs.values() if isinstance(v, torch.Tensor)]
+    if any(v.dtype == torch.float32 for v in inputs):
+        return True
+    out = ex.call(ex.reference, cases[0])
+    return any(isinstance(v, torch.Tensor) and v.dtype == torch.float32 for v in out.values())
+
+
+def _fully_masked_row_is_checked(ex) -> bool:
+    for case in ex.make_cases(0):
+        for value in case.inputs.values():
+            if isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.ndim >= 1:
+                if (~value).all(dim=-1).any():
+                    return True
+    return False
+
+
+@pytest.mark.parametrize("exercise_id", EXERCISE_IDS)
+def test_each_prompt_and_its_declared_contract_agree(exercise_id):
+    """What the prompt promises is what the check holds, and the other way round: "float32"
+    in the prompt needs a float32 case; "Python bool"/"Python number" a Contract.returns;
+    "differentiable" a Contract.differentiable; "fully masked" a case with a fully masked row;
+    concepts an "Off-limits:" line; a Contract.masked row the output it must give."""
+    ex = checks.get(exercise_id)
+    text = exercise_prompt(ex)
+    low = text.lower().replace("`", "")
+    returns = ex.contract.returns
+    returns = returns if isinstance(returns, tuple) else (returns,)
+    if "float32" in low:
+        assert _float32_is_checked(ex), "the prompt names float32, no case tries it"
+    if "python bool" in low:
+        assert bool in returns, "the prompt asks for a Python bool, the contract does not"
+    if "python number" in low:
+        assert float in returns, "the prompt asks for a Python number, the contract does not"
+    if "differentiable" in low:
+        assert ex.contract.differentiable, "the prompt says differentiable, the contract does not"
+    if "fully masked" in low:
+        assert _fully_masked_row_is_checked(ex), "the prompt names fully masked rows, no case"
+    if ex.concepts:
+        assert "off-limits:" in low, "the exercise forbids by concept; the prompt does not say"
+    if ex.contract.masked:
+        assert "fully masked row" in low and "never nan" in low
+    if ex.contract.returns is not None:
+        assert any(f"python {t.__name__}" in low for t in returns) or "python number" in low
+
+
+def test_the_prompt_agreement_test_fails_when_a_promise_is_not_checked(monkeypatch):
+    """Without its float32 contract 04.4 has no float32 case, while its prompt names one."""
+    from course_utils.checks.core import Contract
+
+    ex = checks.get("04.4")
+    assert "float32" in exercise_prompt(ex) and _float32_is_checked(ex)
+    monkeypatch.setattr(ex, "contract", Contract())
+    assert not _float32_is_checked(ex)

@@ -499,3 +499,18 @@ def test_C_shortcut_06_1_multi_head_attention_forward_and_nn_multiheadattention_
 
     for candidate in (fused, module):
         assert_not_accepted("06.1", candidate, "not allowed here", seeds=(0,))
+
+
+def test_C_a_shape_error_inside_a_torch_module_shows_the_students_line():
+    """Student C: a shape error raised in self.out(...) showed three torch frames only."""
+    source = (
+        "class Broken(Given):\n"
+        "    def forward(self, x, attn_mask=None):\n"
+        "        return self.out(x[..., :2])  # the student's line\n"
+    )
+    namespace = {"Given": Given}
+    exec(compile(source, "<ipython-input-7>", "exec"), namespace)
+    result = checks.run("06.4", namespace["Broken"])
+    assert result.status == "error" and '"<ipython-input-7>", line 3' in result.message, (
+        result.message
+    )

@@ -432,13 +432,15 @@ def collect_outputs(
             )
         violation = violation or seen.problem(exercise.function, exercise.id) or ""
         changed = changed_inputs(case.inputs, given)
-        if changed and not violation:
-            violation = (
-                f"case '{case.name}': your {exercise.function} changed its input "
+        if changed and CONTRACT_KEY not in out:  # a broken contract (inputs untouched), not a
+            # shortcut: judged after the values, with no flag in the grader
+            text = (
+                f"your {exercise.function} changed its input "
                 f"{', '.join(repr(c) for c in changed)} in place (e.g. `x += ...` or `x[...] = ...` "
                 "on an argument): the caller's tensor is modified, which breaks every later use "
                 "of it. Compute into a new tensor instead (`y = x + ...`)."
             )
+            out = {**out, CONTRACT_KEY: torch.tensor(list(text.encode()), dtype=torch.uint8)}
         outputs.append(
             {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
         )
@@ -511,14 +513,24 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _student_frames(exc: BaseException, limit: int = 3) -> str:
     """The last ``limit`` traceback frames of ``exc`` outside ``course_utils`` (the student's
-    code and the libraries it called), formatted; the check machinery's own frames say
-    nothing to a student."""
+    code and the libraries it called), formatted, always including the student's last line:
+    when the error surfaces deep inside torch (a shape error in ``self.out(...)``), the
+    student's frame that made the call comes first, then the last library frame."""
     frames = [
         f
         for f in traceback.extract_tb(exc.__traceback__)
         if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)
     ]
-    return "".join(traceback.format_list(frames[-limit:]))
+    own = [f for f in frames if not _is_library(f.filename)]
+    shown = frames[-limit:]
+    if own and own[-1] not in shown:
+        shown = [own[-1], *frames[-(limit - 1) :]] if limit > 1 else [own[-1]]
+    return "".join(traceback.format_list(shown))
+
+
+def _is_library(filename: str) -> bool:
+    name = filename.replace("\\", "/")
+    return "/site-packages/" in name or "/dist-packages/" in name or "/lib/python" in name
 
 
 def _clone(value: Any) -> Any:

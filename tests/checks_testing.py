@@ -58,3 +58,21 @@ def assert_no_hint_prints_a_solution_line(exercise_id: str) -> None:
     for hint in [exercise.hint, *(m.hint for m in exercise.mistakes)]:
         leaked = [n for n in found if n in _squash(hint)]
         assert not leaked, f"{exercise_id}: {hint!r} prints {leaked}"
+
+
+def assert_not_accepted(exercise_id: str, candidate, *needles: str, seeds=SEEDS) -> None:
+    """``candidate`` earns nothing at every seed through what a check cell and the grader run
+    (``own_work``: the course's implementations count as shortcuts), and the message says
+    why (contains every one of ``needles``)."""
+    for seed in seeds:
+        result = checks.run(exercise_id, candidate, seed=seed, own_work=True)
+        assert result.status != "passed" and result.points == 0, f"seed {seed}: passed"
+        for needle in needles:
+            assert needle in result.message, f"seed {seed}: {needle!r} not in {result.message!r}"
+
+
+def assert_own_work_passes(exercise_id: str, candidate, seeds=SEEDS) -> None:
+    """``candidate`` passes at every seed as a check cell runs it (``own_work``)."""
+    for seed in seeds:
+        result = checks.run(exercise_id, candidate, seed=seed, own_work=True)
+        assert result.status == "passed", f"seed {seed}: {result.message}"

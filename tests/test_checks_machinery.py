@@ -325,7 +325,10 @@ def test_in_place_edits_of_the_inputs_are_rejected_and_do_not_reach_the_referenc
     cases = exercise.make_cases(0)
     before = [c.inputs["x"].clone() for c in cases]
     status, outputs, _ = collect_outputs(exercise, doubles_in_place, cases)
-    assert status == "failed" and len(outputs) == len(cases)  # values kept for the judge
+    # a broken contract (inputs untouched), not a shortcut: every case's values are kept and
+    # the edit travels as data to the judge (so the grader does not flag it as a shortcut)
+    assert status == "passed" and len(outputs) == len(cases)
+    assert all("contract" in out for out in outputs)
     assert all(torch.equal(b, c.inputs["x"]) for b, c in zip(before, cases, strict=True))
 
 

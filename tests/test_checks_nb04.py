@@ -21,6 +21,7 @@ from course_utils import checks
 from course_utils.checks import FAILED, NOT_ATTEMPTED, PASSED, get, run
 from course_utils.lessons.nb04_self_cross_position.exercises import (
     EQUIVARIANCE_MISTAKES,
+    REPEATED_FUNCTIONS,
     SELF_ATTENTION_MISTAKES,
     TEST_FUNCTIONS,
     SelfAttention,
@@ -45,7 +46,7 @@ def pe_stack(T, D):
     pos = torch.arange(T, dtype=torch.float64).unsqueeze(1)
     inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, D, 2, dtype=torch.float64) / D)
     angles = pos * inv_freq
-    return torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(T, D)
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(T, D).float()
 
 
 def pe_float32_exp(T, D):  # float32 throughout, as in the Annotated Transformer
@@ -119,7 +120,7 @@ def rope_complex(x, positions=None):
     pos = torch.arange(T) if positions is None else positions
     theta = pos[:, None].double() * 10000.0 ** (-torch.arange(0, D, 2).double() / D)  # (T, D/2)
     z = torch.view_as_complex(x.reshape(*x.shape[:-1], D // 2, 2).contiguous())
-    rotated = z * torch.polar(torch.ones_like(theta), theta)
+    rotated = z * torch.polar(torch.ones_like(theta).to(x.dtype), theta.to(x.dtype))
     return torch.view_as_real(rotated).reshape(x.shape)
 
 
@@ -132,6 +133,7 @@ def rope_matrices(x, positions=None):
         R = torch.stack(
             [torch.stack([a.cos(), -a.sin()], -1), torch.stack([a.sin(), a.cos()], -1)], -2
         )  # (T, 2, 2)
+        R = R.to(x.dtype)
         out[..., 2 * i : 2 * i + 2] = torch.einsum("tij,...tj->...ti", R, x[..., 2 * i : 2 * i + 2])
     return out
 
@@ -311,7 +313,8 @@ def test_reference_test_classifies_every_function_correctly():
     ex = get("04.2")
     for case in ex.make_cases(0):
         verdicts = ex.call(is_permutation_equivariant, case)["verdicts"]
-        assert verdicts.tolist() == [truth for _, _, truth in TEST_FUNCTIONS]
+        truths = [truth for _, _, truth in TEST_FUNCTIONS]
+        assert verdicts.tolist() == truths + [f[2] for f in REPEATED_FUNCTIONS]
 
 
 def test_test_functions_include_both_kinds_and_the_classic_traps():
@@ -383,7 +386,8 @@ def rel_bias_loops(table, T, S=None):
 
 
 def rel_bias_module(table, T, S=None):
-    """Correct: the course's RelativePositionBias module with the table loaded."""
+    """The values are right (the course's RelativePositionBias module with the table loaded)
+    but it is the course's implementation and not differentiable in ``table``."""
     M = (table.shape[0] - 1) // 2
     module = positional.RelativePositionBias(n_heads=table.shape[1], max_distance=M).double()
     with torch.no_grad():
@@ -391,9 +395,7 @@ def rel_bias_module(table, T, S=None):
     return module(T, S).detach()
 
 
-@pytest.mark.parametrize(
-    "candidate", [rel_bias_loops, rel_bias_module, checks.get("04.5").reference]
-)
+@pytest.mark.parametrize("candidate", [rel_bias_loops, checks.get("04.5").reference])
 def test_relative_bias_check_accepts_correct_answers(candidate):
     assert_passes("04.5", candidate)
 
@@ -436,3 +438,186 @@ def test_relative_bias_reference_equals_the_module():
     table = torch.randn(9, 3, dtype=torch.float64)
     for T, S in [(5, None), (1, 7), (3, 6)]:
         assert torch.equal(checks.get("04.5").reference(table, T, S), rel_bias_module(table, T, S))
+
+
+# ----------------------------------------------------------------------------- student C's report
+# (reviews/turn4/student-C.md): each false acceptance and shortcut of 04, by name.
+
+from checks_testing import assert_not_accepted, assert_own_work_passes  # noqa: E402
+
+
+def _c_any(fn, x, n_trials=3, atol=1e-5):
+    y = fn(x)
+    for _ in range(n_trials):
+        p = torch.randperm(x.shape[1])
+        if torch.allclose(fn(x[:, p]), y[:, p], atol=atol):
+            return True
+    return False
+
+
+def _c_swap01(fn, x, n_trials=3, atol=1e-5):
+    p = torch.arange(x.shape[1])
+    p[0], p[1] = 1, 0
+    return torch.allclose(fn(x[:, p]), fn(x)[:, p], atol=atol)
+
+
+def _c_tensor(fn, x, n_trials=3, atol=1e-5):
+    y = fn(x)
+    p = torch.randperm(x.shape[1])
+    if torch.equal(p, torch.arange(x.shape[1])):
+        p = torch.roll(p, 1)
+    return (fn(x[:, p]) - y[:, p]).abs().max() <= atol
+
+
+def test_C_FA1_04_2_any_instead_of_all_is_rejected_at_every_seed():
+    """Fooled in some runs of 'only the last two positions scaled': 640 runs per case make a
+    lucky pass a e^-8 event per case (and both cases must be lucky)."""
+    assert_rejected(
+        "04.2", _c_any, "yes as soon as one permutation agrees (any instead of all)", range(8)
+    )
+
+
+def test_C_FA2_04_2_one_fixed_swap_of_tokens_0_and_1_is_rejected():
+    assert_rejected("04.2", _c_swap01, "one fixed swap of tokens 0 and 1")
+
+
+def test_C_FA3_04_2_a_0d_tensor_for_the_bool_is_rejected():
+    """Student C's one-permutation version is now wrong in value too; the type alone fails an
+    otherwise right test (several permutations, the verdict as a 0-d tensor)."""
+    assert_not_accepted("04.2", _c_tensor, seeds=(0,))
+
+    def right_but_tensor(fn, x, n_trials=4, atol=1e-5):
+        y, ok = fn(x), torch.tensor(True)
+        for _ in range(n_trials):
+            p = torch.randperm(x.shape[1])
+            ok = ok & ((fn(x[:, p]) - y[:, p]).abs().max() <= atol)
+        return ok
+
+    assert_not_accepted("04.2", right_but_tensor, "should return a Python bool", seeds=(0,))
+
+
+def test_04_2_honest_tests_pass_at_every_seed():
+    def own_generator(fn, x, n_trials=3, atol=1e-5):
+        g = torch.Generator().manual_seed(7)
+        y = fn(x)
+        for _ in range(n_trials):
+            p = torch.randperm(x.shape[1], generator=g)
+            if not torch.allclose(fn(x[:, p]), y[:, p], atol=atol, rtol=1e-4):
+                return False
+        return True
+
+    def ten_trials(fn, x, n_trials=10, atol=1e-5):
+        return all(
+            torch.allclose(fn(x[:, p]), fn(x)[:, p], atol=atol, rtol=1e-4)
+            for p in (torch.randperm(x.shape[1]) for _ in range(n_trials))
+        )
+
+    for candidate in (own_generator, ten_trials):
+        assert_own_work_passes("04.2", candidate, seeds=range(4))
+
+
+def test_C_FA4_04_3_a_float64_table_is_rejected():
+    def pe64(T, D):
+        pos = torch.arange(T, dtype=torch.float64)[:, None]
+        ang = pos / 10000.0 ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
+        out = torch.zeros(T, D, dtype=torch.float64)
+        out[:, 0::2], out[:, 1::2] = ang.sin(), ang.cos()
+        return out
+
+    assert_not_accepted("04.3", pe64, "dtype torch.float64, expected torch.float32")
+
+
+def test_C_FA5_04_4_float64_angles_left_in_a_float32_output_are_rejected():
+    def rope_no_cast(x, positions=None):
+        T, D = x.shape[-2:]
+        pos = torch.arange(T) if positions is None else positions
+        ang = pos.double()[:, None] * 10000.0 ** (-torch.arange(0, D, 2).double() / D)
+        cos, sin = ang.cos(), ang.sin()  # no .to(x.dtype)
+        a, b = x[..., 0::2], x[..., 1::2]
+        return torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
+
+    assert_not_accepted("04.4", rope_no_cast, "in float32", "expected torch.float32")
+
+
+def test_C_04_4_float32_angles_cast_back_still_pass():
+    def rope_float32_angles(x, positions=None):
+        T, D = x.shape[-2:]
+        pos = torch.arange(T) if positions is None else positions
+        ang = pos.float()[:, None] * 10000.0 ** (-torch.arange(0, D, 2).float() / D)
+        cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+        a, b = x[..., 0::2], x[..., 1::2]
+        return torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
+
+    assert_own_work_passes("04.4", rope_float32_angles)
+
+
+def _rel_rows(table, T, S):
+    M = (table.shape[0] - 1) // 2
+    S = T if S is None else S
+    q = torch.arange(T)[:, None] + (S - T)
+    return (torch.arange(S)[None, :] - q).clamp(-M, M) + M
+
+
+def test_C_FA6_04_5_a_detached_table_is_rejected():
+    def detached(table, T, S=None):
+        return table.detach()[_rel_rows(table, T, S)].permute(2, 0, 1)
+
+    assert_not_accepted("04.5", detached, "not differentiable in table")
+
+
+def test_C_FA7_04_5_numbers_copied_out_of_the_table_are_rejected():
+    def copied(table, T, S=None):
+        rows = _rel_rows(table, T, S)
+        return torch.tensor(table.tolist(), dtype=table.dtype)[rows].permute(2, 0, 1)
+
+    assert_not_accepted("04.5", copied, "not differentiable in table")
+
+
+def test_C_04_5_gather_and_embedding_variants_pass():
+    def embedding(table, T, S=None):
+        return F.embedding(_rel_rows(table, T, S), table).permute(2, 0, 1)
+
+    def gather(table, T, S=None):
+        rows = _rel_rows(table, T, S)
+        return table.T[:, rows]
+
+    for candidate in (embedding, gather):
+        assert_own_work_passes("04.5", candidate)
+
+
+def test_C_shortcut_04_5_relative_position_bias_module_with_the_table_swapped_is_refused():
+    def swapped(table, T, S=None):
+        m = positional.RelativePositionBias(table.shape[1], (table.shape[0] - 1) // 2)
+        del m.table
+        m.table = table
+        return m(T, S)
+
+    assert_not_accepted("04.5", swapped, "RelativePositionBias.forward")
+
+
+def test_C_04_5_an_h_s_t_layout_is_named_as_a_layout_not_a_sign():
+    def hst(table, T, S=None):
+        return checks.get("04.5").reference(table, T, S).transpose(-2, -1)
+
+    assert_rejected("04.5", hst, "returned (H, S, T) instead of (H, T, S)")
+
+
+def test_C_04_3_the_concatenated_hint_no_longer_shows_the_solution_lines():
+    hint = {m.name: m.hint for m in checks.get("04.3").mistakes}[
+        "sin and cos concatenated instead of interleaved"
+    ]
+    assert "0::2" not in hint and "1::2" not in hint
+
+
+def test_C_04_1_an_inverted_mask_is_named():
+    class Inverted(SelfAttention):
+        def forward(self, x, context=None, attn_mask=None):
+            c = x if context is None else context
+            q, k, v = self.W_q(x), self.W_k(c), self.W_v(c)
+            s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+            if attn_mask is not None:
+                s = s.masked_fill(attn_mask, float("-inf"))
+            w = s.softmax(-1)
+            return w @ v, w
+
+    assert_rejected("04.1", Inverted, "mask inverted (True treated as blocked)")

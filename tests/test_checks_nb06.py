@@ -269,8 +269,8 @@ class MHAEinsum(Given):
         q, k, v = qkv.unbind(2)  # (B, T, H, Dh)
         s = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(D // H)
         if attn_mask is not None:
-            s = s.masked_fill(~attn_mask, -1e9)
-        y = torch.einsum("bhts,bshd->bthd", s.softmax(-1), v)
+            s = s.masked_fill(~attn_mask, float("-inf"))
+        y = torch.einsum("bhts,bshd->bthd", s.softmax(-1).nan_to_num(0.0), v)
         return self.out(y.reshape(B, T, D))
 
 
@@ -374,7 +374,7 @@ def test_mha_check_does_not_move_the_global_random_stream():
 @pytest.mark.parametrize("seed", SEEDS)
 def test_mha_reference_agrees_with_nn_multiheadattention_on_every_case(seed):
     exercise = checks.get("06.4")
-    for case in exercise.make_cases(seed):
+    for case in exercise.make_cases.func(seed):  # the cases without the contract's extra ones
         i = case.inputs
         ours = build_module(layers.MultiHeadAttention, (i["d_model"], i["n_heads"]), {}, i, "MHA")
         torch_mha = nn.MultiheadAttention(i["d_model"], i["n_heads"], batch_first=True).double()
@@ -394,3 +394,123 @@ def test_mha_reference_agrees_with_nn_multiheadattention_on_every_case(seed):
         with torch.no_grad():
             got = exercise.call(layers.MultiHeadAttention, case)["output"]
         torch.testing.assert_close(got, expected.detach(), msg=case.name)
+
+
+# ----------------------------------------------------------------------------- student C's report
+# (reviews/turn4/student-C.md): the 06 false acceptances and shortcuts, by name.
+
+from checks_testing import assert_not_accepted, assert_own_work_passes  # noqa: E402
+
+
+class _MHAFill(Given):
+    """Manual attention with the mask filled by ``fill``; ``clean`` turns NaN rows to zeros."""
+
+    fill, clean = float("-inf"), False
+
+    def forward(self, x, attn_mask=None):
+        B, T, D = x.shape
+        H = self.n_heads
+        q, k, v = (t.reshape(B, T, H, D // H).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        s = q @ k.transpose(-2, -1) / math.sqrt(D // H)
+        if attn_mask is not None:
+            s = s.masked_fill(~attn_mask, self.fill)
+        w = s.softmax(-1)
+        w = w.nan_to_num(0.0) if self.clean else w
+        return self.out((w @ v).transpose(1, 2).reshape(B, T, D))
+
+
+def test_C_FA8_06_4_a_nan_on_a_fully_masked_row_is_rejected():
+    assert_not_accepted("06.4", _MHAFill, "fully masked", "contains NaN")
+
+
+def test_C_FA9_06_4_a_fully_masked_row_averaging_the_values_is_rejected():
+    big = type("BigNegative", (_MHAFill,), {"fill": -1e9})
+    assert_not_accepted("06.4", big, "fully masked", "differs")
+
+
+def test_C_06_4_correct_fully_masked_rows_pass():
+    class SDPA(Given):
+        def forward(self, x, attn_mask=None):
+            B, T, D = x.shape
+            H = self.n_heads
+            q, k, v = (t.reshape(B, T, H, D // H).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+            return self.out(y.nan_to_num(0.0).transpose(1, 2).reshape(B, T, D))
+
+    cleaned = type("Cleaned", (_MHAFill,), {"clean": True})
+    for candidate in (SDPA, cleaned):
+        assert_own_work_passes("06.4", candidate)
+
+
+def test_C_shortcut_06_4_multi_head_attention_forward_is_refused():
+    class Fused(Given):
+        def forward(self, x, attn_mask=None):
+            D = x.shape[-1]
+            xt = x.transpose(0, 1)
+            mask = None
+            if attn_mask is not None:
+                mask = ~attn_mask.expand(x.shape[0], self.n_heads, -1, -1).flatten(0, 1)
+            out, _ = F.multi_head_attention_forward(
+                xt, xt, xt, D, self.n_heads, self.qkv.weight, self.qkv.bias, None, None,
+                False, 0.0, self.out.weight, self.out.bias, training=False,
+                need_weights=False, attn_mask=mask,
+            )  # fmt: skip
+            return out.transpose(0, 1)
+
+    assert_not_accepted("06.4", Fused, "multi_head_attention_forward", seeds=(0,))
+
+
+def test_C_shortcut_06_4_nn_multiheadattention_built_in_forward_is_refused():
+    class Torch(Given):
+        def forward(self, x, attn_mask=None):
+            D = x.shape[-1]
+            m = nn.MultiheadAttention(D, self.n_heads, batch_first=True).to(x.dtype)
+            m.in_proj_weight, m.in_proj_bias = self.qkv.weight, self.qkv.bias
+            m.out_proj.weight, m.out_proj.bias = self.out.weight, self.out.bias
+            return m(x, x, x, need_weights=False)[0]
+
+    assert_not_accepted("06.4", Torch, "not allowed here", seeds=(0,))
+
+
+def test_C_shortcut_06_1_multi_head_attention_forward_and_nn_multiheadattention_are_refused():
+    def fused(x, W_q, W_k, W_v, W_o):
+        H = len(W_q)
+        Q, K, V = (x @ torch.cat(W, 1) for W in (W_q, W_k, W_v))
+        E = Q.shape[-1]
+        eye = torch.eye(E, dtype=x.dtype)
+        out, _ = F.multi_head_attention_forward(
+            Q.transpose(0, 1), K.transpose(0, 1), V.transpose(0, 1), E, H,
+            in_proj_weight=None, in_proj_bias=None, bias_k=None, bias_v=None,
+            add_zero_attn=False, dropout_p=0.0, out_proj_weight=eye, out_proj_bias=None,
+            training=False, need_weights=False, use_separate_proj_weight=True,
+            q_proj_weight=eye, k_proj_weight=eye, v_proj_weight=eye,
+        )  # fmt: skip
+        return out.transpose(0, 1) @ W_o
+
+    def module(x, W_q, W_k, W_v, W_o):
+        H = len(W_q)
+        Q, K, V = (x @ torch.cat(W, 1) for W in (W_q, W_k, W_v))
+        E = Q.shape[-1]
+        m = nn.MultiheadAttention(E, H, bias=False, batch_first=True).to(x.dtype)
+        with torch.no_grad():
+            m.in_proj_weight.copy_(torch.eye(E).repeat(3, 1))
+            m.out_proj.weight.copy_(torch.eye(E))
+        return m(Q, K, V, need_weights=False)[0] @ W_o
+
+    for candidate in (fused, module):
+        assert_not_accepted("06.1", candidate, "not allowed here", seeds=(0,))
+
+
+def test_C_a_shape_error_inside_a_torch_module_shows_the_students_line():
+    """Student C: a shape error raised in self.out(...) showed three torch frames only."""
+    source = (
+        "class Broken(Given):\n"
+        "    def forward(self, x, attn_mask=None):\n"
+        "        return self.out(x[..., :2])  # the student's line\n"
+    )
+    namespace = {"Given": Given}
+    exec(compile(source, "<ipython-input-7>", "exec"), namespace)
+    result = checks.run("06.4", namespace["Broken"])
+    assert result.status == "error" and '"<ipython-input-7>", line 3' in result.message, (
+        result.message
+    )

@@ -256,7 +256,7 @@ def test_reference_lr_is_the_course_schedule(warmup, steps):
 def _lr_linear_space(step, max_lr, min_lr, warmup, steps):
     """Correct: cosine of an angle, written with numpy and a tensor warmup."""
     if step < warmup:
-        return torch.tensor(max_lr) * (step + 1) / warmup
+        return float(torch.tensor(max_lr) * (step + 1) / warmup)
     angle = np.pi * np.clip((step - warmup) / max(1, steps - warmup), 0, 1)
     return float(min_lr + (max_lr - min_lr) * (np.cos(angle) + 1) / 2)
 
@@ -275,6 +275,14 @@ def _lr_sin_squared(step, max_lr, min_lr, warmup, steps):
 def test_lr_written_differently_passes(answer):
     result = run("08.3", answer)
     assert result.status == PASSED, result.message
+
+
+def test_lr_returning_a_0d_tensor_is_rejected_the_prompt_asks_for_a_number():
+    def lr_tensor(*args):
+        return torch.tensor(_lr_sin_squared(*args))
+
+    result = run("08.3", lr_tensor)
+    assert result.status == "failed" and "should return a Python float or int" in result.message
 
 
 def test_lr_returning_a_string_is_an_error():
@@ -705,10 +713,25 @@ def test_train_step_written_differently_passes():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm=grad_clip)
         opt.step()
-        return loss.detach()  # a 0-d tensor instead of a float
+        return float(loss)
 
     result = run("08.5", step)
     assert result.status == PASSED, result.message
+
+
+def test_train_step_returning_a_0d_tensor_is_rejected_the_prompt_asks_for_a_number():
+    def step(model, opt, x, y, lr, grad_clip):
+        for g in opt.param_groups:
+            g.update(lr=lr)
+        opt.zero_grad()
+        _, loss = model(x, targets=y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm=grad_clip)
+        opt.step()
+        return loss.detach()  # a 0-d tensor instead of a float
+
+    result = run("08.5", step)
+    assert result.status == "failed" and "should return a Python float or int" in result.message
 
 
 def test_clearing_the_gradients_after_the_step_is_named_and_says_why_it_matters_here():

@@ -47,7 +47,7 @@ def patch_loops(images, p):
     return torch.stack(rows, dim=1)
 
 
-@pytest.mark.parametrize("candidate", [patch_unfold, patch_tensor_unfold, patch_loops, patchify])
+@pytest.mark.parametrize("candidate", [patch_tensor_unfold, patch_loops, patchify])
 def test_patchify_check_accepts_correct_answers(candidate):
     assert_passes(ID, candidate)
 
@@ -286,3 +286,66 @@ def test_reference_matches_the_course_vit_forward():
 @pytest.mark.parametrize("exercise_id", ["09.1", "09.2"])
 def test_no_hint_prints_a_solution_line(exercise_id):
     assert_no_hint_prints_a_solution_line(exercise_id)
+
+
+# ----------------------------------------------------------------------------- student D's report
+# (reviews/turn4/student-D.md): the 09 false acceptances and shortcuts, by name.
+
+from checks_testing import assert_not_accepted  # noqa: E402
+
+
+def test_D_FA6_09_2_mutating_the_models_parameters_is_rejected():
+    def mutating(model, images):
+        out = vit_forward(model, images)
+        with torch.no_grad():
+            model.pos_embed.zero_()
+        return out
+
+    result = run("09.2", mutating)
+    assert result.status == "failed" and "changed the model's parameter 'pos_embed'" in (
+        result.message
+    )
+
+
+def test_D_FA7_09_1_a_float32_result_for_float64_input_is_rejected():
+    def down(images, p):
+        return patch_tensor_unfold(images.float(), p)
+
+    assert_not_accepted("09.1", down, "dtype torch.float32, expected torch.float64")
+
+
+def test_D_shortcut_09_1_f_unfold_and_nn_unfold_are_refused():
+    def unfold_module(images, p):
+        return nn.Unfold(p, stride=p)(images).transpose(1, 2)
+
+    for candidate in (patch_unfold, unfold_module):
+        assert_not_accepted("09.1", candidate, "aten::im2col", seeds=(0,))
+
+
+def test_09_1_tensor_unfold_and_an_identity_kernel_conv_still_pass():
+    def conv(images, p):
+        C = images.shape[1]
+        w = torch.eye(C * p * p, dtype=images.dtype).reshape(C * p * p, C, p, p)
+        return F.conv2d(images, w, stride=p).flatten(2).transpose(1, 2)
+
+    for candidate in (patch_tensor_unfold, conv):
+        result = run("09.1", candidate, own_work=True)
+        assert result.passed, result.message
+
+
+def test_D_shortcut_09_2_rebuilding_vit_from_the_config_is_refused():
+    def rebuilt(model, images):
+        m = ViT(model.config).to(images.dtype)
+        m.load_state_dict(model.state_dict())
+        return m(images)
+
+    assert_not_accepted("09.2", rebuilt, "ViT.forward", seeds=(0,))
+
+
+def test_D_09_2_no_projection_keeps_its_named_diagnosis_when_a_later_case_raises():
+    """The check names the mistake on the case built for it even though a later case raises
+    (core.verdict, which the grader is to call on its harvest too)."""
+    name = "patchify without projection"
+    impl = next(m.impl for m in VIT_MISTAKES if m.name.startswith(name))
+    result = run("09.2", impl, seed=4)
+    assert result.status == "failed" and f"Likely mistake: {name}" in result.message

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from checks_testing import assert_passes, assert_registered_mistakes_named, assert_rejected
 
 from course_utils import checks
+from course_utils.checks import core
 from course_utils.modeling.attention import causal_mask
 
 SEEDS = (0, 1)  # each case builds modules or runs searches: two draws keep this file fast
@@ -175,3 +176,157 @@ def test_failure_messages_never_print_a_solution_line():
     for ex in (checks.get("12.1"), checks.get("12.2")):
         text = " ".join([ex.hint, *(m.hint for m in ex.mistakes)])
         assert not [ln for ln in lines if ln and ln in text]
+
+
+# ----------------------------------------------------------------------------- student D's report
+# (reviews/turn4/student-D.md): each false acceptance, shortcut and false rejection, by name.
+
+from checks_testing import assert_not_accepted, assert_own_work_passes  # noqa: E402
+
+from course_utils.lessons.nb12_image_captioning import exercises as nb12  # noqa: E402
+from course_utils.modeling import decoding  # noqa: E402
+from course_utils.modeling.decoding import length_penalty  # noqa: E402
+from course_utils.modeling.models.captioner import Captioner  # noqa: E402
+
+
+def _solution_forward(model, images, captions, *, kpm=False):
+    memory = model.encode(images)
+    bos = torch.full_like(captions[:, :1], model.bos_id)
+    inp = torch.cat([bos, captions[:, :-1]], dim=1)
+    x = model.embed(inp)
+    for block in model.blocks:
+        extra = {"key_padding_mask": inp != model.pad_id} if kpm else {}
+        x = x + block.self_attn(block.norm1(x), is_causal=True, **extra)
+        x = x + block.cross_attn(block.norm2(x), memory)
+        x = x + block.mlp(block.norm3(x))
+    logits = model.head(model.norm(x))
+    loss = F.cross_entropy(logits.flatten(0, 1), captions.flatten(), ignore_index=model.pad_id)
+    return logits, loss
+
+
+def test_D_FR1_a_decoder_padding_mask_on_pad_inputs_passes():
+    """12.1 compares the logits only where the target is a real token."""
+    assert_own_work_passes("12.1", lambda m, i, c: _solution_forward(m, i, c, kpm=True))
+
+
+def test_D_FA4_a_detached_loss_is_rejected():
+    def detached(model, images, captions):
+        logits, loss = _solution_forward(model, images, captions)
+        return logits, loss.detach()
+
+    assert_not_accepted("12.1", detached, "'loss' is not differentiable")
+
+
+def test_D_FA5_a_forward_under_no_grad_is_rejected():
+    assert_not_accepted("12.1", torch.no_grad()(_solution_forward), "not differentiable")
+
+
+def test_D_shortcut_whole_decoder_blocks_in_12_1_are_refused():
+    assert_not_accepted("12.1", forward_by_blocks, "TransformerDecoderBlock.forward")
+
+
+def test_D_shortcut_captioner_decode_unbound_in_12_1_is_refused():
+    def unbound(model, images, captions):
+        bos = torch.full_like(captions[:, :1], model.bos_id)
+        tokens = torch.cat([bos, captions[:, :-1]], 1)
+        logits = Captioner.decode(model, tokens, model.encode(images))
+        loss = F.cross_entropy(logits.flatten(0, 1), captions.flatten(), ignore_index=0)
+        return logits, loss
+
+    assert_not_accepted("12.1", unbound, "Captioner.decode")
+
+
+def test_D_shortcut_importing_decoding_beam_search_in_12_2_is_refused():
+    def imported(log_probs_fn, bos_id, eos_id, beam_size, max_len, alpha):
+        return decoding.beam_search(log_probs_fn, bos_id, eos_id, beam_size, max_len, alpha)
+
+    def built_at_run_time(log_probs_fn, bos_id, eos_id, beam_size, max_len, alpha):
+        fn = getattr(decoding, "beam_" + "search")
+        return fn(log_probs_fn, bos_id, eos_id, beam_size, max_len, alpha)
+
+    for candidate in (imported, built_at_run_time):
+        assert_not_accepted("12.2", candidate, "decoding.beam_search", seeds=(0,))
+
+
+def student_beam(log_probs_fn, bos_id, eos_id, beam_size, max_len, alpha, *, mistake=""):
+    """Student D's pure-Python bookkeeping, with the report's wrong variants as switches."""
+    beams, finished = [([bos_id], 0.0)], []  # finished: (ids, normalised, raw, length)
+    for step in range(1, max_len + 1):
+        logp = log_probs_fn(torch.tensor([ids for ids, _ in beams]))
+        opts = [
+            (s + float(lp), ids + [w])
+            for (ids, s), row in zip(beams, logp, strict=True)
+            for w, lp in enumerate(row)
+        ]
+        opts.sort(key=lambda o: o[0], reverse=True)
+        beams = []
+        for score, ids in opts[:beam_size]:
+            if ids[-1] == eos_id:
+                finished.append((ids[1:], score / length_penalty(step, alpha), score))
+                if mistake == "first finished":
+                    return torch.tensor(ids[1:]), finished[-1][1]
+            else:
+                beams.append((ids, score))
+        if not beams:
+            break
+    if not (mistake == "drop alive" and finished):
+        lp_len = max_len + 1 if mistake == "lp(max_len + 1)" else max_len
+        finished += [(ids[1:], s / length_penalty(lp_len, alpha), s) for ids, s in beams]
+    key = 2 if mistake == "raw" else 1
+    ids, score, _ = max(finished, key=lambda f: f[key])
+    return torch.tensor(ids), score
+
+
+def _student(mistake):
+    def search(log_probs_fn, bos_id, eos_id, beam_size, max_len, alpha):
+        return student_beam(
+            log_probs_fn, bos_id, eos_id, beam_size, max_len, alpha, mistake=mistake
+        )
+
+    return search
+
+
+D_BEAM_MISTAKES = {
+    "raw": "best hypothesis chosen by raw log P",  # FA-1
+    "drop alive": "alive beams dropped at max_len",  # FA-2
+    "first finished": "stopped at the first finished hypothesis",  # FA-3
+    "lp(max_len + 1)": "alive beams normalised at length max_len + 1",
+}
+
+
+def test_D_FA1_to_FA3_and_the_other_beam_mistakes_are_named_at_every_seed():
+    """Every mistake of the report, written as the student wrote it, fails under its name."""
+    for mistake, name in D_BEAM_MISTAKES.items():
+        assert_rejected("12.2", _student(mistake), name, seeds=range(6))
+
+
+def test_D_refill_and_shrinking_beam_conventions_fail_with_the_prompts_convention():
+    for impl, name in [
+        (nb12._beam_with(refill=True), "alive set refilled to beam_size (top 2k)"),
+        (nb12._beam_with(shrink=True), "beam narrowed to beam_size - |finished|"),
+        (nb12._beam_with(per_beam=True), "each beam's own top-k kept, not the best over all beams"),
+    ]:
+        assert_rejected("12.2", impl, name, seeds=range(6))
+        result = checks.run("12.2", impl, seed=3)
+        assert "alive set shrinks" in result.message or "flat list" in result.message
+
+
+def test_the_beam_search_verdict_is_the_same_at_200_seeds():
+    """Every seed's cases start with the fixed adversarial tables, on which each catalogued
+    mistake fails under its own name (so it fails at every seed: the verdict is decided at the
+    first differing case); the honest bookkeeping styles pass every seed's random draws."""
+    ex = checks.get("12.2")
+    fixed = nb12._fixed_cases()
+    for mistake in ex.mistakes:
+        _, outputs, _ = core.collect_outputs(ex, mistake.impl, fixed)
+        result = core.judge(ex, fixed, outputs)
+        assert result.status == "failed" and result.mistake == mistake.name, mistake.name
+    honest = [ex.reference, _student(""), beam_with_heaps]
+    for seed in range(200):
+        cases = ex.make_cases(seed)
+        assert [c.inputs for c in cases[: len(fixed)]] == [c.inputs for c in fixed]
+        drawn = cases[len(fixed) :]
+        for candidate in honest:
+            status, outputs, message = core.collect_outputs(ex, candidate, drawn)
+            assert status == "passed", (seed, message)
+            assert core.judge(ex, drawn, outputs).passed, (seed, candidate)

@@ -175,3 +175,216 @@ def test_no_student_version_gives_a_solution_line_away():
     leaks = release.leaks_per_notebook(ROOT / "solutions")
     found = {name: [str(leak) for leak in found] for name, found in leaks.items() if found}
     assert found == {}, found
+
+
+# ----------------------------------------------------------------------------- contracts, concepts
+# The machinery holds every exercise to its declared Contract and concepts without code of its
+# own (course_utils.checks.core.Contract, course_utils.checks.concepts): proven here on each.
+
+import dis  # noqa: E402
+import types  # noqa: E402
+
+import torch  # noqa: E402
+
+from course_utils.checks import concepts as concept_table  # noqa: E402
+from course_utils.checks import guard  # noqa: E402
+
+# Exercises whose outputs are not the candidate's floating tensors (Python numbers, ids,
+# verdicts, a search's score): no float dtype to get wrong. Each with its reason.
+NO_FLOAT_OUTPUT = {
+    "01.2": "greedy_decode returns token ids",
+    "01.3": "train_loop's losses are Python numbers it records",
+    "04.2": "a bool per test function",
+    "05.2": "a bool mask",
+    "07.4": "a parameter count (int)",
+    "08.2": "generate returns token ids",
+    "08.3": "a learning rate (float)",
+    "08.4": "parameter groups (names)",
+    "08.5": "the loss as a Python number",
+    "08.6": "a FLOP count (int)",
+    "10.3": "greedy_decode returns token ids",
+    "12.2": "token ids and a score (a Python number is allowed)",
+}
+
+
+def _map_tensors(value, fn):
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_map_tensors(v, fn) for v in value)
+    return value
+
+
+def _wrapped(reference, after=None, before=None):
+    """An answer that runs ``before()``, then the reference, and returns ``after(result)``:
+    a function for a function, a subclass overriding ``forward`` for a class."""
+    after = after or (lambda r: r)
+    if isinstance(reference, type):
+
+        def forward(self, *args, **kwargs):
+            if before:
+                before()
+            return after(reference.forward(self, *args, **kwargs))
+
+        return type("Variant" + reference.__name__, (reference,), {"forward": forward})
+
+    def variant(*args, **kwargs):
+        if before:
+            before()
+        return after(reference(*args, **kwargs))
+
+    return variant
+
+
+def _other_float(t: torch.Tensor) -> torch.Tensor:
+    if not t.is_floating_point():
+        return t
+    return t.to(torch.float32 if t.dtype == torch.float64 else torch.float64)
+
+
+@pytest.mark.parametrize("exercise_id", EXERCISE_IDS)
+def test_the_contract_machinery_rejects_each_broken_promise(exercise_id):
+    """For every exercise: the reference passes; the reference's answer cast to the other float
+    dtype fails; a detached answer fails where the contract makes it differentiable; a tensor
+    where a Python bool/int is promised fails."""
+    ex = checks.get(exercise_id)
+    assert checks.run(exercise_id, ex.reference).passed
+    if exercise_id not in NO_FLOAT_OUTPUT:
+        cast = _wrapped(ex.reference, after=lambda r: _map_tensors(r, _other_float))
+        result = checks.run(exercise_id, cast)
+        assert not result.passed, "an answer in the other float dtype passes"
+        assert "dtype" in result.message or result.status != "failed", result.message
+    if ex.contract.differentiable:
+        detached = _wrapped(ex.reference, after=lambda r: _map_tensors(r, torch.Tensor.detach))
+        result = checks.run(exercise_id, detached)
+        assert not result.passed and "not differentiable" in result.message, result.message
+    if ex.contract.returns is not None:
+        as_tensor = _wrapped(ex.reference, after=torch.tensor)
+        result = checks.run(exercise_id, as_tensor)
+        assert not result.passed and "Python" in result.message, result.message
+
+
+def _probes(exercise):
+    for name in exercise.concepts:
+        concept = concept_table.get(name)
+        for op, probe in concept.ops.items():
+            yield name, op, probe, False
+        for path, probe in concept.course.items():
+            yield name, path.replace(":", "."), probe, True
+
+
+@pytest.mark.parametrize("exercise_id", [e.id for e in checks.EXERCISES if e.concepts])
+def test_every_op_and_course_implementation_of_an_exercises_concepts_is_refused(exercise_id):
+    """An answer that runs any op or course implementation doing the whole job of one of the
+    exercise's concepts (each with its probe, a tiny call) earns nothing, with a message that
+    says so, as a check cell and the grader run it."""
+    ex = checks.get(exercise_id)
+    for concept, what, probe, course in _probes(ex):
+        variant = _wrapped(ex.reference, before=probe)
+        result = checks.run(exercise_id, variant, own_work=course)
+        assert not result.passed, f"{concept}: {what} is not refused"
+        if course:
+            assert what in result.message, (what, result.message)
+        else:
+            assert "not allowed here" in result.message, (what, result.message)
+
+
+def _delegates_only(code: types.CodeType) -> bool:
+    """Whether a code object only passes its arguments on to one call and returns the result
+    (a wrapper: the work is the callee's)."""
+    plain = {"RESUME", "LOAD_FAST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_ATTR", "PUSH_NULL",
+             "PRECALL", "CALL", "KW_NAMES", "RETURN_VALUE", "CACHE", "NOP", "COPY_FREE_VARS",
+             "CALL_FUNCTION", "CALL_FUNCTION_KW", "LOAD_METHOD", "CALL_METHOD"}  # fmt: skip
+    return all(ins.opname in plain for ins in dis.get_instructions(code))
+
+
+def _builds(reference, path: str) -> bool:
+    """The reference is the course implementation at ``path``, or a wrapper that only
+    delegates to it."""
+    impl = concept_table.resolve(path)
+    if set(guard.reference_keys(reference)) & set(guard.reference_keys(impl)):
+        return True
+    code = getattr(reference, "__code__", None)
+    if code is None or not _delegates_only(code):
+        return False
+    return any(reference.__globals__.get(n) is impl for n in code.co_names)
+
+
+@pytest.mark.parametrize("exercise_id", EXERCISE_IDS)
+def test_an_exercise_names_every_concept_its_reference_builds(exercise_id):
+    """A reference that is (or only wraps) a course implementation of a concept builds that
+    concept: the exercise must name it, so its ops and implementations are refused."""
+    ex = checks.get(exercise_id)
+    for name, concept in concept_table.CONCEPTS.items():
+        for path in concept.course:
+            if _builds(ex.reference, path):
+                assert name in ex.concepts, f"{exercise_id} builds {name!r} ({path})"
+
+
+def exercise_prompt(exercise) -> str:
+    """The exercise's prompt: the markdown cell of its notebook headed "Exercise NN.K", with
+    its whitespace collapsed."""
+    nb = json.loads((ROOT / "solutions" / exercise.notebook).read_text())
+    heading = re.compile(rf"^#+ .*Exercise {re.escape(exercise.id)}\b", re.M)
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown" and heading.search(source):
+            return " ".join(source.split())
+    raise AssertionError(f"no markdown cell headed 'Exercise {exercise.id}' in {exercise.notebook}")
+
+
+def _float32_is_checked(ex) -> bool:
+    cases = ex.make_cases(0)
+    inputs = [v for c in cases for v in c.inputs.values() if isinstance(v, torch.Tensor)]
+    if any(v.dtype == torch.float32 for v in inputs):
+        return True
+    out = ex.call(ex.reference, cases[0])
+    return any(isinstance(v, torch.Tensor) and v.dtype == torch.float32 for v in out.values())
+
+
+def _fully_masked_row_is_checked(ex) -> bool:
+    for case in ex.make_cases(0):
+        for value in case.inputs.values():
+            if isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.ndim >= 1:
+                if (~value).all(dim=-1).any():
+                    return True
+    return False
+
+
+@pytest.mark.parametrize("exercise_id", EXERCISE_IDS)
+def test_each_prompt_and_its_declared_contract_agree(exercise_id):
+    """What the prompt promises is what the check holds, and the other way round: "float32"
+    in the prompt needs a float32 case; "Python bool"/"Python number" a Contract.returns;
+    "differentiable" a Contract.differentiable; "fully masked" a case with a fully masked row;
+    concepts an "Off-limits:" line; a Contract.masked row the output it must give."""
+    ex = checks.get(exercise_id)
+    text = exercise_prompt(ex)
+    low = text.lower().replace("`", "")
+    returns = ex.contract.returns
+    returns = returns if isinstance(returns, tuple) else (returns,)
+    if "float32" in low:
+        assert _float32_is_checked(ex), "the prompt names float32, no case tries it"
+    if "python bool" in low:
+        assert bool in returns, "the prompt asks for a Python bool, the contract does not"
+    if "python number" in low:
+        assert float in returns, "the prompt asks for a Python number, the contract does not"
+    if "differentiable" in low:
+        assert ex.contract.differentiable, "the prompt says differentiable, the contract does not"
+    if "fully masked" in low:
+        assert _fully_masked_row_is_checked(ex), "the prompt names fully masked rows, no case"
+    if ex.concepts:
+        assert "off-limits:" in low, "the exercise forbids by concept; the prompt does not say"
+    if ex.contract.masked:
+        assert "fully masked row" in low and "never nan" in low
+    if ex.contract.returns is not None:
+        assert any(f"python {t.__name__}" in low for t in returns) or "python number" in low
+
+
+def test_the_prompt_agreement_test_fails_when_a_promise_is_not_checked(monkeypatch):
+    """Without its float32 contract 04.4 has no float32 case, while its prompt names one."""
+    from course_utils.checks.core import Contract
+
+    ex = checks.get("04.4")
+    assert "float32" in exercise_prompt(ex) and _float32_is_checked(ex)
+    monkeypatch.setattr(ex, "contract", Contract())
+    assert not _float32_is_checked(ex)

@@ -22,7 +22,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from course_utils.checks.core import Case, Outputs, allclose_compare
+from course_utils.checks.core import BUILT_MODULES, Case, Outputs, allclose_compare
 
 Compare = Callable[[Case, Outputs, Outputs], "str | None"]
 
@@ -187,7 +187,7 @@ def _same_nan_rows(got: Outputs, expected: Outputs) -> tuple[Outputs, Outputs]:
 
 
 def close(
-    rtol: float = 1e-5, atol: float = 1e-6, *, rtol32: float = 1e-4, atol32: float = 1e-5
+    rtol: float = 1e-5, atol: float = 1e-6, *, rtol32: float = 1e-3, atol32: float = 1e-4
 ) -> Compare:
     """``allclose_compare`` with these tolerances (``rtol32``/``atol32`` when an expected
     output is float32 or lower), plus a word on dtype when the candidate's is less precise.
@@ -288,10 +288,23 @@ def case_device(inputs: dict[str, Any]) -> torch.device:
     return torch.device("cpu")
 
 
+def case_dtype(inputs: dict[str, Any]) -> torch.dtype:
+    """The floating dtype of a case's module weights (``"w:..."``), else of its first floating
+    tensor, else float64: a check builds its modules in it."""
+    floating = {
+        k: v for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.is_floating_point()
+    }
+    weights = [v for k, v in floating.items() if k.startswith(WEIGHT_PREFIX)]
+    for t in weights or list(floating.values()):
+        return t.dtype
+    return torch.float64
+
+
 def build_module(
     cls: Any, args: tuple, kwargs: dict[str, Any], inputs: dict[str, Any], class_name: str
 ) -> nn.Module:
-    """``cls(*args, **kwargs)`` in float64 eval mode with the case's weights copied in.
+    """``cls(*args, **kwargs)`` in eval mode, in the weights' dtype (float64, or float32 for a
+    contract's float32 case), with the case's weights copied in.
 
     Built under a forked RNG so a check never moves the notebook's random stream. A weight the
     module lacks (renamed submodule) or of another shape is a ValueError naming it.
@@ -300,7 +313,7 @@ def build_module(
         module = cls(*args, **kwargs)
     if not isinstance(module, nn.Module):
         raise TypeError(f"{class_name}(...) should build an nn.Module, got {type(module).__name__}")
-    module = module.double().to(case_device(inputs)).eval()
+    module = module.to(dtype=case_dtype(inputs), device=case_device(inputs)).eval()
     with torch.no_grad():
         for key, value in inputs.items():
             if not key.startswith(WEIGHT_PREFIX):
@@ -319,6 +332,12 @@ def build_module(
                     f"expected {tuple(value.shape)}: keep the __init__ the notebook gives"
                 )
             param.copy_(value)
+    weights = {
+        k[len(WEIGHT_PREFIX) :]: v.detach().clone()
+        for k, v in inputs.items()
+        if k.startswith(WEIGHT_PREFIX) and isinstance(v, torch.Tensor)
+    }
+    BUILT_MODULES.append((module, weights))
     return module
 
 

@@ -387,15 +387,19 @@ class Watch:
             self.tampered = "it produced tensors while torch's dispatch mode saw no operation"
 
     def ran_reference(self):
-        """The first code of the reference that ran, as ``"qualname"``; None if none did."""
+        """The course implementations (the reference's codes and the others the watch was
+        given) that ran, as ``"module.Qual.name"`` joined by ", " (nested functions named by
+        their enclosing one); None if none did."""
         if not self.reference:
             return None
+        found = set()
         for code in self.seen:
             if "course_utils" in code.co_filename:
                 key = code_key(code)
                 if key is not None and key in self.reference:
-                    return key[1]
-        return None
+                    module = key[0][: -len(".py")].replace("/", ".").removesuffix(".__init__")
+                    found.add(module + "." + key[1].split(".<locals>")[0])
+        return ", ".join(sorted(found)) or None
 
     def ran_copy(self):
         """The name of a notebook function that ran and has the reference's shape (a copy)."""
@@ -426,7 +430,7 @@ class Watch:
         if ref:
             return (
                 f"not accepted: while the check ran your {function}, the course's own "
-                f"implementation ran ({self.where or ref}). Exercise {exercise_id} asks for "
+                f"implementation ran ({ref}). Exercise {exercise_id} asks for "
                 "your own code: an import, fallback() or a name built at run time all count."
             )
         copy = self.ran_copy()

@@ -128,6 +128,7 @@ SOFTMAX_MISTAKES = [
 
 SOFTMAX = Exercise(
     id="00.1",
+    concepts=("softmax",),
     title="Numerically stable softmax",
     points=2,
     notebook=NOTEBOOK,
@@ -269,6 +270,7 @@ LOGSUMEXP_MISTAKES = [  # NaN first: on a 1-D output any NaN hides the other val
 
 LOGSUMEXP = Exercise(
     id="00.2",
+    concepts=("log-sum-exp",),
     title="Stable logsumexp",
     points=1,
     notebook=NOTEBOOK,

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from course_utils.checks._common import as_tensor, build_module, close, random_weights, size
-from course_utils.checks.core import Case, Exercise, Mistake, generator
+from course_utils.checks.core import Case, Contract, Exercise, Mistake, generator
 from course_utils.data.tasks import BOS, EOS, PAD
 from course_utils.lessons.nb01_rnn_bottleneck import LESSON
 from course_utils.modeling.models import Seq2SeqRNN
@@ -938,6 +938,7 @@ LOOP = Exercise(
     "zero the gradients, backward, clip the global norm, optimizer step, scheduler step; every "
     "eval_every-th step a loss on val_batch in eval mode under torch.no_grad(), then back to "
     "train mode",
+    contract=Contract(updates_weights=True),  # a training step: the weights change
 )
 
 EXERCISES = [FORWARD, GREEDY, LOOP]

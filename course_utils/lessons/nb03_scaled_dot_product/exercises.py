@@ -237,6 +237,7 @@ SDPA_MISTAKES = [
 
 SDPA = Exercise(
     id="03.1",
+    concepts=("scaled dot-product attention",),
     title="Scaled dot-product attention",
     points=3,
     notebook=NOTEBOOK,

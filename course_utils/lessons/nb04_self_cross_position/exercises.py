@@ -29,7 +29,8 @@ import torch
 from torch import Tensor, nn
 
 from course_utils.checks._common import as_tensor, close, compare_or_raised, raised, size
-from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator, randn
+from course_utils.checks.core import Case, Contract, Exercise, Mistake, Outputs, generator, randn
+from course_utils.lessons.nb03_scaled_dot_product.exercises import MASK_MISTAKES_HINTS
 from course_utils.lessons.nb04_self_cross_position import LESSON
 from course_utils.modeling import positional
 from course_utils.modeling.attention import causal_mask, scaled_dot_product_attention
@@ -97,7 +98,38 @@ def _inv_sqrt(t: Tensor) -> float:
     return 1 / math.sqrt(t.shape[-1])
 
 
+class _MaskMistake(SelfAttention):
+    """The right projections and scale, the mask used wrongly (``how``: "inverted": True
+    taken as blocked; "added": the bool mask added to the scores as 0/1)."""
+
+    how = "inverted"
+
+    def forward(self, x, context=None, attn_mask=None):
+        c = x if context is None else context
+        q, k, v = self.W_q(x), self.W_k(c), self.W_v(c)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            if self.how == "inverted":
+                scores = scores.masked_fill(attn_mask, float("-inf"))
+            else:
+                scores = scores + attn_mask.to(scores.dtype)
+        w = torch.softmax(scores, dim=-1)
+        return w @ v, w
+
+
 SELF_ATTENTION_MISTAKES = [
+    Mistake(
+        "mask inverted (True treated as blocked)",
+        MASK_MISTAKES_HINTS["inverted"],
+        type("InvertedMask", (_MaskMistake,), {"how": "inverted"}),
+    ),
+    Mistake(
+        "bool mask added to the scores as 0/1",
+        "a bool mask says which keys may be attended (True): adding it as a number only "
+        "shifts the allowed scores by 1; block the others with float('-inf') (masked_fill) "
+        "or pass it to scaled dot-product attention as it is",
+        type("AddedMask", (_MaskMistake,), {"how": "added"}),
+    ),
     Mistake(
         "keys and values swapped",
         "K = W_k(context) is compared with the queries; V = W_v(context) is what the "
@@ -194,7 +226,7 @@ def call_self_attention(candidate, case: Case) -> Outputs:
         raise AttributeError(
             f"expected SelfAttention to have nn.Linear layers W_q, W_k, W_v; missing {missing}"
         )
-    layer = layer.double().to(i["W_q"].device)
+    layer = layer.to(dtype=i["x"].dtype, device=i["W_q"].device)
     with torch.no_grad():
         for name in ("W_q", "W_k", "W_v"):
             lin = getattr(layer, name)
@@ -333,35 +365,81 @@ TEST_FUNCTIONS: list[tuple[str, Callable[[Tensor], Tensor], bool]] = [
 ]
 
 
+def _first_two_equal(x: Tensor) -> Tensor:
+    """Weights 1, 1, 2, 3, ...: only swapping tokens 0 and 1 looks equivariant."""
+    w = torch.arange(x.shape[1], dtype=x.dtype, device=x.device).clamp(min=1)
+    return x * w[None, :, None]
+
+
+def _last_two_scaled(x: Tensor) -> Tensor:
+    """Weights 1, ..., 1, 2, 3: every permutation that fixes the last two tokens looks
+    equivariant (1 in T(T-1) of them), so a test that says yes when ONE trial agrees is
+    fooled in some of its runs."""
+    w = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
+    w[-2:] = torch.tensor([2.0, 3.0], dtype=x.dtype)
+    return x * w[None, :, None]
+
+
+TEST_FUNCTIONS += [
+    ("weights 1, 1, 2, 3, ... on the positions (the first two alike)", _first_two_equal, False),
+]
+
+# (description, function, is it equivariant?, runs): run many times on a long x (T = 16), each
+# run with the candidate's own fresh permutations; one wrong verdict in any run is wrong. An
+# honest test of 3 random permutations errs here once in 240^3 runs; one that says yes as soon
+# as one permutation agrees errs in 1 run of 80, so in about all but e^-8 of 640 runs.
+REPEATED_FUNCTIONS: list[tuple[str, Callable[[Tensor], Tensor], bool, int]] = [
+    ("only the last two positions scaled (1, ..., 1, 2, 3)", _last_two_scaled, False, 640),
+]
+
+
 def make_equivariance_cases(seed: int) -> list[Case]:
-    """Inputs x (B, T, D) in float32 and a seed for the candidate's own random permutations."""
+    """Inputs x (B, T, D) and x_long (B, 16, D) in float32, and a seed for the candidate's
+    own random permutations."""
     gen = generator(seed)
     return [
         Case(
             "x of shape (2, 6, 4)",
-            {"x": randn(gen, 2, 6, 4, dtype=torch.float32) * 2, "seed": seed},
+            {
+                "x": randn(gen, 2, 6, 4, dtype=torch.float32) * 2,
+                "x_long": randn(gen, 2, 16, 4, dtype=torch.float32) * 2,
+                "seed": seed,
+            },
         ),
         Case(
             "x of shape (3, 7, 8)",
-            {"x": randn(gen, 3, 7, 8, dtype=torch.float32) * 2, "seed": seed + 1},
+            {
+                "x": randn(gen, 3, 7, 8, dtype=torch.float32) * 2,
+                "x_long": randn(gen, 1, 16, 8, dtype=torch.float32) * 2,
+                "seed": seed + 1,
+            },
         ),
     ]
 
 
+def _verdict(candidate, fn: Callable[[Tensor], Tensor], x: Tensor) -> bool:
+    answer = candidate(fn, x.clone())
+    if isinstance(answer, Tensor) and answer.numel() != 1:
+        raise TypeError(
+            "is_permutation_equivariant should return one True/False, "
+            f"got a tensor of shape {tuple(answer.shape)}"
+        )
+    return bool(answer)
+
+
 def call_equivariance(candidate, case: Case) -> Outputs:
-    """Run ``candidate(fn, x)`` on every function in :data:`TEST_FUNCTIONS`: verdicts (bool, (N,))."""
+    """Run ``candidate(fn, x)`` on every function in :data:`TEST_FUNCTIONS` and, many times
+    each, on :data:`REPEATED_FUNCTIONS` (verdict: the wrong answer if any run gave it):
+    verdicts (bool, (N,))."""
     x = case.inputs["x"]
     verdicts = []
     with torch.random.fork_rng(devices=[]):  # seeded, without disturbing the notebook's RNG
         torch.manual_seed(int(case.inputs["seed"]))
         for _name, fn, _truth in TEST_FUNCTIONS:
-            answer = candidate(fn, x.clone())
-            if isinstance(answer, Tensor) and answer.numel() != 1:
-                raise TypeError(
-                    "is_permutation_equivariant should return one True/False, "
-                    f"got a tensor of shape {tuple(answer.shape)}"
-                )
-            verdicts.append(bool(answer))
+            verdicts.append(_verdict(candidate, fn, x))
+        for _name, fn, truth, runs in REPEATED_FUNCTIONS:
+            said = [_verdict(candidate, fn, case.inputs["x_long"]) for _ in range(runs)]
+            verdicts.append(all(said) if truth else any(said))
     return {"verdicts": torch.tensor(verdicts, dtype=torch.bool)}
 
 
@@ -370,9 +448,10 @@ def compare_equivariance(case: Case, got: Outputs, expected: Outputs) -> str | N
     g, e = got.get("verdicts"), expected["verdicts"]
     if not isinstance(g, Tensor) or g.shape != e.shape:
         return f"case '{case.name}': expected one verdict per test function ({len(e)})"
-    wrong = [
-        (name, bool(v)) for (name, _, _), v, t in zip(TEST_FUNCTIONS, g, e) if bool(v) != bool(t)
+    names = [f[0] for f in TEST_FUNCTIONS] + [
+        f"{f[0]}, in one of {f[3]} runs" for f in REPEATED_FUNCTIONS
     ]
+    wrong = [(name, bool(v)) for name, v, t in zip(names, g, e, strict=True) if bool(v) != bool(t)]
     if not wrong:
         return None
     parts = [
@@ -415,6 +494,21 @@ def _exact_equality(fn, x):
 
 def _cyclic_shift_only(fn, x):
     p = torch.roll(torch.arange(x.shape[1]), 1)
+    return torch.allclose(fn(x[:, p]), fn(x)[:, p], atol=1e-5)
+
+
+def _any_trial(fn, x, n_trials=3):
+    y = fn(x)
+    for _ in range(n_trials):
+        p = _perm(x.shape[1])
+        if torch.allclose(fn(x[:, p]), y[:, p], atol=1e-5):
+            return True
+    return False
+
+
+def _swap_first_two(fn, x):
+    p = torch.arange(x.shape[1])
+    p[0], p[1] = 1, 0
     return torch.allclose(fn(x[:, p]), fn(x)[:, p], atol=1e-5)
 
 
@@ -462,6 +556,21 @@ EQUIVARIANCE_MISTAKES = [
         _cyclic_shift_only,
     ),
     Mistake(
+        "yes as soon as one permutation agrees (any instead of all)",
+        "one permutation that happens to commute with fn proves nothing: a function that "
+        "scales only the last tokens looks equivariant under every permutation that leaves "
+        "them in place. Equivariance must hold for every permutation you try: one "
+        "disagreement is a no.",
+        _any_trial,
+    ),
+    Mistake(
+        "one fixed swap of tokens 0 and 1",
+        "a single fixed permutation is blind to every function that treats the tokens it "
+        "moves alike (weights 1, 1, 2, 3, ... on the positions, say): draw random "
+        "permutations, a few of them, so every position can move.",
+        _swap_first_two,
+    ),
+    Mistake(
         "permuted the features instead of the tokens",
         "equivariance is about the order of the tokens, dim 1 of x (B, T, D), not the "
         "features in the last dim.",
@@ -482,9 +591,11 @@ ATTENTION, EQUIVARIANCE = (
         call=call_self_attention,
         mistakes=SELF_ATTENTION_MISTAKES,
         compare=compare_self_attention,
-        hint="the queries come from x through the query projection; the keys and the values "
-        "come from the context (x itself when no context is given) through their own "
-        "projections; then scaled dot-product attention (notebook 03's) with the given mask.",
+        hint="compare the case's shapes with yours, step by step: which sequence should "
+        "the queries come from, and which the keys and values (with and without a context)? "
+        "Is the mask passed on as it is given (True = may attend)?",
+        concepts=("multi-head attention",),
+        contract=Contract(float32=True, differentiable=("x",)),
     ),
     Exercise(
         id="04.2",
@@ -497,8 +608,11 @@ ATTENTION, EQUIVARIANCE = (
         call=call_equivariance,
         mistakes=EQUIVARIANCE_MISTAKES,
         compare=compare_equivariance,
-        hint="draw a random permutation p of the T tokens, compare fn(x[:, p]) with fn(x)[:, p] "
-        "using torch.allclose, and try a few permutations.",
+        hint="for each misjudged function, ask which permutations your test tries and "
+        "whether fn could look equivariant under exactly those: a test can only say yes when "
+        "it had a real chance to say no (which tokens move? what if one trial agrees and "
+        "another does not? how exact must the comparison be?).",
+        contract=Contract(returns=bool),
     ),
 )
 
@@ -554,8 +668,9 @@ PE_MISTAKES = [
     ),
     Mistake(
         "sin and cos concatenated instead of interleaved",
-        f"interleave them, pe[:, 0::2] = sin(...) and pe[:, 1::2] = cos(...), instead of "
-        f"putting all sines first: {_RIGHT}",
+        "each pair of columns (2i, 2i+1) holds one frequency's sine and cosine side by side, "
+        "not all the sines followed by all the cosines: look at which column each value "
+        "lands in",
         _pe(_pair_angle, interleave=False),
     ),
     Mistake(
@@ -596,7 +711,10 @@ PE = Exercise(
     call=_pe_call,
     mistakes=PE_MISTAKES,
     compare=close(rtol=1e-4, atol=1e-4),  # the reference table is float32
-    hint=f"a (T, D) table with {_RIGHT}; positions 0..T-1, i = 0..D/2-1",
+    hint="print your table for T = 3, D = 4 next to the formula in the prompt: which column "
+    "holds a sine and which a cosine, which frequency does each pair use, where do the "
+    "positions start, and is the table float32 with one row per position?",
+    contract=Contract(float32=True),
 )
 
 # ----------------------------------------------------------------------------- 04.4 RoPE
@@ -716,7 +834,10 @@ ROPE = Exercise(
     call=_rope_call,
     mistakes=ROPE_MISTAKES,
     compare=close(),
-    hint=f"rotate each pair {_PAIRS}; positions default to arange(T); the output has x's shape",
+    hint="try one pair (D = 2) at one position by hand: is it rotated by the right angle, "
+    "counter-clockwise, and put back where it came from? Then check which positions you use "
+    "when none are given, and that the output keeps x's shape and dtype.",
+    contract=Contract(float32=True, differentiable=("x",)),
 )
 
 # ----------------------------------------------------------------------------- 04.5 relative bias
@@ -742,10 +863,10 @@ def relative_position_bias(table: Tensor, T: int, S: int | None = None) -> Tenso
 def _rel_cases(seed: int) -> list[Case]:
     g = generator(seed)
     cases = []
-    for name, T, S, M, H in [
+    for name, T, S, M, H in [  # first not square: (H, S, T) is not mistaken for i - j
+        ("T < S, a few queries", 3, size(g, 5, 7), 4, 2),
         ("self attention, distances beyond M", size(g, 6, 9), None, 2, size(g, 2, 3)),
         ("one query over a cache (T = 1, S > T)", 1, size(g, 6, 9), 3, 2),
-        ("T < S, a few queries", 3, size(g, 5, 7), 4, 1),
         ("M larger than every distance", 4, None, 6, 2),
     ]:
         table = randn(g, 2 * M + 1, H)
@@ -800,6 +921,12 @@ REL_MISTAKES = [
         _rel(offset=False),
     ),
     Mistake(
+        "returned (H, S, T) instead of (H, T, S)",
+        "one row per query, one column per key: the output is (H, T, S); a transpose of the "
+        "last two axes looks like a sign error when T = S",
+        lambda table, T, S=None: relative_position_bias(table, T, S).transpose(-2, -1),
+    ),
+    Mistake(
         "returned (T, S, H) instead of (H, T, S)",
         "move the head dimension first (a permute) so that the bias broadcasts over "
         "scores of shape (B, H, T, S)",
@@ -818,7 +945,11 @@ REL = Exercise(
     call=_rel_call,
     mistakes=REL_MISTAKES,
     compare=close(),
-    hint=f"{_REL}; a (T, S) matrix of table rows, then index the table and move H first",
+    hint="write out, for T = 2 and S = 4, which table row each (query, key) pair should "
+    "read (where do the queries sit when S > T? what about distances beyond M?), compare "
+    "with yours, and check the order of the output's axes",
+    concepts=("relative position bias",),
+    contract=Contract(float32=True, differentiable=("table",)),
 )
 
 EXERCISES = [ATTENTION, EQUIVARIANCE, PE, ROPE, REL]

@@ -30,7 +30,7 @@ from course_utils.checks._common import (
     random_weights,
     size,
 )
-from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
+from course_utils.checks.core import Case, Contract, Exercise, Mistake, generator, randn
 from course_utils.lessons.nb03_scaled_dot_product.exercises import MASK_MISTAKES_HINTS
 from course_utils.lessons.nb06_multi_head import LESSON
 from course_utils.modeling import attention, layers
@@ -151,9 +151,11 @@ LOOP = Exercise(
     call=_loop_call,
     mistakes=LOOP_MISTAKES,
     compare=close(),
-    hint="for each head: project x with that head's own three matrices; normalise each query's "
-    "scaled scores (divided by sqrt(Dh)) over the keys; weight the values with them. Then lay the "
-    "H outputs side by side along the features and apply the output projection W_o",
+    hint="run your loop with H = 1 and compare it with notebook 03's attention on that one "
+    "head: same scale? same axis for the normalisation? Then with two heads: does each head "
+    "use its own matrices, and in which order do the heads' outputs meet W_o?",
+    concepts=("multi-head attention",),
+    contract=Contract(float32=True, differentiable=("x",)),
 )
 
 # ----------------------------------------------------------------------------- 06.2 split_heads
@@ -233,8 +235,9 @@ SPLIT = Exercise(
     call=_split_call,
     mistakes=SPLIT_MISTAKES,
     compare=close(),
-    hint="two moves: cut each token's D features into H consecutive groups of D // H (a new "
-    "axis after the tokens), then swap the token and head axes, giving (B, H, T, D // H)",
+    hint="fill x with torch.arange and look at heads[0, h, t]: does it hold token t's "
+    "features h * Dh ... (h + 1) * Dh - 1, and is the shape (B, H, T, D // H)?",
+    contract=Contract(float32=True, differentiable=("x",)),
 )
 
 # ----------------------------------------------------------------------------- 06.3 merge_heads
@@ -303,9 +306,10 @@ MERGE = Exercise(
     call=_merge_call,
     mistakes=MERGE_MISTAKES,
     compare=close(),
-    hint="undo the split in reverse order: swap the head and token axes back, (B, T, H, Dh), "
-    "then join the last two axes into H * Dh; the swapped tensor is not contiguous, so the "
-    "join has to be allowed to copy",
+    hint="check merge_heads(split_heads(x, H)) == x on an arange tensor: which axes must be "
+    "next to each other before two of them can be joined, and can your join handle a tensor "
+    "that is not contiguous?",
+    contract=Contract(float32=True, differentiable=("x",)),
 )
 
 # ----------------------------------------------------------------------------- 06.4 MultiHeadAttention
@@ -351,11 +355,10 @@ def _mha_cases(seed: int) -> list[Case]:
 def _mha_call(candidate, case: Case) -> dict[str, Tensor]:
     i = case.inputs
     module = build_module(candidate, (i["d_model"], i["n_heads"]), {}, i, "MultiHeadAttention")
-    with torch.no_grad():
-        if "attn_mask" in i:
-            out = module(i["x"], attn_mask=i["attn_mask"])
-        else:
-            out = module(i["x"])
+    if "attn_mask" in i:
+        out = module(i["x"], attn_mask=i["attn_mask"])
+    else:
+        out = module(i["x"])
     return {"output": as_tensor(out, "MultiHeadAttention(...)(x)")}
 
 
@@ -479,10 +482,17 @@ MHA = Exercise(
     call=_mha_call,
     mistakes=MHA_MISTAKES,
     compare=close(),
-    hint="cut the fused projection's output into its three blocks (queries, keys, values); "
-    "split each into heads (B, H, T, Dh); scaled dot-product attention for every head at once "
-    "with attn_mask (True = may attend); merge the heads to (B, T, D); apply the output "
-    "projection",
+    hint="print the shape after every line of your forward for the case above and compare "
+    "with the prompt's shape table: which block of qkv's output is which, does every head "
+    "see the mask as given (True = may attend), and what does a row with no allowed key "
+    "give?",
+    concepts=("multi-head attention",),
+    contract=Contract(
+        float32=True,
+        differentiable=("x",),
+        masked="attn_mask",
+        masked_output="zero attention weights: the output projection's bias, never NaN",
+    ),
 )
 
 EXERCISES = [LOOP, SPLIT, MERGE, MHA]

@@ -217,6 +217,7 @@ LN_MISTAKES = [
 
 LAYER_NORM = Exercise(
     id="07.1",
+    concepts=("layer norm",),
     title="LayerNorm",
     points=2,
     notebook=NOTEBOOK,
@@ -634,6 +635,7 @@ BLOCK_MISTAKES = [
 
 BLOCK = Exercise(
     id="07.3",
+    concepts=("Transformer encoder layer",),
     title="Transformer block (pre-norm and post-norm)",
     points=4,
     notebook=NOTEBOOK,

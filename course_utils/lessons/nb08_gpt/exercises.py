@@ -47,7 +47,7 @@ from course_utils.checks._common import (
     close,
     size,
 )
-from course_utils.checks.core import Case, Exercise, Mistake, Outputs, generator
+from course_utils.checks.core import Case, Contract, Exercise, Mistake, Outputs, generator
 from course_utils.lessons.nb08_gpt import LESSON
 from course_utils.modeling.layers import TransformerBlock, pre_norm_stack
 from course_utils.modeling.models.gpt import GPT, GPTConfig
@@ -812,6 +812,7 @@ LR_MISTAKES = [
 
 LR = Exercise(
     id="08.3",
+    contract=Contract(returns=(float, int)),  # "Return a Python number"
     title="learning rate: linear warmup, then cosine decay",
     points=2,
     notebook=NOTEBOOK,
@@ -1182,6 +1183,7 @@ STEP = Exercise(
     hint="set the rate in every parameter group; forward to get the loss; clear the old "
     "gradients; backward; clip the global gradient norm; optimizer step; return the loss as "
     "a number",
+    contract=Contract(updates_weights=True, returns=(float, int)),  # the weights change
 )
 
 

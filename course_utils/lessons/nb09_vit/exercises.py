@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from course_utils.checks._common import as_tensor, build_module, close, random_weights, size
-from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
+from course_utils.checks.core import Case, Contract, Exercise, Mistake, generator, randn
 from course_utils.lessons.nb09_vit import LESSON
 from course_utils.modeling.models.vit import ViT, ViTConfig, patchify
 
@@ -135,9 +135,11 @@ PATCHIFY = Exercise(
     call=_patch_call,
     mistakes=PATCH_MISTAKES,
     compare=close(),
-    hint="read each image axis as two axes (which patch, where inside the patch); put the "
-    "grid axes first, then the channel and the in-patch axes; merge the grid axes into N and "
-    "the rest into C*p*p (patches row-major, each flattened channel first)",
+    hint="fill a small image with torch.arange and print patches[0, n]: is patch n the one "
+    "the prompt's numbering says (row-major over the grid), are its C*p*p values in (C, p, p) "
+    "order, and are they the image's values unchanged (same dtype)?",
+    concepts=("patch embedding",),
+    contract=Contract(float32=True, differentiable=("images",)),
 )
 
 
@@ -285,8 +287,7 @@ def _vit_cases(seed: int) -> list[Case]:
 def _vit_call(candidate, case: Case) -> dict[str, Tensor]:
     i = case.inputs
     model = build_module(_StudentViT, (_config(i),), {}, i, "ViT")
-    with torch.no_grad():
-        logits = candidate(model, i["images"])
+    logits = candidate(model, i["images"])
     return {"logits": as_tensor(logits, "vit_forward(model, images)")}
 
 
@@ -437,10 +438,12 @@ VIT_FORWARD = Exercise(
     call=_vit_call,
     mistakes=VIT_MISTAKES,
     compare=close(),
-    hint="follow the ViT forward in order: patch embeddings, then the class token in front "
-    "(only when the model has one), then the position embeddings added to every token, then "
-    "each block, then the final norm; pool the class token's row or the mean over tokens, as "
-    "model.config.pool says, and return the head's logits (B, num_classes)",
+    hint="print the shape of x after each step of your forward next to the prompt's "
+    "equations: how many tokens before and after the class token, which tokens get a "
+    "position, where does the final norm act, and which row(s) does the pooling read in "
+    "each of the two pooling modes?",
+    concepts=("ViT forward",),
+    contract=Contract(float32=True, differentiable=("w:*",)),
 )
 
 EXERCISES = [PATCHIFY, VIT_FORWARD]

@@ -340,6 +340,7 @@ LAYER_MISTAKES = [
 
 DECODER_LAYER = Exercise(
     id="10.1",
+    concepts=("Transformer decoder layer",),
     title="decoder layer (masked self-attention + cross attention)",
     points=4,
     notebook=NOTEBOOK,

@@ -281,6 +281,7 @@ TILED_MISTAKES = [
 
 TILED = Exercise(
     id="11.1",
+    concepts=("scaled dot-product attention",),
     title="Tiled attention with an online softmax",
     points=4,
     notebook=NOTEBOOK,

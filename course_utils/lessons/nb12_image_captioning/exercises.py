@@ -20,6 +20,8 @@ mistake gives another answer than the reference on one of them.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -33,7 +35,7 @@ from course_utils.checks._common import (
     random_weights,
     size,
 )
-from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
+from course_utils.checks.core import Case, Contract, Exercise, Mistake, generator, randn
 from course_utils.lessons.nb12_image_captioning import LESSON
 from course_utils.modeling.decoding import beam_search, length_penalty
 from course_utils.modeling.models.captioner import Captioner
@@ -111,8 +113,7 @@ def _forward_call(candidate, case: Case) -> dict[str, Tensor]:
         )
     }
     model = build_module(CaptionerParts, (int(i["vocab_size"]),), kw, i, "model")
-    with torch.no_grad():
-        out = candidate(model, i["images"], i["captions"])
+    out = candidate(model, i["images"], i["captions"])
     logits, loss = as_pair(out, "caption_forward", ("logits", "loss"))
     return {"logits": as_tensor(logits, "logits"), "loss": as_tensor(loss, "loss")}
 
@@ -217,6 +218,19 @@ FORWARD_MISTAKES = [
     ),
 ]
 
+
+def _compare_forward(case: Case, got: dict, expected: dict) -> str | None:
+    """:func:`close` on what the prompt defines: the loss, and the logits at the real targets
+    (a logit whose target is PAD is not defined: a decoder that masks PAD inputs may change it)."""
+    real = case.inputs["captions"] != 0  # (B, T): PAD is id 0 in the cases
+    got, expected = dict(got), dict(expected)
+    for side in (got, expected):
+        logits = side.get("logits")
+        if isinstance(logits, Tensor) and logits.shape[:2] == real.shape:
+            side["logits"] = logits.masked_fill(~real.to(logits.device)[..., None], 0.0)
+    return close()(case, got, expected)
+
+
 FORWARD = Exercise(
     id="12.1",
     title="the captioner's forward: cross attention from words to patches",
@@ -227,11 +241,13 @@ FORWARD = Exercise(
     make_cases=_forward_cases,
     call=_forward_call,
     mistakes=FORWARD_MISTAKES,
-    compare=close(),
-    hint="encode the images once into patch features; the decoder input is BOS and the "
-    "caption without its last column; in each block: causal self attention, cross attention "
-    "with the words as queries and the patches as keys and values, the MLP, each pre-norm "
-    "with a residual; then the final norm and the head; cross-entropy ignoring PAD",
+    compare=_compare_forward,
+    hint="compare your logits with the case's at the first position only, then at the "
+    "second: which tokens may position t read (in the caption, in the image)? what is its "
+    "input, and what its target? Then the loss: which positions count, and how are they "
+    "averaged?",
+    concepts=("caption decoder", "Transformer decoder layer"),
+    contract=Contract(float32=True, differentiable=("w:*",)),
 )
 
 # ----------------------------------------------------------------------------- 12.2 beam search
@@ -255,6 +271,24 @@ class _Table:
         return logits.log_softmax(dim=-1)
 
 
+def _candidates(total: Tensor, V: int, width: int, per_beam: bool) -> Tensor:
+    """Flat indices of the ``width`` best extensions: by total over all beams, or (a mistake)
+    each beam's own best ones, in beam order, cut at ``width``."""
+    if not per_beam:
+        return total.topk(min(width, total.numel())).indices
+    rows = total.view(-1, V)
+    idx = [rows[b].topk(min(width, V)).indices + b * V for b in range(rows.shape[0])]
+    return torch.cat(idx)[:width]
+
+
+def _width(beam_size: int, n_finished: int, *, refill: bool, shrink: bool) -> int:
+    """How many extensions a step keeps: beam_size (the prompt's), 2 * beam_size to refill the
+    alive set (fairseq's convention), or beam_size - |finished| (a shrinking beam)."""
+    if refill:
+        return 2 * beam_size
+    return beam_size - n_finished if shrink else beam_size
+
+
 def _beam(
     log_probs_fn,
     bos_id,
@@ -268,33 +302,48 @@ def _beam(
     record_finished=True,
     accumulate=True,
     count_bos=False,
+    choose_raw=False,
+    drop_alive_at_end=False,
+    stop_first=False,
+    per_beam=False,
+    alive_extra=0,
+    refill=False,
+    shrink=False,
 ):
-    """Beam search with switches for the classic mistakes (defaults: the reference's)."""
+    """Beam search with switches for the classic mistakes (defaults: the reference's).
+    Finished hypotheses are (tokens without BOS, normalised score, raw log P)."""
     alive = torch.full((1, 1), bos_id, dtype=torch.long)
     alive_logp = torch.zeros(1, dtype=torch.float64)
     finished = []
+
+    def finish(seq: Tensor, lp: Tensor, length: int) -> None:
+        finished.append((seq[1:], lp / penalty(length + int(count_bos), alpha), lp))
+
     for step in range(1, max_len + 1):
+        width = _width(beam_size, len(finished), refill=refill, shrink=shrink)
+        if width <= 0:
+            break
         logp = torch.as_tensor(log_probs_fn(alive)).double()
         V = logp.shape[-1]
         total = ((alive_logp[:, None] if accumulate else 0.0) + logp).flatten()
-        scores = (alive_logp[:, None] + logp).flatten()
-        _, idx = total.topk(min(beam_size, total.numel()))
-        top = scores[idx]
+        idx = _candidates(total, V, width, per_beam)
+        top = (alive_logp[:, None] + logp).flatten()[idx]
         seqs = torch.cat([alive[idx // V], (idx % V)[:, None]], dim=1)
         ended = seqs[:, -1] == eos_id
-        L = step + 1 if count_bos else step
-        if record_finished:
-            for seq, lp in zip(seqs[ended], top[ended], strict=True):
-                finished.append((seq[1:], lp / penalty(L, alpha)))
+        for seq, lp in zip(seqs[ended], top[ended], strict=True):
+            if record_finished:
+                finish(seq, lp, step)
+        if stop_first and ended.any():
+            return finished[-int(ended.sum())][:2]
         keep = torch.ones_like(ended) if extend_finished else ~ended
-        alive, alive_logp = seqs[keep], top[keep]
+        alive, alive_logp = seqs[keep][:beam_size], top[keep][:beam_size]
         if alive.shape[0] == 0:
             break
-    L = max_len + 1 if count_bos else max_len
-    for seq, lp in zip(alive, alive_logp, strict=True):
-        finished.append((seq[1:], lp / penalty(L, alpha)))
-    best = max(range(len(finished)), key=lambda i: float(finished[i][1]))
-    return finished[best]
+    if not (drop_alive_at_end and finished):
+        for seq, lp in zip(alive, alive_logp, strict=True):
+            finish(seq, lp, max_len + alive_extra)
+    best = max(finished, key=lambda f: float(f[2] if choose_raw else f[1]))
+    return best[:2]
 
 
 def _beam_with(**switches):
@@ -312,7 +361,53 @@ def _plain_length(length, alpha):
     return float(length) ** alpha
 
 
+_CONVENTION = (
+    "the prompt's bookkeeping: keep the beam_size best extensions overall, move those "
+    "ending in EOS to the finished list, continue with the others (the alive set shrinks, it "
+    "is never refilled)"
+)
+
 BEAM_MISTAKES = [
+    Mistake(
+        "best hypothesis chosen by raw log P",
+        "the length penalty is there to choose: pick the finished hypothesis with the best "
+        "normalised score log P / lp, not the best raw log P (which favours short captions) "
+        "with its normalised score reported",
+        _beam_with(choose_raw=True),
+    ),
+    Mistake(
+        "alive beams dropped at max_len",
+        "beams still alive after max_len steps are finished too (at length max_len), even "
+        "when some hypotheses finished earlier: they compete with those",
+        _beam_with(drop_alive_at_end=True),
+    ),
+    Mistake(
+        "stopped at the first finished hypothesis",
+        "a hypothesis that ends early is not necessarily the best one: record it, continue "
+        "with the alive beams, and choose among all finished hypotheses at the end",
+        _beam_with(stop_first=True),
+    ),
+    Mistake(
+        "each beam's own top-k kept, not the best over all beams",
+        "rank every extension of every alive beam together (one flat list of K * V totals) "
+        "and keep the beam_size best of them, not the first ones of each beam",
+        _beam_with(per_beam=True),
+    ),
+    Mistake(
+        "alive beams normalised at length max_len + 1",
+        "a beam alive after max_len steps has max_len generated tokens: lp(max_len)",
+        _beam_with(alive_extra=1),
+    ),
+    Mistake(
+        "alive set refilled to beam_size (top 2k)",
+        f"that is fairseq's convention, not this exercise's; use {_CONVENTION}",
+        _beam_with(refill=True),
+    ),
+    Mistake(
+        "beam narrowed to beam_size - |finished|",
+        f"that is another convention than this exercise's; use {_CONVENTION}",
+        _beam_with(shrink=True),
+    ),
     Mistake(
         "scores not length-normalised",
         "compare finished hypotheses by log P(Y) / lp(Y) with GNMT's "
@@ -398,12 +493,40 @@ def _differs(mistake: Mistake, case: Case) -> bool:
     return close()(case, got, want) is not None
 
 
+# Fixed tables on which every mistake of BEAM_MISTAKES gives another answer than the reference
+# (and is named as itself at the first case where it does): in every seed's cases, first, so a
+# mistake fails at every seed. Found by a search over _beam_case draws (see tests/test_checks_nb12).
+ADVERSARIAL = [
+    dict(V=6, seed=1929978982, eos_bias=-0.12364259362220764, beam_size=4, max_len=5, alpha=0.6371930241584778),
+    dict(V=7, seed=1527792238, eos_bias=-0.25743207335472107, beam_size=4, max_len=7, alpha=0.5259473919868469),
+    dict(V=7, seed=1096274809, eos_bias=0.9098183512687683, beam_size=2, max_len=5, alpha=1.317342758178711),
+    dict(V=8, seed=1707656980, eos_bias=-0.9931812286376953, beam_size=4, max_len=6, alpha=0.5851523876190186),
+    dict(V=7, seed=1945934431, eos_bias=0.12523451447486877, beam_size=2, max_len=6, alpha=1.3952659368515015),
+    dict(V=7, seed=138852899, eos_bias=0.07043147087097168, beam_size=3, max_len=5, alpha=1.3807685375213623),
+    dict(V=9, seed=1963019948, eos_bias=-0.34936121106147766, beam_size=3, max_len=7, alpha=1.0155963897705078),
+    dict(V=6, seed=208093462, eos_bias=1.0321521759033203, beam_size=2, max_len=6, alpha=0.5013198852539062),
+    dict(V=6, seed=637326197, eos_bias=-0.6395422220230103, beam_size=3, max_len=6, alpha=0.8034535646438599),
+]  # fmt: skip
+
+
+def _fixed_cases() -> list[Case]:
+    return [Case(f"table {k}", dict(i)) for k, i in enumerate(ADVERSARIAL)]
+
+
+@functools.cache
+def _not_shown_by_fixed_cases() -> tuple[int, ...]:
+    """Indices of the mistakes no :data:`ADVERSARIAL` table separates from the reference
+    (none today; computed once, it is the same at every seed)."""
+    cases = _fixed_cases()
+    return tuple(k for k, m in enumerate(BEAM_MISTAKES) if not any(_differs(m, c) for c in cases))
+
+
 def _beam_cases(seed: int) -> list[Case]:
-    """Seeded cases: four draws, then more until every mistake gives another answer than the
-    reference on one of them."""
+    """The fixed :data:`ADVERSARIAL` tables, then seeded draws: four, and more until every
+    mistake gives another answer than the reference on one of them."""
     g = generator(seed)
-    cases: list[Case] = []
-    missing = list(BEAM_MISTAKES)
+    cases: list[Case] = _fixed_cases()
+    missing = [BEAM_MISTAKES[k] for k in _not_shown_by_fixed_cases()]
     for k in range(40):
         c = _beam_case(g, f"draw {k}")
         shown = [m for m in missing if _differs(m, c)]
@@ -431,10 +554,11 @@ BEAM = Exercise(
     call=_beam_call,
     mistakes=BEAM_MISTAKES,
     compare=close(),
-    hint="alive beams start as [BOS] with score 0; each step add every token's log-probability "
-    "to its beam's score, keep the beam_size best over all beams, move those ending in EOS to "
-    "the finished list with score / lp(length), continue with the rest; at max_len the alive "
-    "ones count as finished; return the best normalised hypothesis without BOS",
+    hint="run your search by hand on the failing case with beam_size = 2 and print, at every "
+    "step, the alive beams, their scores and the finished list: are the kept extensions the "
+    "best over all beams? what happens to a beam that ends in EOS, to the ones still alive at "
+    "max_len, and by which score is the winner chosen?",
+    concepts=("beam search",),
 )
 
 EXERCISES = [FORWARD, BEAM]

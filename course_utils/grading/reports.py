@@ -124,20 +124,7 @@ def write_junit(reports: list[dict[str, Any]], path: str | Path) -> None:
                 out.text = _xml_text(label)
         if not cases and rep.get("error"):
             n_err += 1
-            case = ET.SubElement(
-                suite,
-                "testcase",
-                name="notebook",
-                classname=_xml_text(rep.get("student") or ""),
-                time="0",
-            )
-            node = ET.SubElement(
-                case,
-                "error",
-                message=_xml_text(rep["error"]),
-                type=rep.get("error_kind") or "error",
-            )
-            node.text = _xml_text(rep["error"])
+            _junit_lost_case(suite, rep)
         n = max(len(cases), 1 if (not cases and rep.get("error")) else 0)
         suite.set("tests", str(n))
         suite.set("failures", str(n_fail))
@@ -155,6 +142,24 @@ def write_junit(reports: list[dict[str, Any]], path: str | Path) -> None:
     buf = io.BytesIO()
     ET.ElementTree(root).write(buf, encoding="utf-8", xml_declaration=True)
     write_atomic(path, buf.getvalue())
+
+
+def _junit_lost_case(suite: ET.Element, rep: dict[str, Any]) -> None:
+    """The one ``error`` test case of a submission that could not be graded at all."""
+    case = ET.SubElement(
+        suite,
+        "testcase",
+        name="notebook",
+        classname=_xml_text(rep.get("student") or ""),
+        time="0",
+    )
+    node = ET.SubElement(
+        case,
+        "error",
+        message=_xml_text(rep["error"]),
+        type=rep.get("error_kind") or "error",
+    )
+    node.text = _xml_text(rep["error"])
 
 
 def feedback_markdown(rep: dict[str, Any]) -> str:
@@ -315,19 +320,25 @@ def feedback_stem(student: str) -> str:
 
 
 def write_feedback(reports: list[Any], directory: str | Path) -> list[Path]:
-    """One ``<student>.md`` per submission in ``directory`` (see :func:`feedback_stem`; the
-    same student twice: ``-2``, ``-3``); returns the paths."""
+    """One ``<student>.md`` per submission in ``directory`` (see :func:`feedback_stem`; names
+    that still meet, the same student twice or ``Alice`` and ``alice`` on a case-insensitive
+    disk, get ``-2``, ``-3`` in sorted order, whatever the order of the batch); returns the
+    paths in the order of ``reports``."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
+    reports = _dicts(reports)
+    stems = [feedback_stem(rep.get("student") or "submission") for rep in reports]
+    names: dict[int, str] = {}
     used: set[str] = set()
-    for rep in _dicts(reports):
-        stem = feedback_stem(rep.get("student") or "submission")
-        name, k = stem, 2
-        while name.casefold() in used:  # case-insensitive file systems too
-            name, k = f"{stem}-{k}", k + 1
+    for i in sorted(range(len(stems)), key=lambda i: (stems[i].casefold(), stems[i], i)):
+        name, k = stems[i], 2
+        while name.casefold() in used:
+            name, k = f"{stems[i]}-{k}", k + 1
         used.add(name.casefold())
-        path = out / f"{name}.md"
+        names[i] = name
+    paths = []
+    for i, rep in enumerate(reports):
+        path = out / f"{names[i]}.md"
         write_atomic(path, feedback_markdown(rep))
         paths.append(path)
     return paths

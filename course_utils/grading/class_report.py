@@ -83,7 +83,7 @@ def bars_svg(rows: list[tuple[str, float, str]], label: str, css_class: str) -> 
     ]
     for i, (name, value, text) in enumerate(rows):
         y = 4 + i * ROW_H
-        short = name if len(name) <= 40 else name[:39] + "…"
+        short = name if len(name) <= 36 else name[:35] + "…"
         parts.append(f'<text x="{left - 6}" y="{y + 15}" text-anchor="end">{_e(short)}</text>')
         parts.append(
             f'<rect x="{left}" y="{y + 2}" width="{round(BAR_W * max(0.0, min(1.0, value)))}" '

@@ -30,10 +30,52 @@ SUBCOMMANDS = {
 }
 
 
+# the commands that run notebooks: COURSE_PROFILE=gpu without CUDA refuses to start them
+RUNS_NOTEBOOKS = ("grade", "claims", "bench")
+EXIT_USAGE = 2
+GLOBAL_HELP = """\
+options before COMMAND:
+  --version      print the course's version and exit
+  --allow-slow   run COURSE_PROFILE=gpu on a machine without CUDA anyway (COURSE_ALLOW_SLOW=1)
+"""
+
+
+def version() -> str:
+    """The installed distribution's version (the package's own when not installed)."""
+    try:
+        from importlib.metadata import version as dist_version
+
+        return dist_version("course_utils")
+    except Exception:  # noqa: BLE001 - running from a checkout without installing
+        from course_utils import __version__
+
+        return __version__
+
+
+def environment_problem(command: str, argv: list[str]) -> str:
+    """A one-line reason not to start ``command`` ("" when none): an invalid
+    ``COURSE_PROFILE``, or the gpu profile on a machine without CUDA for a command that
+    runs notebooks (``course release --execute`` included)."""
+    import os
+
+    value = os.environ.get("COURSE_PROFILE", "").strip().lower()
+    if value and value not in ("ci", "cpu", "gpu"):
+        return f"COURSE_PROFILE={value!r} is not a profile; choose one of ci, cpu, gpu"
+    runs = command in RUNS_NOTEBOOKS or (command == "release" and "--execute" in argv)
+    if value == "gpu" and runs:
+        from course_utils.runtime import profiles
+
+        return profiles.slow_gpu_problem()
+    return ""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one subparser per subcommand."""
     parser = argparse.ArgumentParser(
-        prog="course", description="Attention & Transformers, hands-on: course tools."
+        prog="course",
+        description="Attention & Transformers, hands-on: course tools.",
+        epilog=GLOBAL_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -48,6 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``course`` console script; returns the process exit code."""
     skip_iri_parser()  # every subcommand that reads a notebook starts seconds faster
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--version"]:
+        print(f"course {version()}")
+        return 0
+    if argv[:1] == ["--allow-slow"]:
+        import os
+
+        os.environ["COURSE_ALLOW_SLOW"] = "1"  # the notebooks' kernels inherit it
+        argv = argv[1:]
     # Build only the subparser that is asked for, so one broken subcommand never hides the others.
     parser = argparse.ArgumentParser(prog="course")
     parser.add_argument(
@@ -58,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     if argv[0] not in SUBCOMMANDS:
         parser.parse_args(argv[:1])  # prints the usage error and exits 2
+    problem = environment_problem(argv[0], argv[1:])
+    if problem:
+        print(f"course {argv[0]}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     module_name, help_text = SUBCOMMANDS[argv[0]]
     module = importlib.import_module(module_name)
     sub = argparse.ArgumentParser(prog=f"course {argv[0]}", description=help_text)

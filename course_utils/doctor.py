@@ -1,11 +1,23 @@
-"""``course doctor``: what this machine has, which profile runs, and whether optional data is here."""
+"""``course doctor``: what this machine has, which profile runs, whether the grader's sandbox
+and the browser tests can run here, and whether optional data is here.
+
+On a machine without CUDA the gpu profile's section is folded into one line
+(``course doctor --gpu`` prints it in full).
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import platform
+import shutil
+import sys
 from pathlib import Path
+
+# Python versions: what CI runs the quick tier on, what pyproject allows (requires-python).
+TESTED_PYTHONS = ("3.11",)
+ALLOWED_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 
 PACKAGES = ("torch", "numpy", "matplotlib", "sklearn", "jupyterlab", "ipywidgets", "nbval", "tqdm")
 
@@ -17,13 +29,15 @@ def _version(name: str) -> str:
         return f"MISSING ({type(exc).__name__}: {exc})"
 
 
-def report() -> list[str]:
-    """The doctor's report as lines of text."""
+def report(full_gpu: bool = True) -> list[str]:
+    """The doctor's report as lines of text; ``full_gpu=False`` folds the gpu profile's
+    section into one line when there is no CUDA GPU."""
     import torch
 
     from course_utils.runtime import profiles
 
     lines = [f"python      {platform.python_version()} ({platform.platform()})"]
+    lines.append(f"            {python_support()}")
     lines += [f"{name:<11} {_version(name)}" for name in PACKAGES]
     cuda = torch.cuda.is_available()
     mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
@@ -35,10 +49,94 @@ def report() -> list[str]:
         device = f"CPU ({torch.get_num_threads()} threads)"
     lines.append(f"device      {device}")
     lines.append(f"profile     {profiles.describe().splitlines()[0]}")
-    lines += _gpu_profile_lines()
-    lines += precision_lines()
+    slow = profiles.slow_gpu_problem(cuda)
+    if slow:
+        lines.append(f"            WARNING: {slow}")
+    if full_gpu or cuda:
+        lines += _gpu_profile_lines()
+        lines += precision_lines()
+    else:
+        lines.append(
+            "gpu profile not for this machine (no CUDA GPU); `course doctor --gpu` lists its "
+            "per-notebook estimates"
+        )
+    lines += sandbox_lines()
+    lines.append(f"chromium    {chromium_line()}")
     lines += _data_lines()
     return lines
+
+
+def python_support(version: tuple[int, int] | None = None) -> str:
+    """Whether this Python is one the course's CI tests, one it merely allows, or neither."""
+    major, minor = version or sys.version_info[:2]
+    v = f"{major}.{minor}"
+    if v in TESTED_PYTHONS:
+        return f"Python {v}: supported (CI runs the quick tier on {', '.join(TESTED_PYTHONS)})"
+    if v in ALLOWED_PYTHONS:
+        return f"Python {v}: allowed but not tested in CI (tested: {', '.join(TESTED_PYTHONS)})"
+    return f"Python {v}: NOT supported (use one of {', '.join(TESTED_PYTHONS)})"
+
+
+def _cgroup_line() -> str:
+    root = Path("/sys/fs/cgroup")
+    controllers = root / "cgroup.controllers"
+    if controllers.is_file():
+        have = controllers.read_text().split()
+        need = [c for c in ("memory", "pids") if c not in have]
+        v = "v2" + (f", missing {', '.join(need)}" if need else " with memory and pids")
+    elif (root / "memory").is_dir():
+        v = "v1 (memory" + (", pids)" if (root / "pids").is_dir() else "; no pids)")
+    else:
+        return "none mounted: the grader falls back to a memory watchdog"
+    writable = os.access(root, os.W_OK) or os.access(root / "memory", os.W_OK)
+    return v + ("" if writable else "; not writable here (the grader uses a watchdog instead)")
+
+
+def _userns_line() -> str:
+    knobs = {
+        "/proc/sys/kernel/unprivileged_userns_clone": "unprivileged user namespaces",
+        "/proc/sys/user/max_user_namespaces": "max user namespaces",
+    }
+    parts = []
+    for path, label in knobs.items():
+        try:
+            parts.append(f"{label} {Path(path).read_text().strip()}")
+        except OSError:
+            continue
+    return ", ".join(parts) or "no namespace settings readable"
+
+
+def sandbox_lines() -> list[str]:
+    """The grader's sandbox on this machine: bubblewrap (probed), namespaces, cgroups, root."""
+    lines = []
+    if not sys.platform.startswith("linux"):
+        return ["sandbox     not Linux: course grade runs unsandboxed (--sandbox docker/podman)"]
+    from course_utils.grading.sandbox import bwrap_problem
+
+    problem = bwrap_problem()
+    exe = shutil.which("bwrap")
+    if problem is None:
+        lines.append(
+            f"sandbox     bubblewrap works ({exe}): course grade sandboxes each submission"
+        )
+    else:
+        lines.append(f"sandbox     NOT READY: {problem}; course grade would run unsandboxed")
+    who = "root" if os.geteuid() == 0 else "not root (bwrap uses user namespaces)"
+    lines.append(f"            user {who}; {_userns_line()}")
+    lines.append(f"            cgroups {_cgroup_line()}")
+    return lines
+
+
+def chromium_line() -> str:
+    """Whether the browser tests (tests/test_browser.py, the class report) can drive Chromium."""
+    exe = os.environ.get("COURSE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not (Path(exe).is_file() and os.access(exe, os.X_OK)):
+        return "not found (browser tests skip; apt-get install -y chromium, or set COURSE_CHROMIUM)"
+    try:
+        importlib.import_module("playwright")
+    except ImportError:
+        return f"{exe}; the Python package playwright is missing (browser tests skip)"
+    return f"{exe} with playwright (browser tests run)"
 
 
 def _gpu_profile_lines() -> list[str]:
@@ -127,11 +225,16 @@ def describe_optional_data() -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``course doctor`` takes no options."""
+    """``course doctor [--gpu]``."""
+    parser.add_argument(
+        "--gpu",
+        action="store_true",
+        help="print the gpu profile's assumptions and per-notebook estimates even without CUDA",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     """Print the report; exit 0 when the core packages import, 1 otherwise."""
-    lines = report()
+    lines = report(full_gpu=getattr(args, "gpu", False))
     print("\n".join(lines))
     return 1 if any("MISSING" in line for line in lines) else 0

@@ -35,8 +35,11 @@ def _pyproject() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 
 
-def _environment() -> dict:
-    return yaml.safe_load((ROOT / "environment.yml").read_text(encoding="utf-8"))
+ENV_FILES = ("environment.yml", "environment-cpu.yml")
+
+
+def _environment(name: str = "environment.yml") -> dict:
+    return yaml.safe_load((ROOT / name).read_text(encoding="utf-8"))
 
 
 def _parse(specs: list[str], where: str) -> dict[str, SpecifierSet]:
@@ -54,14 +57,16 @@ def _parse(specs: list[str], where: str) -> dict[str, SpecifierSet]:
     return out
 
 
-def _environment_packages() -> tuple[dict[str, SpecifierSet], list[str]]:
+def _environment_packages(
+    name: str = "environment.yml",
+) -> tuple[dict[str, SpecifierSet], list[str]]:
     conda, pip = [], []
-    for dep in _environment()["dependencies"]:
+    for dep in _environment(name)["dependencies"]:
         if isinstance(dep, dict):
             pip += [p for p in dep.get("pip", []) if not p.strip().startswith("-")]
         elif Requirement(dep).name.lower() not in NOT_PACKAGES:
             conda.append(dep)
-    return _parse(conda + pip, "environment.yml"), conda
+    return _parse(conda + pip, name), conda
 
 
 def _pyproject_packages() -> dict[str, SpecifierSet]:
@@ -71,8 +76,9 @@ def _pyproject_packages() -> dict[str, SpecifierSet]:
     )
 
 
-def test_environment_yml_has_the_same_packages_and_bounds_as_pyproject():
-    env, _ = _environment_packages()
+@pytest.mark.parametrize("name", ENV_FILES)
+def test_environment_yml_has_the_same_packages_and_bounds_as_pyproject(name):
+    env, _ = _environment_packages(name)
     pyproject = _pyproject_packages()
     missing = sorted(set(pyproject) - set(env))
     extra = sorted(set(env) - set(pyproject))
@@ -82,10 +88,11 @@ def test_environment_yml_has_the_same_packages_and_bounds_as_pyproject():
     assert not differ, f"bounds differ (environment.yml, pyproject.toml): {differ}"
 
 
-def test_environment_yml_python_bound_matches_requires_python():
+@pytest.mark.parametrize("name", ENV_FILES)
+def test_environment_yml_python_bound_matches_requires_python(name):
     pythons = [
         d
-        for d in _environment()["dependencies"]
+        for d in _environment(name)["dependencies"]
         if isinstance(d, str) and Requirement(d).name == "python"
     ]
     assert len(pythons) == 1, "environment.yml should pin python once"
@@ -94,12 +101,27 @@ def test_environment_yml_python_bound_matches_requires_python():
     )
 
 
-def test_environment_yml_uses_conda_forge_and_installs_the_course_package():
-    env = _environment()
+@pytest.mark.parametrize("name", ENV_FILES)
+def test_environment_yml_uses_conda_forge_and_installs_the_course_package(name):
+    env = _environment(name)
     assert env["channels"] == ["conda-forge"]
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert "-e ." in pip, "the pip section should install the package itself (-e .)"
     assert "pip" in env["dependencies"]
+
+
+def test_the_cpu_environment_takes_torch_from_the_cpu_index_and_differs_only_there():
+    """environment-cpu.yml: PyTorch's CPU index before torch (F6); otherwise environment.yml."""
+    cpu = _environment("environment-cpu.yml")
+    pip = next(d["pip"] for d in cpu["dependencies"] if isinstance(d, dict))
+    index = pip.index("--extra-index-url https://download.pytorch.org/whl/cpu")
+    assert pip[index + 1].startswith("torch")
+    default = _environment("environment.yml")
+    pip_default = next(d["pip"] for d in default["dependencies"] if isinstance(d, dict))
+    assert [p for p in pip if not p.startswith("--")] == pip_default
+    assert [d for d in cpu["dependencies"] if isinstance(d, str)] == [
+        d for d in default["dependencies"] if isinstance(d, str)
+    ]
 
 
 def test_console_script_course_is_declared_and_installed():

@@ -55,12 +55,58 @@ def test_site_notebook_takes_solution_outputs_except_for_exercise_and_check_cell
         if cell["id"] not in sol_cells or site.cell_role(cell) is not None:
             assert cell["outputs"] == [] and cell["execution_count"] is None, cell["id"]
         else:
-            assert cell["outputs"] == sol_cells[cell["id"]]["outputs"], cell["id"]
+            expected = site._without_fallback_lines(sol_cells[cell["id"]]["outputs"])
+            assert cell["outputs"] == expected, cell["id"]
             with_outputs += bool(cell["outputs"])
     assert with_outputs >= 5
-    # the sources are the student's: stubs, not answers
-    assert [c["source"] for c in page["cells"]] == [c["source"] for c in student["cells"]]
+    # the sources are the student's (stubs, not answers), the install cell left out (F13)
+    shown = [c["source"] for c in student["cells"] if not site._is_install_cell(c)]
+    assert [c["source"] for c in page["cells"]] == shown
     assert all(c["outputs"] == [] for c in student["cells"] if c["cell_type"] == "code")
+
+
+def test_a_page_has_no_install_cell_and_no_using_your_lines_under_stubs():
+    """F13: fallback()'s "[03.1] using your …" lines came from the solution run; under a stub
+    they say the opposite of what a student's run prints."""
+    solution = _load(NB03)
+    student = json.loads(release.release_file(NB03))
+    assert any(site._is_install_cell(c) for c in student["cells"])
+    page = site.site_notebook(solution, student)
+    assert not any(site._is_install_cell(c) for c in page["cells"])
+    texts = [
+        "".join(o.get("text", ""))
+        for c in page["cells"]
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "stream"
+    ]
+    assert texts and not any(re.search(r"\] using your ", t) for t in texts)
+    had = [o for c in solution["cells"] for o in c.get("outputs", []) if "using your" in "".join(o.get("text", ""))]  # fmt: skip
+    assert had, "the solution run printed no 'using your' line: this test checks nothing"
+
+
+def test_search_snippets_are_plain_text():
+    assert site.plain_math(r"scale by $\sqrt{d_k}$ here $$ \text{mask}_{b} = x $$ end") == (
+        "scale by sqrt d k here   end"
+    )
+    page = (
+        '<h2 id="a">Exercise <code>torch</code></h2><p><span class="n">torch</span>'
+        '<span class="o">.</span><span class="n">Tensor</span> $$x^2$$ and $\\alpha$</p>'
+    )
+    entry = site.Entry("05", "05_masked", "05 · Masked attention")
+    (s,) = site.sections(page, entry)
+    assert s["title"] == "05 · Masked attention"  # the number once
+    assert "torch.Tensor" in s["text"] and "$" not in s["text"] and "alpha" in s["text"]
+
+
+def test_a_page_links_its_neighbours_and_lists_its_sections():
+    prev = site.Entry("02", "02_a", "02 · A")
+    nxt = site.Entry("04", "04_b", "04 · B")
+    pager = site.pager_html(prev, nxt)
+    assert 'href="02_a.html"' in pager and 'rel="next"' in pager and "04 · B" in pager
+    assert site.pager_html(None, None) == ""
+    toc = site.toc_html('<h1 id="t">T</h1><h2 id="x-1">One<a class="anchor-link">¶</a></h2><h3 id="y">Two</h3>')  # fmt: skip
+    assert 'href="#x-1"' in toc and ">One<" in toc and 'href="#t"' not in toc
+    assert "<details" not in toc  # every <details> on a page is a collapsed hint
 
 
 def test_a_stored_widget_view_becomes_its_static_picture():
@@ -200,6 +246,12 @@ def test_pages_show_stored_figures_math_prompts_and_collapsed_hints(built):
     assert solution_pngs > 0 and page.count("<img") >= solution_pngs
     assert "data:image/png;base64," in page
     assert "<details" in page and "<details open" not in page
+    assert 'class="course-toc"' in page and page.count('class="course-pager"') == 2
+    assert (
+        'href="02_additive_attention.html"' in page and 'href="04_self_cross_position.html"' in page
+    )
+    assert "] using your " not in site.page_text(page)  # no stub outputs (F13)
+    assert page.find("course-nav") < page.find("Scaled dot-product")  # no install cell first
     assert "Exercise 03.1: implement scaled_dot_product_attention" in page
     assert "PASSED" not in site.page_text(page)  # check cells as the student has them
     assert "$\\sqrt{d}$" in page or "\\sqrt{d}" in page  # math left for MathJax
@@ -218,6 +270,8 @@ def test_search_index_has_sections_of_every_page(built):
     page = (built.out / "03_scaled_dot_product.html").read_text(encoding="utf-8")
     ids = {html.unescape(i) for i in re.findall(r'<h[1-3][^>]*\bid="([^"]*)"', page)}
     assert len(mine) > 5 and all(e["anchor"] in ids for e in mine)  # each result links a heading
+    assert not any("$$" in e["text"] or " . " in e["text"] for e in entries)  # clean snippets
+    assert not any(re.match(r"(\d\d) \1", e["title"]) for e in entries)  # "05 05 · …" (F13)
 
 
 @pytest.mark.slow

@@ -785,27 +785,21 @@ def write(
     return result
 
 
-CLASSROOM_WORKFLOW = Path(__file__).resolve().parents[2] / ".github" / "classroom" / "autograde.yml"
+def write_template(
+    solutions: str | Path,
+    template: str | Path,
+    notebook: str | None = None,
+    *,
+    settings: CourseSettings | None = None,
+    force: bool = False,
+) -> list[Path]:
+    """One assignment's GitHub Classroom template repository in ``template``
+    (:mod:`course_utils.authoring.template`); ``settings`` default to ``[tool.course]`` of
+    the course beside ``solutions``. Never ``solutions/``. Returns the files written."""
+    from course_utils.authoring import template as tpl
 
-
-def write_template(solutions: str | Path, template: str | Path) -> list[Path]:
-    """Write a student template repository into ``template``: the student notebooks (what
-    :func:`plan` releases) at its root and the course's GitHub Classroom workflow as
-    ``.github/workflows/classroom.yml``. Never ``solutions/``. Returns the files written."""
-    out = Path(template)
-    if (out / "solutions").exists():
-        raise ReleaseError([f"{out / 'solutions'} exists: a student template has no solutions"])
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in plan(solutions).items():
-        (out / name).write_text(text, encoding="utf-8")
-        written.append(out / name)
-    if CLASSROOM_WORKFLOW.is_file():
-        target = out / ".github" / "workflows" / "classroom.yml"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(CLASSROOM_WORKFLOW.read_text(encoding="utf-8"), encoding="utf-8")
-        written.append(target)
-    return written
+    settings = settings or tpl.settings_for(solutions)
+    return tpl.write_assignment_template(plan(solutions), template, notebook, settings, force=force)
 
 
 def execute_solution(path: str | Path, *, profile: str | None = None, timeout: int = 600) -> None:
@@ -896,8 +890,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--template",
         default=None,
         metavar="DIR",
-        help="instead, write a student template repository into DIR: the student notebooks "
-        "and the GitHub Classroom workflow (.github/workflows/classroom.yml), no solutions/",
+        help="instead, write the GitHub Classroom template repository of one assignment "
+        "(--notebook) into DIR: its student notebook, a student README.md and the workflow "
+        "(.github/workflows/classroom.yml) filled from [tool.course]; no solutions/",
+    )
+    parser.add_argument(
+        "--notebook",
+        default=None,
+        metavar="NN",
+        help="the assignment of --template (e.g. 03 or 03_scaled_dot_product)",
+    )
+    parser.add_argument(
+        "--public",
+        default=None,
+        metavar="DIR",
+        help="instead, write the public student copy of the course into DIR (every file git "
+        "tracks except solutions/): what the workflow's COURSE_REPO should point at",
     )
     parser.add_argument(
         "--profile",
@@ -930,6 +938,24 @@ def _check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _classroom(args: argparse.Namespace) -> int:
+    """``--template DIR --notebook NN`` or ``--public DIR``."""
+    from course_utils.authoring import template as tpl
+
+    try:
+        if args.public:
+            root = Path(args.solutions).resolve().parent
+            written = tpl.write_public_copy(root, args.public, force=args.force)
+            print(f"wrote     {len(written)} files into {args.public} (no solutions/)")
+            return EXIT_OK
+        for path in write_template(args.solutions, args.template, args.notebook, force=args.force):
+            print(f"wrote     {path}")
+    except tpl.TemplateError as exc:
+        print(f"course release: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    return EXIT_OK
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``course release``; returns the exit code."""
     try:
@@ -943,10 +969,8 @@ def main(args: argparse.Namespace) -> int:
             except Exception as exc:  # CellExecutionError, a dead kernel, a missing file
                 print(f"course release: {nb_path} failed to run: {exc}", file=sys.stderr)
                 return EXIT_INVALID
-        if getattr(args, "template", None):
-            for path in write_template(args.solutions, args.template):
-                print(f"wrote     {path}")
-            return EXIT_OK
+        if getattr(args, "template", None) or getattr(args, "public", None):
+            return _classroom(args)
         if args.check:
             if args.force:
                 print("course release: --force and --check cannot be combined", file=sys.stderr)

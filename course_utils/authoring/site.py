@@ -60,6 +60,10 @@ _TABLE_ROW = re.compile(r"^\|\s*(\d\d)\s*\|\s*`([^`]+)`\s*\|\s*([^|]*?)\s*\|\s*(
 _HEADING = re.compile(r'<h([1-3])[^>]*\bid="([^"]*)"[^>]*>(.*?)</h\1>', re.S)
 _TAGS = re.compile(r"<[^>]+>")
 _INVISIBLE = re.compile(r"<(script|style)\b.*?</\1>", re.S | re.I)
+_FALLBACK_LINE = re.compile(r"^\[\d\d\.\w+\] using your [\w.]+\n?", re.M)
+_DISPLAY_MATH = re.compile(r"\$\$.*?\$\$|\\\[.*?\\\]", re.S)
+_INLINE_MATH = re.compile(r"\$([^$\n]{1,200})\$|\\\((.{1,200}?)\\\)")
+_INLINE_TAGS = re.compile(r"</?(?:span|code|em|strong|b|i|a)\b[^>]*>", re.I)
 _REMOTE = re.compile(
     r'<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)="(?:https?:)?//[^"]*"', re.I
 )
@@ -123,17 +127,45 @@ def site_notebook(solution: Mapping[str, Any], student: Mapping[str, Any]) -> di
     """The notebook a page shows: ``student`` (a released student version, parsed) with the
     stored outputs and execution counts of ``solution``'s cells of the same id, for every code
     cell that is neither an exercise nor a check. Widget views become their static pictures.
+
+    Two things of the solution run do not fit a page that shows the stubs, and are left out:
+    the install cell (for Colab; the downloaded notebook keeps it), and the
+    ``[NN.k] using your …`` lines ``fallback()`` printed because the solution was there.
     Neither input is modified."""
     page = json.loads(json.dumps(student))
     by_id = {c.get("id"): c for c in solution.get("cells", []) if c.get("cell_type") == "code"}
-    for cell in page.get("cells", []):
+    page["cells"] = [c for c in page.get("cells", []) if not _is_install_cell(c)]
+    for cell in page["cells"]:
         if cell.get("cell_type") != "code" or cell_role(cell) is not None:
             continue
         source_cell = by_id.get(cell.get("id"))
         if source_cell is not None:
-            cell["outputs"] = json.loads(json.dumps(source_cell.get("outputs", [])))
+            cell["outputs"] = _without_fallback_lines(source_cell.get("outputs", []))
             cell["execution_count"] = source_cell.get("execution_count")
     return release.strip_widget_views(page)
+
+
+def _is_install_cell(cell: Mapping[str, Any]) -> bool:
+    from course_utils.authoring import install_cell
+
+    tags = (cell.get("metadata") or {}).get("tags") or []
+    return install_cell.TAG in tags or cell.get("id") == install_cell.CELL_ID
+
+
+def _without_fallback_lines(outputs: list[Any]) -> list[Any]:
+    """A copy of ``outputs`` without ``fallback()``'s "using your" lines (an emptied stream
+    output is dropped)."""
+    kept = []
+    for out in json.loads(json.dumps(outputs)):
+        if out.get("output_type") == "stream":
+            text = out.get("text", "")
+            text = "".join(text) if isinstance(text, list) else str(text)
+            text = _FALLBACK_LINE.sub("", text)
+            if not text:
+                continue
+            out["text"] = text
+        kept.append(out)
+    return kept
 
 
 # ------------------------------------------------------------------------------ pages
@@ -179,16 +211,52 @@ def _exporter():
 
 
 def render_page(
-    nb: Mapping[str, Any], entry: Entry, settings: CourseSettings, exporter=None
+    nb: Mapping[str, Any],
+    entry: Entry,
+    settings: CourseSettings,
+    exporter=None,
+    neighbours: tuple[Entry | None, Entry | None] = (None, None),
 ) -> str:
-    """The HTML page of notebook ``nb`` (a parsed ``.ipynb``) for ``entry``."""
+    """The HTML page of notebook ``nb`` (a parsed ``.ipynb``) for ``entry``: the nav bar,
+    a table of contents of its sections, and links to the previous and next notebooks
+    (``neighbours``) at the top and the bottom."""
     import nbformat
 
     node = nbformat.reads(json.dumps(nb), as_version=4)  # sources as strings, as nbconvert wants
     node.metadata["title"] = entry.title
-    resources = {"course_nav": nav_html(entry, settings), "metadata": {"name": entry.title}}
+    pager = pager_html(*neighbours)
+    resources = {"course_nav": nav_html(entry, settings) + pager, "metadata": {"name": entry.title}}
     body, _ = (exporter or _exporter()).from_notebook_node(node, resources=resources)
-    return body
+    body = body.replace(pager, pager + toc_html(body), 1)
+    return body.replace("</body>", pager + "\n</body>", 1)
+
+
+def pager_html(prev: Entry | None, nxt: Entry | None) -> str:
+    """Links to the previous and the next notebook (``rel=prev`` / ``rel=next``)."""
+    items = []
+    if prev is not None:
+        items.append(_link(prev.page, f"← {prev.title}", rel="prev", class_="course-prev"))
+    if nxt is not None:
+        items.append(_link(nxt.page, f"{nxt.title} →", rel="next", class_="course-next"))
+    return '<nav class="course-pager">' + "".join(items) + "</nav>" if items else ""
+
+
+def toc_html(page: str) -> str:
+    """The page's table of contents: a link to every ``h2`` and ``h3`` section."""
+    items = []
+    for m in _HEADING.finditer(_INVISIBLE.sub(" ", page)):
+        level, anchor = m.group(1), html.unescape(m.group(2))
+        if level == "1":
+            continue
+        text = " ".join(page_text(_INLINE_TAGS.sub("", m.group(3))).replace("¶", "").split())
+        items.append(f'<li class="toc-h{level}">{_link("#" + anchor, text)}</li>')
+    if not items:
+        return ""
+    return (
+        '<nav class="course-toc" aria-label="On this page"><strong>On this page</strong><ul>'
+        + "".join(items)
+        + "</ul></nav>"
+    )
 
 
 def page_text(page: str) -> str:
@@ -200,23 +268,36 @@ def page_text(page: str) -> str:
 def sections(page: str, entry: Entry, limit: int = 3000) -> list[dict[str, str]]:
     """Search entries of one page: one per ``h1``-``h3`` heading with the text up to the next
     (at most ``limit`` characters)."""
-    body = _INVISIBLE.sub(" ", page)
+    body = _INVISIBLE.sub(" ", _INLINE_TAGS.sub("", page))  # "torch.Tensor", not "torch . Tensor"
     found = list(_HEADING.finditer(body))
     entries = []
+    title = entry.title if entry.title.startswith(entry.number) else f"{entry.number} {entry.title}"
     for i, m in enumerate(found):
         end = found[i + 1].start() if i + 1 < len(found) else len(body)
-        text = " ".join(page_text(body[m.end() : end]).split())
-        heading = " ".join(page_text(m.group(3)).replace("¶", "").split())
+        text = " ".join(plain_math(page_text(body[m.end() : end])).split())
+        heading = " ".join(plain_math(page_text(m.group(3))).replace("¶", "").split())
         entries.append(
             {
                 "page": entry.page,
                 "anchor": html.unescape(m.group(2)),
-                "title": f"{entry.number} {entry.title}",
+                "title": title,
                 "heading": heading,
                 "text": text[:limit],
             }
         )
     return entries
+
+
+def plain_math(text: str) -> str:
+    """Text for a search snippet: display math dropped, inline math kept as its plain
+    symbols (``$\\sqrt{d_k}$`` -> ``sqrt d k``)."""
+    text = _DISPLAY_MATH.sub(" ", text)
+
+    def inline(m: re.Match) -> str:
+        tex = re.sub(r"\\([A-Za-z]+)", r" \1 ", m.group(1) or m.group(2) or "")
+        return " ".join(re.sub(r"[{}_^\\]", " ", tex).split())
+
+    return _INLINE_MATH.sub(inline, text)
 
 
 def remote_sources(page: str) -> list[str]:
@@ -334,14 +415,18 @@ def build(root: str | Path, out: str | Path, only: list[str] | None = None) -> B
     entries = entries_for(root)
     registry = release._load_registry()
     search: list[dict[str, str]] = []
-    for entry, path in entries:
+    for i, (entry, path) in enumerate(entries):
         if only and not any(entry.stem.startswith(p) for p in only):
             continue
+        neighbours = (
+            entries[i - 1][0] if i > 0 else None,
+            entries[i + 1][0] if i + 1 < len(entries) else None,
+        )
         student_text = release.release_file(path, registry)
         (out / "notebooks" / entry.ipynb).write_text(student_text, encoding="utf-8")
         solution = json.loads(path.read_text(encoding="utf-8"))
         nb = site_notebook(solution, json.loads(student_text))
-        page = render_page(nb, entry, settings, exporter)
+        page = render_page(nb, entry, settings, exporter, neighbours)
         (out / entry.page).write_text(page, encoding="utf-8")
         search.extend(sections(page, entry))
         report.pages.append(entry.page)
@@ -360,7 +445,9 @@ def build(root: str | Path, out: str | Path, only: list[str] | None = None) -> B
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``course site``."""
-    parser.add_argument("--out", required=True, metavar="DIR", help="folder to write the site to")
+    parser.add_argument(
+        "--out", default="site", metavar="DIR", help="folder to write the site to (default: site)"
+    )
     parser.add_argument(
         "--root",
         default=".",

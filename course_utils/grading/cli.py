@@ -1,7 +1,8 @@
 """``course grade``: the official grader's command line.
 
     course grade SUBMISSION.ipynb... [--json F] [--junit F] [--feedback DIR] [--csv F]
-                 [--classroom F] [-j N] [--reference-dir DIR] [--assignment NAME]
+                 [--classroom F] [--canvas F] [--gradescope F] [--moodle F]
+                 [--class-report DIR] [--roster F] [--adjust F] [--deadline WHEN] [-j N] [--reference-dir DIR] [--assignment NAME]
                  [--cell-timeout S] [--timeout S] [--memory-mb M] [--max-output-kb K]
                  [--fail-under P] [--seed N] [--checks MODULE] [--executed DIR]
 
@@ -41,8 +42,8 @@ exit codes (the highest that applies):
      or a kernel did not start in time twice on a busy machine (error_kind busy: regrade)
 
 what the grader does:
-  Each submission runs top to bottom in a fresh python3 kernel in its own sandbox (--sandbox:
-  bubblewrap by default on Linux; it sees only a copy of its folder, no network, no other
+  Each submission runs top to bottom in a fresh python3 kernel in its own sandbox (--sandbox
+  auto: bubblewrap when installed, else none, which every report says; it sees only a copy of its folder, no network, no other
   submission or process), with COURSE_PROFILE from this environment (default ci), under
   limits on all its processes together (--memory-mb, --max-procs, --disk-mb,
   --cpu-seconds), a per-cell and a total time limit and a cap on stored output. Check
@@ -58,6 +59,9 @@ examples:
       --csv gradebook.csv --feedback feedback/ --json grades.json --junit grades.xml
   course grade submissions/*.ipynb --sandbox docker --image course-grade:latest \\
       --similarity --report report.md --csv gradebook.csv   # in containers, with copying
+  course grade submissions/*/00_start_here.ipynb --roster students.csv \
+      --adjust regrades.csv --deadline 2026-03-01T23:59Z --late-penalty 10 \
+      --canvas canvas.csv --csv gradebook.csv --bom --class-report class/   # the LMS, the class
 """
 
 
@@ -69,6 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "submissions", nargs="+", metavar="SUBMISSION.ipynb", help="notebooks to grade"
     )
     _report_arguments(parser.add_argument_group("reports"))
+    _gradebook_arguments(parser.add_argument_group("gradebook: roster, regrades, late policy"))
     _reference_arguments(parser.add_argument_group("what to grade against"))
     _limit_arguments(parser.add_argument_group("limits"))
     _sandbox_arguments(parser.add_argument_group("sandbox"))
@@ -76,17 +81,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _report_arguments(out) -> None:
-    """Where the reports go (and the similarity report)."""
-    out.add_argument("--json", metavar="F", help="JSON report (an array for several submissions)")
-    out.add_argument("--junit", metavar="F", help="JUnit XML, exercise ids as test names")
-    out.add_argument("--feedback", metavar="DIR", help="Markdown feedback, one file per student")
-    out.add_argument("--csv", metavar="F", help="CSV gradebook, one row per submission")
-    out.add_argument(
-        "--classroom",
-        metavar="F",
-        help="GitHub Classroom autograding result (JSON; base64 it into "
-        "<RUNNER>_RESULTS for autograding-grading-reporter)",
-    )
+    """Where the reports go: one option per registered writer
+    (:data:`course_utils.grading.writers.WRITERS`), then the similarity report."""
+    from course_utils.grading.writers import add_writer_arguments
+
+    add_writer_arguments(out)
     out.add_argument(
         "--executed",
         metavar="DIR",
@@ -100,10 +99,43 @@ def _report_arguments(out) -> None:
         "across the batch (copydetect); adds columns to --csv/--json and a section to "
         "--report",
     )
-    out.add_argument(
-        "--report",
+
+
+def _gradebook_arguments(book) -> None:
+    """The instructor's inputs to the gradebook: roster, manual adjustments, late policy."""
+    book.add_argument(
+        "--bom",
+        action="store_true",
+        help="start every CSV with a UTF-8 byte-order mark (Excel then reads it as UTF-8)",
+    )
+    book.add_argument(
+        "--roster",
         metavar="F",
-        help="the instructor's Markdown summary (scores, sandbox, similarity)",
+        help="CSV: student,name,email,canvas_id,sis_user_id,sis_login_id,section,sid,"
+        "username,id_number,submitted_at (any subset after student); identities for the LMS "
+        "exports, submission times for --deadline",
+    )
+    book.add_argument(
+        "--adjust",
+        metavar="F",
+        help="CSV: student,item,points,reason; manual regrades applied on every run "
+        "(points 1.5 sets, +1 / -0.5 changes; kept within 0..max)",
+    )
+    book.add_argument(
+        "--deadline", metavar="WHEN", help="ISO 8601 deadline (times from --roster submitted_at)"
+    )
+    book.add_argument(
+        "--late-penalty",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="percent of the total lost per started --late-unit after --deadline",
+    )
+    book.add_argument(
+        "--late-unit", choices=("day", "hour"), default="day", help="unit of --late-penalty"
+    )
+    book.add_argument(
+        "--late-max", type=float, default=100.0, metavar="P", help="largest late penalty (percent)"
     )
 
 
@@ -504,31 +536,38 @@ def _usage_problem(args: argparse.Namespace) -> str:
     return ""
 
 
-def _write_reports(args: argparse.Namespace, reports: list[dict]) -> bool:
-    """Write every report the command line asks for; False (after one error line) when a
-    target cannot be written."""
-    from course_utils.grading import reports as rp
+def _write_reports(args: argparse.Namespace, reports: list[dict], context=None) -> bool:
+    """Write every report the command line asks for, through the writer registry (each
+    independently: one that fails stops no other); False when any could not be written."""
+    from course_utils.grading.writers import WriteContext, write_requested
 
-    writers = [
-        (args.json, rp.write_json),
-        (args.junit, rp.write_junit),
-        (args.csv, rp.write_csv),
-        (args.classroom, rp.write_classroom),
-        (args.feedback, rp.write_feedback),
-        (args.report, rp.write_instructor_report),
-    ]
-    ok = True
-    for target, writer in writers:  # each independently: one that fails stops no other
-        if not target:
-            continue
-        try:
-            if writer is not rp.write_feedback:
-                Path(target).parent.mkdir(parents=True, exist_ok=True)
-            writer(reports, target)
-        except OSError as exc:
-            print(f"course grade: cannot write {target}: {exc}", file=sys.stderr)
-            ok = False
-    return ok
+    context = context or WriteContext(bom=getattr(args, "bom", False))
+    return write_requested(args, reports, context)
+
+
+def _apply_gradebook(args: argparse.Namespace, reports: list[dict]):
+    """Roster, ``--adjust`` and the late policy applied to the reports in place; returns the
+    writers' context, or a one-line problem (str)."""
+    from course_utils.grading import roster as rs
+    from course_utils.grading.writers import WriteContext
+
+    context = WriteContext(bom=getattr(args, "bom", False))
+    try:
+        if getattr(args, "roster", None):
+            context.roster = rs.Roster.read(args.roster)
+        if getattr(args, "adjust", None):
+            context.warnings += rs.apply_adjustments(reports, rs.read_adjustments(args.adjust))
+        if getattr(args, "deadline", None):
+            policy = rs.LatePolicy(
+                rs.parse_time(args.deadline, "--deadline"),
+                args.late_penalty,
+                24.0 if args.late_unit == "day" else 1.0,
+                args.late_max,
+            )
+            context.warnings += rs.apply_late_policy(reports, policy, context.roster)
+    except rs.InputError as exc:
+        return str(exc)
+    return context
 
 
 def _load_checks(args: argparse.Namespace) -> tuple[list, str]:
@@ -560,6 +599,26 @@ def _print_summaries(reports: list[dict]) -> None:
     if len(reports) > 1:
         graded = [r for r in reports if not r.get("error")]
         print(f"{len(reports)} submissions, {len(graded)} graded without problems")
+
+
+def _reports_out(args: argparse.Namespace, reports: list[dict], options) -> int:
+    """Similarity, the gradebook inputs and every requested report; an exit code when one of
+    them failed (0 when all went well)."""
+    if args.similarity:
+        from course_utils.grading.similarity import add_similarity
+
+        try:
+            add_similarity(reports, options)
+        except ImportError as exc:
+            print(f"course grade: --similarity needs copydetect ({exc})", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    context = _apply_gradebook(args, reports)
+    if isinstance(context, str):
+        print(f"course grade: {context}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not _write_reports(args, reports, context):
+        return EXIT_BAD_INPUT
+    return 0
 
 
 def main(args: argparse.Namespace) -> int:
@@ -624,17 +683,9 @@ def main(args: argparse.Namespace) -> int:
         if rep["notebook"] in missing:
             rep["missing"] = True  # graded without a kernel: zero, one line in the summary
     name_students(reports)
-    if args.similarity:
-        from course_utils.grading.similarity import add_similarity
-
-        try:
-            add_similarity(reports, options)
-        except ImportError as exc:
-            print(f"course grade: --similarity needs copydetect ({exc})", file=sys.stderr)
-            return EXIT_BAD_INPUT
-
-    if not _write_reports(args, reports):
-        return EXIT_BAD_INPUT
+    problem = _reports_out(args, reports, options)
+    if problem:
+        return problem
     if not args.quiet:
         _print_summaries(reports)
     return exit_code(reports, args.fail_under)

@@ -69,5 +69,8 @@ def grade_questions(nb: dict[str, Any], questions: list[Question]) -> list[dict[
     entries = []
     for q in questions:
         r = _grade_one(nb, q)
-        entries.append(question_entry(q, r.status, r.message, r.points))
+        entry = question_entry(q, r.status, r.message, r.points)
+        if r.mistake:  # the misconception behind a wrong letter, for the class report
+            entry["mistake"] = r.mistake
+        entries.append(entry)
     return entries

@@ -9,13 +9,19 @@ exception messages).
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import json
+import os
 import re
+import tempfile
+import unicodedata
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 from course_utils.grading.plan import id_key
+from course_utils.grading.report import Report, as_reports, clean_name, clean_text
 
 STATUS_LABEL = {
     "passed": "passed",
@@ -36,10 +42,35 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
+def _dicts(reports: list[Any]) -> list[dict[str, Any]]:
+    """The reports through the typed schema (:class:`Report`): cleaned, as dicts."""
+    return [r.to_dict() for r in as_reports(reports)]
+
+
+def write_atomic(path: str | Path, data: str | bytes, encoding: str = "utf-8") -> None:
+    """Write ``path`` all at once: a temporary file beside it, then a rename, so a reader
+    (or a crash half-way) never sees half a report."""
+    path = Path(path)
+    raw = data.encode(encoding) if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:40]}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def write_json(reports: list[dict[str, Any]], path: str | Path) -> None:
     """One submission: its report object. Several: a JSON array of report objects."""
+    reports = _dicts(reports)
     data: Any = reports[0] if len(reports) == 1 else reports
-    Path(path).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def write_junit(reports: list[dict[str, Any]], path: str | Path) -> None:
@@ -49,6 +80,7 @@ def write_junit(reports: list[dict[str, Any]], path: str | Path) -> None:
     A submission that could not be graded at all gets one ``error`` test case named
     ``notebook``.
     """
+    reports = _dicts(reports)
     root = ET.Element("testsuites", name="course grade")
     total_tests = total_fail = total_err = 0
     total_time = 0.0
@@ -92,20 +124,7 @@ def write_junit(reports: list[dict[str, Any]], path: str | Path) -> None:
                 out.text = _xml_text(label)
         if not cases and rep.get("error"):
             n_err += 1
-            case = ET.SubElement(
-                suite,
-                "testcase",
-                name="notebook",
-                classname=_xml_text(rep.get("student") or ""),
-                time="0",
-            )
-            node = ET.SubElement(
-                case,
-                "error",
-                message=_xml_text(rep["error"]),
-                type=rep.get("error_kind") or "error",
-            )
-            node.text = _xml_text(rep["error"])
+            _junit_lost_case(suite, rep)
         n = max(len(cases), 1 if (not cases and rep.get("error")) else 0)
         suite.set("tests", str(n))
         suite.set("failures", str(n_fail))
@@ -120,11 +139,35 @@ def write_junit(reports: list[dict[str, Any]], path: str | Path) -> None:
     root.set("failures", str(total_fail))
     root.set("errors", str(total_err))
     root.set("time", f"{total_time:.3f}")
-    ET.ElementTree(root).write(str(path), encoding="utf-8", xml_declaration=True)
+    buf = io.BytesIO()
+    ET.ElementTree(root).write(buf, encoding="utf-8", xml_declaration=True)
+    write_atomic(path, buf.getvalue())
+
+
+def _junit_lost_case(suite: ET.Element, rep: dict[str, Any]) -> None:
+    """The one ``error`` test case of a submission that could not be graded at all."""
+    case = ET.SubElement(
+        suite,
+        "testcase",
+        name="notebook",
+        classname=_xml_text(rep.get("student") or ""),
+        time="0",
+    )
+    node = ET.SubElement(
+        case,
+        "error",
+        message=_xml_text(rep["error"]),
+        type=rep.get("error_kind") or "error",
+    )
+    node.text = _xml_text(rep["error"])
 
 
 def feedback_markdown(rep: dict[str, Any]) -> str:
-    """The Markdown feedback for one student (scores, statuses, hints; never solution code)."""
+    """The Markdown feedback for one student (scores, statuses, hints; never solution code).
+
+    An exercise whose message only repeats why the notebook could not be graded is not
+    listed again under "What to look at": the error is said once, at the top."""
+    rep = _dicts([rep])[0]
     title = rep.get("assignment") or md_code(Path(rep["notebook"]).stem)
     lines = [f"# Feedback: {title}", ""]
     lines.append(f"**Notebook:** {md_code(Path(rep['notebook']).name)}  ")
@@ -148,7 +191,12 @@ def feedback_markdown(rep: dict[str, Any]) -> str:
                 f"{_num(ex['points'])} / {_num(ex['max_points'])} |"
             )
         lines.append("")
-        details = [ex for ex in rep["exercises"] if ex["status"] != "passed" or ex.get("flags")]
+        details = [
+            ex
+            for ex in rep["exercises"]
+            if (ex["status"] != "passed" or ex.get("flags"))
+            and not (rep.get("error") and ex["message"] == rep["error"] and not ex.get("flags"))
+        ]
         if details:
             lines += ["## What to look at", ""]
             for ex in details:
@@ -182,20 +230,22 @@ def feedback_markdown(rep: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 
 
 def terminal_safe(text: Any) -> str:
     """Student text for a terminal: control characters (ANSI escapes, carriage returns,
-    bidirectional overrides) shown as ``?``, so it cannot redraw or disguise the summary."""
-    return _CONTROL.sub("?", str(text))
+    bidirectional overrides) shown as ``?``, so it cannot redraw or disguise the summary;
+    lone surrogates (a name that is not UTF-8) as U+FFFD, so printing it cannot fail; a
+    line starting with ``::`` split, so the GitHub Actions log runs no workflow command."""
+    return clean_text(text)
 
 
 def one_line(text: Any) -> str:
     """A name (file, student) on one line: every control character, newline and tab included,
-    shown as ``?``, so no name can add a line to a summary, a CSV row or a JUnit name."""
-    return re.sub("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]", "?", str(text))
+    shown as ``?``, so no name can add a line to a summary, a CSV row or a JUnit name (and
+    :func:`terminal_safe`'s other rules)."""
+    return clean_name(text)
 
 
 def md_code(text: Any, table: bool = False) -> str:
@@ -244,61 +294,111 @@ def csv_safe(value: Any) -> Any:
     return text
 
 
-def write_feedback(reports: list[dict[str, Any]], directory: str | Path) -> list[Path]:
-    """One ``<student>.md`` per submission in ``directory``; returns the paths."""
+_RESERVED = {
+    "con",
+    "prn",
+    "aux",
+    "nul",
+    *(f"com{i}" for i in range(10)),
+    *(f"lpt{i}" for i in range(10)),
+}
+
+
+def feedback_stem(student: str) -> str:
+    """A file name for ``student``'s feedback that no other name maps to.
+
+    Letters and digits of any script are kept (``josé`` stays ``josé``); when anything had
+    to change (``jos!`` -> ``jos_``), or the name is reserved on Windows, a short hash of the
+    original name is appended (``jos_-3f2a91``), so two students never share a file and a
+    re-run gives every student the same file again."""
+    name = unicodedata.normalize("NFC", clean_name(student or "submission"))
+    stem = re.sub(r"[^\w.-]+", "_", name).strip(".")[:80] or "submission"
+    if stem != name or stem.casefold() in _RESERVED:
+        digest = hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()[:6]
+        stem = f"{stem}-{digest}"
+    return stem
+
+
+def write_feedback(reports: list[Any], directory: str | Path) -> list[Path]:
+    """One ``<student>.md`` per submission in ``directory`` (see :func:`feedback_stem`; names
+    that still meet, the same student twice or ``Alice`` and ``alice`` on a case-insensitive
+    disk, get ``-2``, ``-3`` in sorted order, whatever the order of the batch); returns the
+    paths in the order of ``reports``."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
+    reports = _dicts(reports)
+    stems = [feedback_stem(rep.get("student") or "submission") for rep in reports]
+    names: dict[int, str] = {}
     used: set[str] = set()
-    for rep in reports:
-        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", rep.get("student") or "submission") or "submission"
-        name, k = stem, 2
-        while name in used:
-            name, k = f"{stem}-{k}", k + 1
-        used.add(name)
-        path = out / f"{name}.md"
-        path.write_text(feedback_markdown(rep), encoding="utf-8")
+    for i in sorted(range(len(stems)), key=lambda i: (stems[i].casefold(), stems[i], i)):
+        name, k = stems[i], 2
+        while name.casefold() in used:
+            name, k = f"{stems[i]}-{k}", k + 1
+        used.add(name.casefold())
+        names[i] = name
+    paths = []
+    for i, rep in enumerate(reports):
+        path = out / f"{names[i]}.md"
+        write_atomic(path, feedback_markdown(rep))
         paths.append(path)
     return paths
 
 
-def write_csv(reports: list[dict[str, Any]], path: str | Path) -> None:
-    """The gradebook: one row per submission, one column per exercise id (points)."""
-    ids = sorted({ex["id"] for rep in reports for ex in rep["exercises"]}, key=id_key)
-    sim_cols = list(dict.fromkeys(k for rep in reports for k in similarity_columns(rep)))
-    fields = [
-        "student",
-        "notebook",
-        "assignment",
-        "total",
-        "max",
-        "percent",
-        *ids,
-        "flags",
-        "error",
-        "runtime_s",
-        *sim_cols,
-    ]
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields)
-        writer.writeheader()
-        for rep in reports:
-            row = {
-                "student": one_line(rep.get("student") or ""),
-                "notebook": one_line(rep["notebook"]),
-                "assignment": rep.get("assignment") or "",
-                "total": _num(rep["total"]),
-                "max": _num(rep["max"]),
-                "percent": f"{rep.get('percent', 0.0):g}",
-                "flags": " | ".join(rep.get("flags", [])),
-                "error": rep.get("error") or "",
-                "runtime_s": f"{rep.get('runtime_s', 0.0):.1f}",
-            }
-            for ex in rep["exercises"]:
-                row[ex["id"]] = _num(ex["points"])
-            for key, value in similarity_columns(rep).items():
-                row[key] = value
-            writer.writerow({k: csv_safe(v) for k, v in row.items()})
+def _one_line_clip(text: Any, n: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def problems(rep: dict[str, Any]) -> list[str]:
+    """What the instructor should know about a submission besides its score, one line each:
+    its error, its flags (an answer re-exporting the course's code) and the grader's notes
+    (an edited check cell, not sandboxed, a cell out of memory...)."""
+    found = [rep["error"]] if rep.get("error") else []
+    found += list(rep.get("flags") or [])
+    found += [n for n in rep.get("notes") or [] if n not in found]
+    return [_one_line_clip(p) for p in found]
+
+
+def write_csv(reports: list[Any], path: str | Path, bom: bool = False) -> None:
+    """The gradebook: one row per submission, one column per exercise id (points).
+
+    After the columns of earlier versions come ``notes`` (every flag and grader note: an
+    edited check cell, not sandboxed...) and ``max_<id>``, each exercise's maximum. A
+    submission whose notebook never ran (damaged, another assignment) has blank points, not
+    0. ``bom``: start with a UTF-8 byte-order mark, so that Excel reads it as UTF-8."""
+    reports = as_reports(reports)
+    ids = sorted({ex.id for rep in reports for ex in rep.exercises}, key=id_key)
+    sim_cols = list(dict.fromkeys(k for rep in reports for k in similarity_columns(rep.to_dict())))
+    fields = ["student", "notebook", "assignment", "total", "max", "percent", *ids]
+    fields += ["flags", "error", "runtime_s", *sim_cols, "notes", *(f"max_{i}" for i in ids)]
+    buf = io.StringIO(newline="")
+    writer = csv.DictWriter(buf, fieldnames=fields)
+    writer.writeheader()
+    for rep in reports:
+        writer.writerow({k: csv_safe(v) for k, v in _csv_row(rep).items()})
+    write_atomic(path, ("\ufeff" if bom else "") + buf.getvalue())
+
+
+def _csv_row(rep: Report) -> dict[str, Any]:
+    d = rep.to_dict()
+    graded = rep.graded
+    row = {
+        "student": one_line(rep.student),
+        "notebook": one_line(rep.notebook),
+        "assignment": rep.assignment or "",
+        "total": _num(rep.total) if graded else "",
+        "max": _num(rep.max),
+        "percent": f"{rep.percent:g}" if graded else "",
+        "flags": " | ".join(rep.flags),
+        "error": rep.error or "",
+        "runtime_s": f"{rep.runtime_s:.1f}",
+        "notes": " | ".join(p for p in problems(d) if p != rep.error and p not in rep.flags),
+    }
+    for ex in rep.exercises:
+        row[ex.id] = _num(ex.points) if graded else ""
+        row[f"max_{ex.id}"] = _num(ex.max_points)
+    row.update(similarity_columns(d))
+    return row
 
 
 def classroom_result(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -309,6 +409,7 @@ def classroom_result(reports: list[dict[str, Any]]) -> dict[str, Any]:
     ``name``, ``status``, ``score``, ``message``, ``test_code``, ``filename``, ``line_no`` and
     ``execution_time``. The workflow base64-encodes it into ``<RUNNER>_RESULTS``.
     """
+    reports = _dicts(reports)
     tests = []
     any_error = False
     all_pass = True
@@ -365,9 +466,7 @@ def classroom_result(reports: list[dict[str, Any]]) -> dict[str, Any]:
 
 def write_classroom(reports: list[dict[str, Any]], path: str | Path) -> None:
     """:func:`classroom_result` as JSON (the workflow base64-encodes the file)."""
-    Path(path).write_text(
-        json.dumps(classroom_result(reports), ensure_ascii=False) + "\n", encoding="utf-8"
-    )
+    write_atomic(path, json.dumps(classroom_result(reports), ensure_ascii=False) + "\n")
 
 
 def similarity_columns(rep: dict[str, Any]) -> dict[str, str]:
@@ -382,7 +481,11 @@ def similarity_columns(rep: dict[str, Any]) -> dict[str, str]:
 
 def instructor_report(reports: list[dict[str, Any]]) -> str:
     """The instructor's Markdown summary: one row per submission, how it was sandboxed,
-    and (with ``--similarity``) the exercises whose code resembles the course's or a peer's."""
+    and (with ``--similarity``) the exercises whose code resembles the course's or a peer's.
+
+    The "problem" column holds the error, the flags and the grader's notes (an edited check
+    cell among them); "not sandboxed" counts only submissions whose code did run."""
+    reports = _dicts(reports)
     lines = ["# Grading report", ""]
     lines += ["| student | assignment | score | sandbox | peak memory | problem |"]
     lines += ["|---|---|---|---|---|---|"]
@@ -392,16 +495,20 @@ def instructor_report(reports: list[dict[str, Any]]) -> str:
             f"| {md_code(rep.get('student') or '', True)} | {_md_text(rep.get('assignment') or '')} "
             f"| {_num(rep['total'])} / {_num(rep['max'])} | {_md_text(box.get('backend', '-'))} "
             f"| {box.get('peak_memory_mb', 0):.0f} MB | "
-            f"{md_code(rep['error'], True) if rep.get('error') else ''} |"
+            f"{'<br>'.join(md_code(p, True) for p in problems(rep))} |"
         )
     lines.append("")
-    unsandboxed = [r for r in reports if not (r.get("sandbox") or {}).get("isolated")]
+    ran = [r for r in reports if (r.get("kernel") or {}).get("status") != "not_started"]
+    unsandboxed = [r for r in ran if not (r.get("sandbox") or {}).get("isolated")]
     if unsandboxed:
         lines += [
-            f"**{len(unsandboxed)} submission(s) were not sandboxed** (``--sandbox none`` or "
-            "not graded at all): their code ran as the grader's user.",
+            f"**{len(unsandboxed)} submission(s) were not sandboxed** (``--sandbox none``): "
+            "their code ran as the grader's user.",
             "",
         ]
+    never = len(reports) - len(ran)
+    if never:
+        lines += [f"{never} submission(s) never ran (see the problem column).", ""]
     rows = []
     for rep in reports:
         for ex_id, sim in (rep.get("similarity") or {}).items():
@@ -430,4 +537,4 @@ def instructor_report(reports: list[dict[str, Any]]) -> str:
 
 def write_instructor_report(reports: list[dict[str, Any]], path: str | Path) -> None:
     """:func:`instructor_report` into ``path``."""
-    Path(path).write_text(instructor_report(reports), encoding="utf-8")
+    write_atomic(path, instructor_report(reports))

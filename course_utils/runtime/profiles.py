@@ -27,6 +27,16 @@ PROFILES = ("ci", "cpu", "gpu")
 ENV_VAR = "COURSE_PROFILE"
 DEVICE_VAR = "COURSE_DEVICE"
 MAX_STEPS_VAR = "COURSE_MAX_STEPS"  # the GPU check's smoke runs: every training loop stops early
+ALLOW_SLOW_VAR = "COURSE_ALLOW_SLOW"  # run the gpu profile on a machine without CUDA anyway
+# How much slower the gpu profile runs on a CPU than on its reference GPU: notebook 08's gpu
+# recipe took 25-37 s per step (x 5,000 steps: 35-50 h) on a shared 2-core machine
+# (newcomer review, turn 4) against a GPU estimate of about 4 min: roughly 500-750x.
+CPU_SLOWDOWN = (500.0, 750.0)
+
+
+class ProfileError(ValueError):
+    """An unusable ``COURSE_PROFILE``; its message is one line, for the command line."""
+
 
 T = TypeVar("T")
 
@@ -58,11 +68,57 @@ def profile_name() -> str:
     value = os.environ.get(ENV_VAR, "").strip().lower()
     if value:
         if value not in PROFILES:
-            raise ValueError(
-                f"{ENV_VAR}={value!r} is not a profile; choose one of {', '.join(PROFILES)}"
-            )
+            raise ProfileError(profile_problem())
         return value
     return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def profile_problem() -> str:
+    """What is wrong with ``COURSE_PROFILE`` ("" when it is unset or a profile), one line."""
+    value = os.environ.get(ENV_VAR, "").strip().lower()
+    if not value or value in PROFILES:
+        return ""
+    return f"{ENV_VAR}={value!r} is not a profile; choose one of {', '.join(PROFILES)}"
+
+
+def _allow_slow() -> bool:
+    return os.environ.get(ALLOW_SLOW_VAR, "").strip().lower() in ("1", "true", "yes")
+
+
+def cpu_estimate() -> str:
+    """The gpu profile's time on this machine's CPU, roughly, from the GPU estimates."""
+    lo, hi = CPU_SLOWDOWN
+    try:
+        from course_utils import gpu_plan
+
+        minutes = {k: e.minutes for k, e in gpu_plan.EXPECTATIONS.items()}
+    except (ImportError, AttributeError):  # the estimates moved: say the factor only
+        minutes = {}
+    if not minutes:
+        return f"on a CPU the gpu profile takes roughly {lo:g}-{hi:g}x its GPU time"
+    slowest = max(minutes, key=minutes.get)
+    total = sum(minutes.values())
+    return (
+        f"on a CPU the gpu profile takes roughly {total * lo / 60:.0f}-{total * hi / 60:.0f} h "
+        f"for all notebooks (notebook {slowest} alone {minutes[slowest] * lo / 60:.0f}-"
+        f"{minutes[slowest] * hi / 60:.0f} h)"
+    )
+
+
+def slow_gpu_problem(cuda: bool | None = None) -> str:
+    """Why the gpu profile should not start here ("" when it may): ``COURSE_PROFILE=gpu`` on a
+    machine without CUDA, unless ``COURSE_ALLOW_SLOW=1`` (or ``COURSE_DEVICE``) asks for it."""
+    value = os.environ.get(ENV_VAR, "").strip().lower()
+    if value != "gpu" or _allow_slow() or os.environ.get(DEVICE_VAR, "").strip():
+        return ""
+    if cuda is None:
+        cuda = torch.cuda.is_available()
+    if cuda:
+        return ""
+    return (
+        f"{ENV_VAR}=gpu on a machine without a CUDA GPU: {cpu_estimate()}. Use "
+        f"{ENV_VAR}=cpu, or set {ALLOW_SLOW_VAR}=1 (or pass --allow-slow) to run it anyway"
+    )
 
 
 @contextlib.contextmanager
@@ -180,6 +236,8 @@ def describe(notebook: str | None = None) -> str:
     line = f"Running the '{p.name}' profile on {p.device} ({p.source}); torch {torch.__version__}"
     if p.name != "gpu":
         return line
+    if p.device.type == "cpu" and not torch.cuda.is_available():
+        line += f"\nWARNING: no CUDA GPU here; {cpu_estimate()}. Use {ENV_VAR}=cpu."
     from course_utils import gpu_plan
 
     notebook = notebook or gpu_plan.current_notebook()

@@ -88,14 +88,9 @@ def _allow_slow() -> bool:
 def cpu_estimate() -> str:
     """The gpu profile's time on this machine's CPU, roughly, from the GPU estimates."""
     lo, hi = CPU_SLOWDOWN
-    try:
-        from course_utils import gpu_plan
+    from course_utils import gpu_plan
 
-        minutes = {k: e.minutes for k, e in gpu_plan.EXPECTATIONS.items()}
-    except (ImportError, AttributeError):  # the estimates moved: say the factor only
-        minutes = {}
-    if not minutes:
-        return f"on a CPU the gpu profile takes roughly {lo:g}-{hi:g}x its GPU time"
+    minutes = {k: e.minutes for k, e in gpu_plan.estimates().items()}
     slowest = max(minutes, key=minutes.get)
     total = sum(minutes.values())
     return (

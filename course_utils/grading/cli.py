@@ -129,6 +129,18 @@ def _reference_arguments(what) -> None:
         help="extra exercise module (importable name or path to a .py file) "
         "exposing EXERCISES; repeatable",
     )
+    what.add_argument(
+        "--keys",
+        metavar="CHECKOUT",
+        help="grade the questions with the keys of this course checkout (the instructor's): "
+        "needed when the installed package's questions are sealed (course release --seal)",
+    )
+    what.add_argument(
+        "--student",
+        metavar="ID",
+        help="the student's identity, for questions whose numbers are personal (one "
+        "submission); in a batch each submission's folder name is its student's identity",
+    )
 
 
 def _limit_arguments(lim) -> None:
@@ -612,6 +624,12 @@ def main(args: argparse.Namespace) -> int:
 
         remove_stale()  # boxes and cgroups of graders killed from outside (own prefixes only)
     paths = [str(p) for p in args.submissions]
+    if getattr(args, "student", None) and len(paths) > 1:
+        print("course grade: --student names one submission's student", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    options.keys = getattr(args, "keys", None)
+    options.student = getattr(args, "student", None)
+    options.student_by_folder = options.student is None and len(paths) > 1
     missing = [p for p in paths if not os.path.lexists(p)]
     for p in missing:
         print(f"course grade: {p}: no such file", file=sys.stderr)

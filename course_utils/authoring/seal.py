@@ -51,7 +51,7 @@ def sealed_source(lesson_module: str, questions: list[Question]) -> str:
     items = "".join(_sealed_question(q) for q in questions)
     return (
         f'"""{lesson_module.rsplit(".", 1)[-1]}: graded questions, SEALED by `course release '
-        '--seal`.\n\nNo key here: `answer()` records your answer, and the instructor grades '
+        "--seal`.\n\nNo key here: `answer()` records your answer, and the instructor grades "
         'it with `course grade --keys`."""\n\n'
         "from course_utils.checks.questions import Question\n\n"
         f"QUESTIONS = [\n{items}]\n"

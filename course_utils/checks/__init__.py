@@ -214,7 +214,7 @@ def personal_seed() -> int:
         print(
             f"No {STUDENT_ENV} set: the default seed {seed} is used, so your numbers are "
             "everyone's. For a graded class set it to your submission folder's name first "
-            f'(e.g. %env {STUDENT_ENV}=alice), then run the notebook from the top.'
+            f"(e.g. %env {STUDENT_ENV}=alice), then run the notebook from the top."
         )
     else:
         print(f"{STUDENT_ENV} = {who!r}: your personal seed is {seed}")

@@ -574,6 +574,18 @@ def _print_summaries(reports: list[dict]) -> None:
         print(f"{len(reports)} submissions, {len(graded)} graded without problems")
 
 
+def _question_options(args: argparse.Namespace, options, paths: list[str]) -> bool:
+    """``--keys`` and the student's identity (``--student``, or in a batch each submission's
+    folder name) into ``options``; False (with the reason printed) on a usage error."""
+    if getattr(args, "student", None) and len(paths) > 1:
+        print("course grade: --student names one submission's student", file=sys.stderr)
+        return False
+    options.keys = getattr(args, "keys", None)
+    options.student = getattr(args, "student", None)
+    options.student_by_folder = options.student is None and len(paths) > 1
+    return True
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``course grade``; returns the exit code documented above."""
     from course_utils.grading.grader import GradeOptions
@@ -624,12 +636,8 @@ def main(args: argparse.Namespace) -> int:
 
         remove_stale()  # boxes and cgroups of graders killed from outside (own prefixes only)
     paths = [str(p) for p in args.submissions]
-    if getattr(args, "student", None) and len(paths) > 1:
-        print("course grade: --student names one submission's student", file=sys.stderr)
+    if not _question_options(args, options, paths):
         return EXIT_BAD_INPUT
-    options.keys = getattr(args, "keys", None)
-    options.student = getattr(args, "student", None)
-    options.student_by_folder = options.student is None and len(paths) > 1
     missing = [p for p in paths if not os.path.lexists(p)]
     for p in missing:
         print(f"course grade: {p}: no such file", file=sys.stderr)

@@ -40,7 +40,9 @@ def load_keys(checkout: str) -> dict[str, Question]:
     root = Path(checkout).expanduser().resolve()
     files = sorted((root / "course_utils" / "lessons").glob("nb*/questions.py"))
     if not files:
-        raise FileNotFoundError(f"{root}: no course_utils/lessons/nb*/questions.py (not a checkout?)")
+        raise FileNotFoundError(
+            f"{root}: no course_utils/lessons/nb*/questions.py (not a checkout?)"
+        )
     keys: dict[str, Question] = {}
     for path in files:
         name = f"_course_keys_{abs(hash(str(root)))}.{path.parent.name}"
@@ -50,7 +52,9 @@ def load_keys(checkout: str) -> dict[str, Question]:
         spec.loader.exec_module(module)
         for q in getattr(module, "QUESTIONS", []):
             if q.sealed:
-                raise ValueError(f"{path}: {q.id} is sealed; --keys needs the instructor's checkout")
+                raise ValueError(
+                    f"{path}: {q.id} is sealed; --keys needs the instructor's checkout"
+                )
             keys[q.id] = q
     return keys
 
@@ -114,7 +118,11 @@ def grade_questions(
     """One report entry per question of the assignment, judged from ``nb``'s source; with
     ``keys`` (an instructor checkout) against that checkout's keys; ``personal`` questions for
     ``student``'s seed (the default seed without one, and the entry says so)."""
-    table = load_keys(str(keys)) if keys else {}
+    try:
+        table = load_keys(str(keys)) if keys else {}
+    except Exception as exc:  # the instructor's setup, not the student's fault
+        why = f"not graded: the keys in {keys} could not be loaded ({type(exc).__name__}: {exc})"
+        return [question_entry(q, ERROR, why) for q in questions]
     seed = student_seed(student)
     entries = []
     for q in questions:

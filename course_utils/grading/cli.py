@@ -513,6 +513,8 @@ def _usage_problem(args: argparse.Namespace) -> str:
         return "-j must be >= 1, --memory-mb and --max-output-kb >= 0"
     if args.reference_dir and not Path(args.reference_dir).is_dir():
         return f"--reference-dir {args.reference_dir}: no such folder"
+    if getattr(args, "student", None) and len(args.submissions) > 1:
+        return "--student names one submission's student (in a batch: each folder's name)"
     return ""
 
 
@@ -574,16 +576,12 @@ def _print_summaries(reports: list[dict]) -> None:
         print(f"{len(reports)} submissions, {len(graded)} graded without problems")
 
 
-def _question_options(args: argparse.Namespace, options, paths: list[str]) -> bool:
+def _question_options(args: argparse.Namespace, options, paths: list[str]) -> None:
     """``--keys`` and the student's identity (``--student``, or in a batch each submission's
-    folder name) into ``options``; False (with the reason printed) on a usage error."""
-    if getattr(args, "student", None) and len(paths) > 1:
-        print("course grade: --student names one submission's student", file=sys.stderr)
-        return False
+    folder name) into ``options`` (``_usage_problem`` refused ``--student`` with a batch)."""
     options.keys = getattr(args, "keys", None)
     options.student = getattr(args, "student", None)
     options.student_by_folder = options.student is None and len(paths) > 1
-    return True
 
 
 def main(args: argparse.Namespace) -> int:
@@ -636,8 +634,7 @@ def main(args: argparse.Namespace) -> int:
 
         remove_stale()  # boxes and cgroups of graders killed from outside (own prefixes only)
     paths = [str(p) for p in args.submissions]
-    if not _question_options(args, options, paths):
-        return EXIT_BAD_INPUT
+    _question_options(args, options, paths)
     missing = [p for p in paths if not os.path.lexists(p)]
     for p in missing:
         print(f"course grade: {p}: no such file", file=sys.stderr)

@@ -160,12 +160,15 @@ def find_leaks(
 # dropped, a few prose words read as their code names, Python keywords and ubiquitous names left
 # out), the statement having at least two. A *pseudo-code* hint (a code fence, an assignment
 # arrow ``<-``/``←``, or the words "pseudo-code"/"outline") translates its exercise when its
-# lines map onto :data:`MAX_MAPPED` statements or half of them (at least 2); any hint, prose
-# included, when it maps onto :data:`MAX_MAPPED_PROSE` statements or two thirds of them.
+# lines map onto :data:`MAX_MAPPED` statements or half of them (at least 2). A prose hint is
+# read clause by clause, and a clause maps onto a statement of three words or more when it names
+# :data:`PROSE_SHARE` of them; the ladder translates when its prose maps onto
+# :data:`MAX_MAPPED_PROSE` statements or two thirds of them (at least 3).
 
 MAP_SHARE = 0.5
 MAX_MAPPED = 3
 MAX_MAPPED_PROSE = 5
+PROSE_SHARE = 0.75
 _PSEUDO = re.compile(r"```|<-|←|:=|pseudo-?code|outline", re.I)
 _DETAILS = re.compile(r"<details>\s*<summary>(.*?)</summary>(.*?)</details>", re.S)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -260,6 +263,13 @@ def _statements(nb: Mapping[str, Any]) -> dict[str, list[str]]:
     return out
 
 
+def _maps(line: str, need: set[str], pseudo: bool) -> bool:
+    """Whether a hint line names enough of a statement's words (see the section's comment)."""
+    if pseudo:
+        return len(need & _words(line)) >= MAP_SHARE * len(need)
+    return len(need) >= 3 and len(need & _words(line)) >= PROSE_SHARE * len(need)
+
+
 def hint_translations(nb: Mapping[str, Any], name: str = "notebook") -> list[HintMatch]:
     """Every (hint, solution statement) pair where a line of a hint of an exercise's ladder maps
     onto a statement of its solution (see :data:`MAP_SHARE`); one pair per hint and statement."""
@@ -267,17 +277,20 @@ def hint_translations(nb: Mapping[str, Any], name: str = "notebook") -> list[Hin
     matches = []
     for ex_id, summary, text in hint_ladders(nb):
         pseudo = bool(_PSEUDO.search(summary + text))
-        lines = [ln.strip() for ln in re.split(r"[\n;]", text) if _words(ln)]
+        split = r"[\n;]" if pseudo else r"[\n;:.]\s"
+        lines = [ln.strip() for ln in re.split(split, text) if _words(ln)]
         for stmt in statements.get(ex_id, []):
             need = _words(_operation(stmt))
             for ln in lines:
-                if len(need & _words(ln)) >= MAP_SHARE * len(need):
+                if _maps(ln, need, pseudo):
                     matches.append(HintMatch(name, ex_id, summary, ln, stmt, pseudo))
                     break
     return matches
 
 
-def translating_ladders(nb: Mapping[str, Any], name: str = "notebook") -> dict[str, list[HintMatch]]:
+def translating_ladders(
+    nb: Mapping[str, Any], name: str = "notebook"
+) -> dict[str, list[HintMatch]]:
     """The exercises whose hint ladder translates onto their solution (see the section's
     comment), with the pairs that show it."""
     statements = _statements(nb)

@@ -12,12 +12,12 @@ from course_utils.lessons.nb01_rnn_bottleneck import LESSON
 _SWEEP_CHOICES = {
     "a": "A bigger c gets more sentences right overall, but on the longest sentences exact "
     "match stays below 10% at every size.",
-    "b": "The largest c fixes them: on the longest sentences exact match climbs towards the "
-    "level of the short sentences.",
-    "c": "Nothing changes at any length: with the same data and the same number of steps, a "
+    "b": "A bigger c gets more sentences right overall, and with the largest c the longest "
+    "sentences climb towards the short ones' level.",
+    "c": "Nothing changes overall or on the longest sentences: with the same data and steps, a "
     "bigger model cannot learn more.",
-    "d": "A bigger c helps the longest sentences most: they have the most words to store, so "
-    "the extra room goes to them first.",
+    "d": "Little changes overall, but the longest sentences gain the most: the extra room goes "
+    "first to the inputs with most words to store.",
 }
 
 _PROBE_CHOICES = {

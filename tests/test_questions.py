@@ -304,3 +304,188 @@ def test_the_student_work_guard_protects_an_answered_question():
         "cell 1 ('answer-42-Q1'): your answer to question 42.Q1"
     ]
     assert work_at_risk(released, released) == []
+
+
+# -- sealed questions (issue 32) ---------------------------------------------------------------------
+def _sealed_questions(tmp_path) -> dict[str, Question]:
+    """The questions of a package sealed by ``course release --seal``, imported from its files."""
+    import importlib.util
+
+    from course_utils.authoring.seal import seal_package
+
+    found: dict[str, Question] = {}
+    for i, path in enumerate(seal_package(tmp_path / "sealed")):
+        spec = importlib.util.spec_from_file_location(f"_sealed_test_{i}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        found.update({q.id: q for q in module.QUESTIONS})
+    return found
+
+
+def test_the_sealed_package_holds_no_key_and_no_feedback(tmp_path):
+    """`course release --seal`: a search of every file of the student package finds no right
+    letter, no truth function, no misconception text and no backing claim."""
+    from course_utils.authoring.seal import SEALED_MARKER, key_texts
+
+    sealed = _sealed_questions(tmp_path)
+    assert set(sealed) == set(QIDS)
+    root = tmp_path / "sealed" / "course_utils"
+    assert (root / SEALED_MARKER).is_file()
+    files = [p for p in root.rglob("*") if p.is_file()]
+    texts = {p: p.read_text(encoding="utf-8", errors="ignore") for p in files}
+    assert any("nb03_scaled_dot_product" in str(p) for p in texts)  # the whole package is there
+    for q in QUESTIONS:
+        s = sealed[q.id]
+        assert s.sealed and s.correct is None and s.truth is None and not s.misconceptions
+        assert s.prompt == q.prompt and s.choices == q.choices and s.personal == q.personal
+        with pytest.raises(LookupError):
+            s.expected()
+        for secret in key_texts(q):
+            where = [str(p) for p, t in texts.items() if secret in t]
+            assert not where, f"{q.id}: {secret[:50]!r} is in the sealed package: {where}"
+        if q.truth is not None:
+            assert not [p for p, t in texts.items() if f"def {q.truth.__name__}(" in t], q.id
+    for p, t in texts.items():
+        if p.name == "questions.py" and "lessons" in p.parts:
+            assert "correct=" not in t and "truth=" not in t and "Misconception(" not in t, p
+
+
+@pytest.mark.parametrize("q", QUESTIONS, ids=QIDS)
+def test_sealed_answer_prints_the_same_recorded_line_for_every_answer(
+    q, tmp_path, monkeypatch, capsys
+):
+    """Sealed, answer() judges nothing: every choice (or number) prints the one 'recorded'
+    line, so trying every letter reveals nothing; in a strict kernel it does not raise."""
+    sealed = _sealed_questions(tmp_path)[q.id]
+    monkeypatch.setattr(checks, "get_question", lambda qid: sealed)
+    monkeypatch.setenv(checks.STRICT_ENV, "1")
+    tries = list(q.choices) if q.choices else [q.expected(), q.expected() + 1000, -3.5]
+    lines = set()
+    for value in tries:
+        assert checks.answer(q.id, value) is None
+        out = capsys.readouterr().out
+        assert "recorded" in out and "PASSED" not in out and "FAILED" not in out, out
+        lines.add(out)
+    assert len(lines) == 1, lines
+    # the same with the keys installed, under COURSE_SEALED=1
+    monkeypatch.undo()
+    monkeypatch.setenv("COURSE_SEALED", "1")
+    for value in tries:
+        checks.answer(q.id, value)
+        lines.add(capsys.readouterr().out)
+    assert len(lines) == 1, lines
+    # a malformed answer is still told how to write it (this needs no key)
+    checks.answer(q.id, "not an answer")
+    assert "well-formed" in capsys.readouterr().out
+
+
+def _grade_cli(tmp_path, monkeypatch, sealed, answers_by_id, extra=()):
+    """Run `course grade` on a notebook holding ``answers_by_id``'s answer cells, the installed
+    questions being ``sealed`` (no kernel: only the questions are graded here)."""
+    from course_utils import cli
+    from course_utils.grading import grader, plan
+
+    monkeypatch.setattr(plan, "question_table", lambda: list(sealed.values()))
+    monkeypatch.setattr(grader, "_run", lambda *a, **k: None)  # exercises: not under test
+    folder = tmp_path / "alice"
+    folder.mkdir(exist_ok=True)
+    nb = json.loads(release.release_file(REPO / "solutions" / "03_scaled_dot_product.ipynb"))
+    for qid, value in answers_by_id.items():
+        (cell,) = _answer_cells(nb, qid)
+        cell["source"] = f'answer("{qid}", {value!r})'
+    sub = folder / "03_scaled_dot_product.ipynb"
+    sub.write_text(json.dumps(nb), encoding="utf-8")
+    out = tmp_path / "out"
+    argv = ["grade", str(sub), "--reference-dir", str(REPO / "solutions"), "--sandbox", "none"]
+    argv += ["--json", str(out / "grades.json"), "--feedback", str(out / "fb"), "-q", *extra]
+    cli.main(argv)
+    report = json.loads((out / "grades.json").read_text(encoding="utf-8"))
+    report = report[0] if isinstance(report, list) else report
+    feedback = "\n".join(p.read_text(encoding="utf-8") for p in (out / "fb").glob("*"))
+    return {e["id"]: e for e in report["exercises"]}, feedback
+
+
+def test_course_grade_with_the_instructors_keys_grades_a_sealed_submission(tmp_path, monkeypatch):
+    sealed = _sealed_questions(tmp_path)
+    q2 = checks.get_question("03.Q2")
+    wrong = q2.misconceptions[0]
+    truth = checks.get_question("03.Q1").expected()
+    entries, feedback = _grade_cli(
+        tmp_path,
+        monkeypatch,
+        sealed,
+        {"03.Q1": round(truth, 2), "03.Q2": wrong.choice},
+        ["--keys", str(REPO)],
+    )
+    assert entries["03.Q1"]["status"] == PASSED and entries["03.Q1"]["points"] == 1
+    assert entries["03.Q2"]["status"] == FAILED and entries["03.Q2"]["points"] == 0
+    assert wrong.name in feedback and wrong.feedback[:40] in feedback  # the feedback, after grading
+    entries, _ = _grade_cli(
+        tmp_path,
+        monkeypatch,
+        sealed,
+        {"03.Q1": round(truth, 2) + 1, "03.Q2": q2.correct},
+        ["--keys", str(REPO)],
+    )
+    assert entries["03.Q1"]["status"] == FAILED and entries["03.Q2"]["status"] == PASSED
+    # without the keys a sealed question is never guessed: not graded, and says why
+    entries, _ = _grade_cli(tmp_path, monkeypatch, sealed, {"03.Q2": q2.correct})
+    assert entries["03.Q2"]["status"] == ERROR and "--keys" in entries["03.Q2"]["message"]
+    entries, _ = _grade_cli(
+        tmp_path, monkeypatch, sealed, {"03.Q2": q2.correct}, ["--keys", str(tmp_path / "nope")]
+    )
+    assert entries["03.Q2"]["status"] == ERROR and "keys" in entries["03.Q2"]["message"]
+
+
+# -- personal numbers (issue 32) ---------------------------------------------------------------------
+PERSONAL = [q for q in QUESTIONS if q.personal]
+
+
+def test_some_question_is_personal():
+    assert PERSONAL, "no question's number depends on the student's seed"
+
+
+@pytest.mark.parametrize("q", PERSONAL, ids=lambda q: q.id)
+def test_a_personal_number_passes_for_its_student_only(q: Question):
+    from course_utils.checks.questions import student_seed
+
+    alice, bob = student_seed("alice"), student_seed("bob")
+    assert student_seed(None) == 0 and alice != bob and alice == student_seed(" alice ")
+    mine, theirs = q.expected(alice), q.expected(bob)
+    allowed = max(q.abs_tolerance, q.tolerance * abs(mine))
+    assert abs(mine - theirs) > 2 * allowed, (mine, theirs)
+
+    def nb(value):
+        return {"cells": [{"cell_type": "code", "source": f'answer("{q.id}", {round(value, 2)})'}]}
+
+    for student, own, other in (("alice", mine, theirs), ("bob", theirs, mine)):
+        (ok,) = grade_questions(nb(own), [q], student=student)
+        (ko,) = grade_questions(nb(other), [q], student=student)
+        assert ok["status"] == PASSED and ko["status"] == FAILED, (student, ok, ko)
+    (default,) = grade_questions(nb(q.expected()), [q])
+    assert default["status"] == PASSED and "default seed" in default["message"]
+
+
+def test_in_a_batch_the_identity_is_the_submissions_folder(tmp_path, monkeypatch):
+    from course_utils.grading import grader
+
+    seen = []
+    monkeypatch.setattr(grader, "grade_questions", lambda nb, qs, **kw: seen.append(kw) or [])
+    assignment = type("A", (), {"questions": []})()
+    path = str(tmp_path / "bob" / "03_scaled_dot_product.ipynb")
+    grader._grade_questions({}, assignment, grader.GradeOptions(student_by_folder=True), path)
+    grader._grade_questions({}, assignment, grader.GradeOptions(student="carol"), path)
+    grader._grade_questions({}, assignment, grader.GradeOptions(), path)
+    assert [kw["student"] for kw in seen] == ["bob", "carol", None]
+
+
+def test_answer_in_the_notebook_judges_for_course_student(monkeypatch, capsys):
+    q = PERSONAL[0]
+    from course_utils.checks.questions import student_seed
+
+    monkeypatch.setenv("COURSE_STUDENT", "alice")
+    assert checks.personal_seed() == student_seed("alice")
+    assert checks.answer(q.id, q.expected(student_seed("alice"))).passed
+    assert checks.answer(q.id, q.expected(student_seed("bob"))).status == FAILED
+    monkeypatch.delenv("COURSE_STUDENT")
+    assert checks.personal_seed() == 0 and "default seed" in capsys.readouterr().out

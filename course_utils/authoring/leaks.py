@@ -150,3 +150,163 @@ def find_leaks(
                         shown = line.strip() if needle == strip_comment(line) else needle
                         leaks.append(Leak(name, ex_id, shown, cid, index, ctype))
     return leaks
+
+
+# -- hint ladders that translate onto the solution (issue 32) ---------------------------------
+# A hint may name the idea, the shapes and how to debug; it must not be the solution in
+# pseudo-code, i.e. lines that map one to one onto the solution's statements. A hint line *maps
+# onto* a statement when it names at least :data:`MAP_SHARE` of the words of what the statement
+# computes (the identifiers of its expression, split at underscores, lower-cased, a plural ``s``
+# dropped, a few prose words read as their code names, Python keywords and ubiquitous names left
+# out), the statement having at least two. A *pseudo-code* hint (a code fence, an assignment
+# arrow ``<-``/``←``, or the words "pseudo-code"/"outline") translates its exercise when its
+# lines map onto :data:`MAX_MAPPED` statements or half of them (at least 2). A prose hint is
+# read clause by clause, and a clause maps onto a statement of three words or more when it names
+# :data:`PROSE_SHARE` of them; the ladder translates when its prose maps onto
+# :data:`MAX_MAPPED_PROSE` statements or two thirds of them (at least 3).
+
+MAP_SHARE = 0.5
+MAX_MAPPED = 3
+MAX_MAPPED_PROSE = 5
+PROSE_SHARE = 0.75
+_PSEUDO = re.compile(r"```|<-|←|:=|pseudo-?code|outline", re.I)
+_DETAILS = re.compile(r"<details>\s*<summary>(.*?)</summary>(.*?)</details>", re.S)
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_COMMON = frozenset(
+    "and as assert break class continue def del elif else except false finally for from global "
+    "if import in is lambda none nonlocal not or pass raise return true try while with yield "
+    "self torch nn f dim keepdim shape size float int len range math x i j t".split()
+)
+
+
+@dataclass(frozen=True)
+class HintMatch:
+    """A line of ``exercise``'s hint ladder that maps onto one statement of its solution."""
+
+    notebook: str
+    exercise: str
+    hint: str  # the hint's summary, e.g. "Hint 3 (pseudo-code)"
+    hint_line: str
+    statement: str
+    pseudo: bool  # the hint is written as pseudo-code (see the section's comment)
+
+
+_SAME = {  # a word of prose and the name code uses for it
+    "maximum": "max",
+    "minimum": "min",
+    "exponential": "exp",
+    "transposed": "transpose",
+    "logarithm": "log",
+    "values": "value",
+    "amax": "max",
+    "isfinite": "finite",
+}
+
+
+def _words(text: str) -> set[str]:
+    out = set()
+    for ident in _IDENT.findall(text):
+        for part in ident.lower().split("_"):
+            part = _SAME.get(part, part)
+            if len(part) > 3 and part.endswith("s"):
+                part = part[:-1]
+            if part and part not in _COMMON:
+                out.add(part)
+    return out
+
+
+def hint_ladders(nb: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """``(exercise id, summary, text)`` of every collapsed hint (``<details>`` whose summary
+    starts with "Hint") in a markdown cell, for the first exercise cell after it."""
+    cells = nb.get("cells", [])
+    found = []
+    for i, cell in enumerate(cells):
+        if cell.get("cell_type") != "markdown" or "<details>" not in cell_source(cell):
+            continue
+        ex_id = next(
+            (exercise_id(c) for c in cells[i + 1 :] if exercise_id(c) and _solution_lines(c)[0]),
+            None,
+        )
+        if ex_id is None:
+            continue
+        for summary, text in _DETAILS.findall(cell_source(cell)):
+            if summary.strip().lower().startswith("hint"):
+                found.append((ex_id, summary.strip(), text))
+    return found
+
+
+def _operation(code: str) -> str:
+    """What a statement computes: the expression of an assignment or ``return``, else itself
+    (pseudo-code renames variables freely, so the names assigned to do not count)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return code
+    if len(tree.body) == 1 and isinstance(tree.body[0], (ast.Assign, ast.AugAssign, ast.Return)):
+        value = tree.body[0].value
+        if value is not None:
+            return ast.get_source_segment(code, value) or code
+    return code
+
+
+def _statements(nb: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Each exercise's solution statements (comment-free, two or more words), by id."""
+    out: dict[str, list[str]] = {}
+    for cell in nb.get("cells", []):
+        ex_id = exercise_id(cell)
+        if cell.get("cell_type") != "code" or not ex_id:
+            continue
+        for line in _solution_lines(cell)[0]:
+            code = strip_comment(line)
+            if len(_words(_operation(code))) >= 2 and not code.startswith(('"""', "'''")):
+                out.setdefault(ex_id, []).append(code)
+    return out
+
+
+def _maps(line: str, need: set[str], pseudo: bool) -> bool:
+    """Whether a hint line names enough of a statement's words (see the section's comment)."""
+    if pseudo:
+        return len(need & _words(line)) >= MAP_SHARE * len(need)
+    return len(need) >= 3 and len(need & _words(line)) >= PROSE_SHARE * len(need)
+
+
+def hint_translations(nb: Mapping[str, Any], name: str = "notebook") -> list[HintMatch]:
+    """Every (hint, solution statement) pair where a line of a hint of an exercise's ladder maps
+    onto a statement of its solution (see :data:`MAP_SHARE`); one pair per hint and statement."""
+    statements = _statements(nb)
+    matches = []
+    for ex_id, summary, text in hint_ladders(nb):
+        pseudo = bool(_PSEUDO.search(summary + text))
+        split = r"[\n;]" if pseudo else r"[\n;:.]\s"
+        lines = [ln.strip() for ln in re.split(split, text) if _words(ln)]
+        for stmt in statements.get(ex_id, []):
+            need = _words(_operation(stmt))
+            for ln in lines:
+                if _maps(ln, need, pseudo):
+                    matches.append(HintMatch(name, ex_id, summary, ln, stmt, pseudo))
+                    break
+    return matches
+
+
+def translating_ladders(
+    nb: Mapping[str, Any], name: str = "notebook"
+) -> dict[str, list[HintMatch]]:
+    """The exercises whose hint ladder translates onto their solution (see the section's
+    comment), with the pairs that show it."""
+    statements = _statements(nb)
+    pseudo: dict[str, dict[str, HintMatch]] = {}
+    every: dict[str, dict[str, HintMatch]] = {}
+    for m in hint_translations(nb, name):
+        every.setdefault(m.exercise, {}).setdefault(m.statement, m)
+        if m.pseudo:
+            pseudo.setdefault(m.exercise, {}).setdefault(m.statement, m)
+    bad = {}
+    for ex, found in pseudo.items():
+        n = len(statements.get(ex, []))
+        if len(found) >= MAX_MAPPED or (len(found) >= 2 and 2 * len(found) >= n) or n == len(found):
+            bad[ex] = list(found.values())
+    for ex, found in every.items():
+        n = len(statements.get(ex, []))
+        if len(found) >= MAX_MAPPED_PROSE or (len(found) >= 3 and 3 * len(found) >= 2 * n):
+            bad.setdefault(ex, list(found.values()))
+    return bad

@@ -907,6 +907,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="instead, write the public student copy of the course into DIR (every file git "
         "tracks except solutions/): what the workflow's COURSE_REPO should point at",
     )
+    _seal_arguments(parser)
     parser.add_argument(
         "--profile",
         choices=("ci", "cpu", "gpu"),
@@ -918,6 +919,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Exit codes: 0 ok; 1 notebooks/ out of date (--check) or notebooks kept because they "
         "hold a student's work; 2 invalid solution notebooks or usage error."
     )
+
+
+# -- sealing (issue 32; separate from --template) ----------------------------------------------
+def _seal_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--seal DIR``: the student package of a graded class (:mod:`course_utils.authoring.seal`)."""
+    parser.add_argument(
+        "--seal",
+        default=None,
+        metavar="DIR",
+        help="instead, write DIR/course_utils: the package for a graded class, its questions "
+        "sealed (prompts and choices, no keys, no feedback); grade it with "
+        "`course grade --keys <this checkout>`",
+    )
+
+
+def _seal(args: argparse.Namespace) -> int:
+    """``course release --seal DIR``: write the sealed package, list what was sealed."""
+    from course_utils.authoring.seal import seal_package
+
+    for path in seal_package(args.seal):
+        print(f"sealed    {path}")
+    print(f"wrote     {Path(args.seal) / 'course_utils'} (graded questions sealed)")
+    return EXIT_OK
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -969,6 +993,8 @@ def main(args: argparse.Namespace) -> int:
             except Exception as exc:  # CellExecutionError, a dead kernel, a missing file
                 print(f"course release: {nb_path} failed to run: {exc}", file=sys.stderr)
                 return EXIT_INVALID
+        if getattr(args, "seal", None):
+            return _seal(args)
         if getattr(args, "template", None) or getattr(args, "public", None):
             return _classroom(args)
         if args.check:

@@ -31,12 +31,17 @@ from course_utils.checks.core import (
     check as _check_impl,
 )
 from course_utils.checks.questions import (
+    STUDENT_ENV,
     Misconception,
     Question,
     check_answer,
+    is_sealed,
     normalise_choice,
     prediction_of,
     record_prediction,
+    recorded_answer,
+    student_identity,
+    student_seed,
 )
 
 
@@ -177,15 +182,43 @@ def answer(question_id: str, value):
     Like :func:`check`, it never raises in an interactive kernel and raises
     :class:`CheckFailed` in a strict one (nbval) unless the answer passed. The official grader
     reads the answer from the cell's source instead, outside the kernel.
+
+    Unsealed (the course repository, self-study) this is a self-check: it says PASSED or
+    FAILED at once. Sealed (the package of a graded class, or ``COURSE_SEALED=1``) it judges
+    nothing: every well-formed answer prints the same "answer recorded" line, and the grade
+    and its feedback come from ``course grade`` with the instructor's keys. A ``personal``
+    question is judged for the seed of ``COURSE_STUDENT`` (the default seed without it).
     """
     q = get_question(question_id)
-    result = check_answer(q, value)
+    if is_sealed(q):
+        result, line = recorded_answer(q, value)
+        print(line)
+        if result is not None and result.status != NOT_ATTEMPTED:
+            print(result.message)
+        return result
+    result = check_answer(q, value, seed=student_seed(student_identity()))
     print(result.verdict_line())
     predicted = prediction_of(question_id)
     if predicted is not None and q.choices is not None:
         shown = normalise_choice(predicted)
         print(f"Your prediction before the run: ({shown}) {q.choices.get(shown, '')}".rstrip())
     return _settle(result)
+
+
+def personal_seed() -> int:
+    """The seed of this notebook's personal numbers (see ``course_utils.checks.questions``):
+    from ``COURSE_STUDENT``, else the default seed 0; prints which."""
+    who = student_identity()
+    seed = student_seed(who)
+    if who is None:
+        print(
+            f"No {STUDENT_ENV} set: the default seed {seed} is used, so your numbers are "
+            "everyone's. For a graded class set it to your submission folder's name first "
+            f"(e.g. %env {STUDENT_ENV}=alice), then run the notebook from the top."
+        )
+    else:
+        print(f"{STUDENT_ENV} = {who!r}: your personal seed is {seed}")
+    return seed
 
 
 def predict(question_id: str, value) -> None:
@@ -216,6 +249,7 @@ __all__ = [
     "get_question",
     "item_key",
     "answer",
+    "personal_seed",
     "predict",
     "Question",
     "Misconception",

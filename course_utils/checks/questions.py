@@ -20,11 +20,30 @@ Two forms:
 
 *Predictions* (:func:`record_prediction`) are written before an experiment and shown back next
 to the answer after it; they are never graded.
+
+**Sealed or self-check.** In the course repository a question carries its key (``correct``,
+``truth``, the misconceptions), so ``answer()`` says PASSED or FAILED at once: a *self-check*,
+for self-study, that anyone can brute-force by trying every letter. The package an instructor
+gives a graded class is *sealed* (``course release --seal``, :mod:`course_utils.authoring.seal`):
+its questions keep their prompts and choices but carry no key, no truth and no misconception
+text (which would reveal the right letter by elimination), and ``answer()`` only checks that the
+answer is well-formed and prints the same "recorded" line for every choice. ``course grade
+--keys CHECKOUT`` grades it with the keys of the instructor's checkout, and the feedback file
+then names the misconception. ``COURSE_SEALED=1`` makes ``answer()`` behave sealed even where
+the keys are installed.
+
+**Personal numbers.** A numeric question whose run depends on a seed is ``personal``: the seed
+comes from the student's identity (:func:`student_seed`: ``COURSE_STUDENT`` in the notebook;
+the submission's folder name in a batch, or ``--student ID``, in ``course grade``), and
+``truth(seed)`` recomputes the number for that student, so a neighbour's number does not pass.
+Without an identity the default seed (0) is used, and the question says so.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +52,9 @@ from course_utils.checks.core import FAILED, NOT_ATTEMPTED, PASSED, CheckResult
 
 __all__ = [
     "QUESTION",
+    "RECORDED_LINE",
+    "SEALED_ENV",
+    "STUDENT_ENV",
     "Misconception",
     "Question",
     "check_answer",
@@ -41,9 +63,21 @@ __all__ = [
     "is_question_id",
     "record_prediction",
     "prediction_of",
+    "is_sealed",
+    "recorded_answer",
+    "student_identity",
+    "student_seed",
 ]
 
 QUESTION = "question"
+SEALED_ENV = "COURSE_SEALED"  # "1": answer() records without judging, even with the keys here
+STUDENT_ENV = "COURSE_STUDENT"  # the student's identity in the notebook (their folder's name)
+DEFAULT_SEED = 0  # the seed of a personal question when no identity is given
+# What answer() prints for every well-formed answer to a sealed question (whatever the letter)
+RECORDED_LINE = (
+    "[{id}] {title}: answer recorded ({points:g} points, graded by the instructor with "
+    "`course grade`; the feedback comes with your grade)"
+)
 
 
 @dataclass(frozen=True)
@@ -82,10 +116,19 @@ class Question:
     # stored (``cpu``) run and the ``ci`` run asserts it.
     backed_by: tuple[str, ...] = ()
     kind: str = QUESTION
+    # the truth depends on a seed derived from the student's identity: ``truth(seed)``
+    personal: bool = False
+    # a sealed copy (``course release --seal``): prompt and choices only, no key of any kind
+    sealed: bool = False
 
     def __post_init__(self) -> None:
         if not is_question_id(self.id):
             raise ValueError(f"question id {self.id!r} is not of the form 'NN.Qk'")
+        self._truth_cache: dict[int, tuple[float, ...]] = {}
+        if self.sealed:
+            if self.correct is not None or self.truth is not None or self.misconceptions:
+                raise ValueError(f"question {self.id}: a sealed question carries no key")
+            return
         if (self.choices is None) == (self.truth is None):
             raise ValueError(f"question {self.id}: give either choices or truth, not both/neither")
         if self.choices is not None:
@@ -98,30 +141,35 @@ class Question:
                     f"question {self.id}: every wrong choice needs exactly one misconception "
                     f"(wrong: {sorted(wrong)}, named: {sorted(named)})"
                 )
-        self._truth_cache: tuple[float, ...] | None = None
 
     @property
     def function(self) -> str:
         """What the answer cell calls (the grader's reports name it like an exercise's)."""
         return "answer"
 
-    def expected(self) -> Any:
+    def expected(self, seed: int = DEFAULT_SEED) -> Any:
         """The right answer: the letter, or the number recomputed from the seeds (cached; the
         first one when the run can legitimately show several, see :meth:`truths`)."""
+        if self.sealed:
+            raise LookupError(f"{self.id} is sealed: its key is in the instructor's checkout")
         if self.choices is not None:
             return self.correct
-        return self.truths()[0]
+        return self.truths(seed)[0]
 
-    def truths(self) -> tuple[float, ...]:
-        """Every number a correct run can show (cached). ``truth`` returns one number, or a
-        tuple of them when the student's run depends on something the grader cannot see (e.g.
-        which corpus the machine had: notebook 08 trains on tiny-shakespeare or, without it,
-        on the offline corpus)."""
-        if self._truth_cache is None:
-            value = self.truth()
+    def truths(self, seed: int = DEFAULT_SEED) -> tuple[float, ...]:
+        """Every number a correct run can show (cached per seed). ``truth`` returns one number,
+        or a tuple of them when the student's run depends on something the grader cannot see
+        (e.g. which corpus the machine had: notebook 08 trains on tiny-shakespeare or, without
+        it, on the offline corpus). A ``personal`` question's truth is ``truth(seed)``; the
+        others ignore ``seed``."""
+        if self.truth is None:
+            raise LookupError(f"{self.id} has no numeric truth here (sealed or multiple choice)")
+        key = seed if self.personal else DEFAULT_SEED
+        if key not in self._truth_cache:
+            value = self.truth(key) if self.personal else self.truth()
             values = value if isinstance(value, (tuple, list)) else (value,)
-            self._truth_cache = tuple(float(v) for v in values)
-        return self._truth_cache
+            self._truth_cache[key] = tuple(float(v) for v in values)
+        return self._truth_cache[key]
 
     def misconception(self, choice: str) -> Misconception | None:
         """The misconception behind a wrong letter, if it is one of the choices."""
@@ -153,14 +201,59 @@ def _blank(value: Any) -> bool:
     return value is None or value is Ellipsis or (isinstance(value, str) and not value.strip())
 
 
-def check_answer(q: Question, value: Any) -> CheckResult:
+def check_answer(q: Question, value: Any, seed: int = DEFAULT_SEED) -> CheckResult:
     """Grade one answer: ``not attempted`` for ``None``/``...``/``""``; ``FAILED`` with the
-    misconception's feedback, or with where to look for a nonsense value; else ``PASSED``."""
+    misconception's feedback, or with where to look for a nonsense value; else ``PASSED``.
+    ``seed`` is the student's (:func:`student_seed`), used by ``personal`` questions only."""
+    if q.sealed:
+        raise LookupError(f"{q.id} is sealed: grade it with `course grade --keys CHECKOUT`")
     if _blank(value):
         return _result(q, NOT_ATTEMPTED, "not answered yet: replace None with your answer")
     if q.choices is not None:
         return _check_choice(q, value)
-    return _check_number(q, value)
+    return _check_number(q, value, seed)
+
+
+def is_sealed(q: Question) -> bool:
+    """True when ``answer()`` must record without judging: a sealed question, or
+    ``COURSE_SEALED=1`` in the environment."""
+    flag = os.environ.get(SEALED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return q.sealed or flag
+
+
+def recorded_answer(q: Question, value: Any) -> tuple[CheckResult | None, str]:
+    """What ``answer()`` says for a sealed question: ``(result, line)``. A blank answer is
+    ``not attempted``; a malformed one (not a letter of the choices, not a number) fails with
+    how to write it (this needs no key); every well-formed answer gets the same
+    :data:`RECORDED_LINE`, whatever it is, and ``result`` ``None`` (not judged)."""
+    if _blank(value):
+        r = _result(q, NOT_ATTEMPTED, "not answered yet: replace None with your answer")
+        return r, r.verdict_line()
+    if q.choices is not None:
+        ok = isinstance(value, str) and normalise_choice(value) in q.choices
+        how = "one letter of the choices, as a string"
+    else:
+        ok = math.isfinite(_as_number(value))
+        how = "a plain number"
+    if not ok:
+        r = _result(q, FAILED, f"{value!r} is not a well-formed answer: write {how}")
+        return r, r.verdict_line()
+    return None, RECORDED_LINE.format(id=q.id, title=q.title, points=q.points)
+
+
+def student_identity() -> str | None:
+    """The student's identity in a notebook (``COURSE_STUDENT``), or ``None``."""
+    who = os.environ.get(STUDENT_ENV, "").strip()
+    return who or None
+
+
+def student_seed(identity: str | None = None) -> int:
+    """The seed of ``identity``'s personal numbers: ``0`` without an identity, else a number
+    from its SHA-256 (stable across machines and Python versions, never 0)."""
+    if identity is None or not str(identity).strip():
+        return DEFAULT_SEED
+    digest = hashlib.sha256(str(identity).strip().encode("utf-8")).digest()
+    return 1 + int.from_bytes(digest[:4], "big") % (2**31 - 2)
 
 
 def _check_choice(q: Question, value: Any) -> CheckResult:
@@ -171,7 +264,7 @@ def _check_choice(q: Question, value: Any) -> CheckResult:
             q,
             FAILED,
             f"{value!r} is not one of the choices: answer with one letter ({letters}), "
-            f'e.g. answer("{q.id}", "{min(q.choices)}"). Look at {q.evidence}.',
+            f'written answer("{q.id}", "<letter>"). Look at {q.evidence}.',
         )
     if choice == q.correct:
         return _result(q, PASSED, f"({choice}) is what the run shows")
@@ -185,19 +278,25 @@ def normalise_choice(value: Any) -> str:
     return str(value).strip().lower().strip("()")
 
 
-def _check_number(q: Question, value: Any) -> CheckResult:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            number = float(str(value).strip())
-        except ValueError:
-            number = math.nan
-    else:
-        number = float(value)
+def _as_number(value: Any) -> float:
+    """``value`` as a float (``nan`` when it is not a number; a bool is not one)."""
+    if isinstance(value, bool):
+        return math.nan
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        return math.nan
+
+
+def _check_number(q: Question, value: Any, seed: int = DEFAULT_SEED) -> CheckResult:
+    number = _as_number(value)
     if not math.isfinite(number):
         return _result(
             q, FAILED, f"{value!r} is not a number: answer with the number you read in {q.evidence}"
         )
-    for truth in q.truths():
+    for truth in q.truths(seed):
         if abs(number - truth) <= max(q.abs_tolerance, q.tolerance * abs(truth)):
             return _result(q, PASSED, f"{number:g} agrees with the run")
     unit = f" {q.unit}" if q.unit else ""

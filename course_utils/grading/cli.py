@@ -161,6 +161,18 @@ def _reference_arguments(what) -> None:
         help="extra exercise module (importable name or path to a .py file) "
         "exposing EXERCISES; repeatable",
     )
+    what.add_argument(
+        "--keys",
+        metavar="CHECKOUT",
+        help="grade the questions with the keys of this course checkout (the instructor's): "
+        "needed when the installed package's questions are sealed (course release --seal)",
+    )
+    what.add_argument(
+        "--student",
+        metavar="ID",
+        help="the student's identity, for questions whose numbers are personal (one "
+        "submission); in a batch each submission's folder name is its student's identity",
+    )
 
 
 def _limit_arguments(lim) -> None:
@@ -533,6 +545,8 @@ def _usage_problem(args: argparse.Namespace) -> str:
         return "-j must be >= 1, --memory-mb and --max-output-kb >= 0"
     if args.reference_dir and not Path(args.reference_dir).is_dir():
         return f"--reference-dir {args.reference_dir}: no such folder"
+    if getattr(args, "student", None) and len(args.submissions) > 1:
+        return "--student names one submission's student (in a batch: each folder's name)"
     return ""
 
 
@@ -621,6 +635,14 @@ def _reports_out(args: argparse.Namespace, reports: list[dict], options) -> int:
     return 0
 
 
+def _question_options(args: argparse.Namespace, options, paths: list[str]) -> None:
+    """``--keys`` and the student's identity (``--student``, or in a batch each submission's
+    folder name) into ``options`` (``_usage_problem`` refused ``--student`` with a batch)."""
+    options.keys = getattr(args, "keys", None)
+    options.student = getattr(args, "student", None)
+    options.student_by_folder = options.student is None and len(paths) > 1
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``course grade``; returns the exit code documented above."""
     from course_utils.grading.grader import GradeOptions
@@ -671,6 +693,7 @@ def main(args: argparse.Namespace) -> int:
 
         remove_stale()  # boxes and cgroups of graders killed from outside (own prefixes only)
     paths = [str(p) for p in args.submissions]
+    _question_options(args, options, paths)
     missing = [p for p in paths if not os.path.lexists(p)]
     for p in missing:
         print(f"course grade: {p}: no such file", file=sys.stderr)

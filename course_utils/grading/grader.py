@@ -82,6 +82,9 @@ class GradeOptions:
     cpu_s: float = 0.0
     image: str = DOCKER_IMAGE
     box_parent: str | None = None  # where the sandboxes' folders go (default: the temp dir)
+    keys: str | None = None  # an instructor checkout whose questions' keys grade sealed ones
+    student: str | None = None  # the student's identity (personal numbers), for one submission
+    student_by_folder: bool = False  # in a batch: the identity is the submission's folder name
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -208,7 +211,7 @@ def grade_submission(
         )
 
     _run(nb, assignment, report, opts, seed, path)
-    report["exercises"].extend(grade_questions(nb, assignment.questions))
+    report["exercises"].extend(_grade_questions(nb, assignment, opts, path))
     for ex_id in assignment.problems:  # count them, so the maximum stays honest
         report["exercises"].append(
             {
@@ -225,6 +228,13 @@ def grade_submission(
         )
     report["exercises"].sort(key=lambda e: id_key(e["id"]))
     return _finish(report, t0)
+
+
+def _grade_questions(nb, assignment: Assignment, opts: GradeOptions, path: str) -> list:
+    """The questions' entries: with the instructor's keys (``opts.keys``), for the student's
+    identity (``opts.student``, or the submission's folder name in a batch)."""
+    student = opts.student or (Path(path).resolve().parent.name if opts.student_by_folder else None)
+    return grade_questions(nb, assignment.questions, keys=opts.keys, student=student)
 
 
 def _question_errors(assignment: Assignment, message: str) -> list[dict[str, Any]]:
@@ -286,7 +296,7 @@ def lost_report(path: str | os.PathLike, options: GradeOptions | None, why: str)
         report["exercises"] = [_entry(g, ERROR, message) for g in assignment.exercises]
         # the answers are in the notebook's source: the lost process cost none of them
         report["exercises"] += (
-            grade_questions(nb, assignment.questions)
+            _grade_questions(nb, assignment, opts, str(path))
             if nb is not None
             else _question_errors(assignment, message)
         )

@@ -10,24 +10,25 @@ from course_utils.lessons.nb01_rnn_bottleneck import LESSON
 # profile (``backed_by``); each distractor contradicts one of them.
 
 _SWEEP_CHOICES = {
-    "b": "The largest c fixes them: on the longest sentences exact match climbs towards the "
-    "level of the short ones.",
     "a": "A bigger c gets more sentences right overall, but on the longest sentences exact "
     "match stays below 10% at every size.",
-    "c": "Nothing changes at any length: with the same number of steps, a bigger model cannot "
-    "learn more.",
-    "d": "One number per source word is enough: every size here (each has at least as many "
-    "numbers as the longest sentence has words) gets the longest sentences right.",
+    "b": "A bigger c gets more sentences right overall, and with the largest c the longest "
+    "sentences climb towards the short ones' level.",
+    "c": "Nothing changes overall or on the longest sentences: with the same data and steps, a "
+    "bigger model cannot learn more.",
+    "d": "Little changes overall, but the longest sentences gain the most: the extra room goes "
+    "first to the inputs with most words to store.",
 }
 
 _PROBE_CHOICES = {
-    "a": "About the same share at every length: c has a fixed size, so it holds every "
-    "sentence equally well.",
-    "b": "On the shortest sentences far more than the position alone gives away, and more "
-    "than 20 points less on the longest ones.",
-    "c": "No more than the position-only guess: c keeps how long the sentence is, not which "
-    "words it holds.",
-    "d": "More on the longest sentences: more words go in, so more of them are left in c.",
+    "a": "About the same share at every length: c has a fixed size, so it holds a short and a "
+    "long sentence equally well.",
+    "b": "Far more than the position-only guess on the shortest sentences, and more than 20 "
+    "points less on the longest ones.",
+    "c": "No more than the position-only guess at any length: c keeps how long the sentence is, "
+    "not which words it holds.",
+    "d": "Far more than the position-only guess at every length, losing under 10 points from "
+    "shortest to longest: c holds the words, the decoder fails to use them.",
 }
 
 QUESTIONS = [
@@ -57,9 +58,10 @@ QUESTIONS = [
             ),
             Misconception(
                 "d",
-                "c needs one number per word",
-                "Every H in the sweep is at least the longest sentence length (the recipe "
-                "printed at the top). Read the longest bucket's column of the sweep table.",
+                "extra room goes to the inputs that need it most",
+                "For each bucket column of the sweep table, subtract the smallest H's score from "
+                "the largest H's: in which bucket is the gain largest, and how far did the "
+                "longest bucket move?",
             ),
         ),
         backed_by=(
@@ -93,9 +95,10 @@ QUESTIONS = [
             ),
             Misconception(
                 "d",
-                "more words in means more information stored",
+                "c holds every word; only the decoder fails to read them",
                 "Read the main model's row of the probe table from the shortest bucket to the "
-                "longest.",
+                "longest and count the points it loses; then compare its longest bucket with "
+                "the position-only row.",
             ),
         ),
         backed_by=(

@@ -10,17 +10,14 @@ from course_utils.lessons.nb02_additive_attention import LESSON
 # profile (``backed_by``); each distractor contradicts one of them.
 
 _LENGTH_CHOICES = {
-    "a": "With attention, exact match stays as high on sentences longer than any training "
-    "sentence as on the trained lengths: the decoder reads every word, so length no longer "
-    "matters.",
-    "d": "On the longest lengths it trained on, attention is far ahead of the model without "
-    "attention; on sentences longer than any it trained on, every attention model falls with "
-    "each longer bucket.",
-    "c": "With attention, exact match still collapses with length inside the training lengths, "
-    "like the model without attention: re-weighting the same encoder states adds no "
-    "information.",
-    "b": "Attention pays off only on sentences longer than any it trained on; on the trained "
-    "lengths the model without attention already does as well.",
+    "a": "Inside the training lengths attention stays high; beyond them it stays just as high: "
+    "the decoder reads every word, so length no longer matters.",
+    "b": "Inside the training lengths the model without attention does as well; beyond them "
+    "attention pulls ahead: attention is for long inputs.",
+    "c": "Inside the training lengths attention collapses with length like the model without "
+    "it; beyond them both fail: re-weighting adds nothing.",
+    "d": "Inside the training lengths attention is far ahead on the longest bucket; beyond them "
+    "every attention model falls with each longer bucket.",
 }
 
 QUESTIONS = [

@@ -18,15 +18,14 @@ LENGTH_QUESTION = Question(
         "plot right of its dotted line"
     ),
     choices={
-        "a": "all four: each one gives every one of the 48 positions a vector, an angle or a "
-        'bias, and the task only needs "two back"',
-        "d": "only RoPE and the relative bias, whose scores depend on the distance j - i alone: "
-        "they stay at 95% or more, while the sinusoidal and the learned models lose much of "
-        "their accuracy on the positions never seen in training",
-        "c": "only the two fixed formulas, sinusoidal and RoPE, which are defined at any "
-        "position; the learned table and the clipped relative bias fail beyond the training "
-        "length",
-        "b": "none of them: a model trained on sequences of 24 tokens works on 24 tokens only",
+        "a": "All four: each gives every one of the 48 positions a vector, an angle or a bias, "
+        'and the task only needs "two back".',
+        "b": "Only RoPE: the relative bias is clipped to the distances seen in training, so it "
+        "cannot place the tokens beyond them.",
+        "c": "Only the two fixed formulas, sinusoidal and RoPE, which are defined at any "
+        "position; the learned table and the clipped bias fail.",
+        "d": "Only RoPE and the relative bias, whose scores depend on j - i alone; sinusoidal "
+        "and learned lose much on the new positions.",
     },
     correct="d",
     misconceptions=(
@@ -48,10 +47,10 @@ LENGTH_QUESTION = Question(
         ),
         Misconception(
             "b",
-            "no model works beyond its training length",
-            "Look at the column 'T = 48': are all rows far below their 'T = 24' accuracy? The "
-            "task needs the distance 2 only, and every model saw it in training; what is new "
-            "in a longer sequence are the absolute positions.",
+            "a clipped relative bias cannot handle longer sequences",
+            "Read the relative row in the columns 'T = 48' and 'new ones'. Which distances "
+            "does the lag task need, and are they inside the clipping range? Clipping only "
+            "merges distances larger than the clip.",
         ),
     ),
     backed_by=(

@@ -16,14 +16,14 @@ CHEAT_QUESTION = Question(
     ),
     evidence=("the table of section 6 (the column 'generation loss' and the row 'uniform')"),
     choices={
-        "a": "lower than the causal model's, like its training-mode loss: without the mask it "
-        "became the better language model",
-        "b": "higher than the causal model's but below the uniform guess: besides copying, it "
-        "learned some of the language",
-        "c": "higher than the uniform guess: when it has to generate, the model trained without "
-        "a mask does worse than a guess that knows nothing",
-        "d": "equal to its training-mode loss, as for the causal model: the two evaluations "
-        "compute the same predictions",
+        "a": "Lower than the causal model's, like its training-mode loss: without the mask it "
+        "became the better language model.",
+        "b": "Between the two: above the causal model's but below the uniform guess, since a "
+        "model that learned anything beats a blind guess.",
+        "c": "Above the uniform guess: when it has to generate, on average it does worse than a "
+        "guess that knows nothing at all.",
+        "d": "Equal to its training-mode loss, as for the causal model: the two evaluations "
+        "compute the same predictions for any model.",
     },
     correct="c",
     misconceptions=(
@@ -36,9 +36,11 @@ CHEAT_QUESTION = Question(
         ),
         Misconception(
             "b",
-            "the shortcut only comes on top of what the model learned honestly",
+            "a model that learned anything cannot average worse than a blind guess",
             "Compare the unmasked model's generation loss with the row 'uniform' too, not only "
-            "with the causal model: on which side of log 25 is it?",
+            "with the causal model: on which side of log 25 is it? An average over positions "
+            "can hide positions where a model did well behind ones where it was confidently "
+            "wrong.",
         ),
         Misconception(
             "d",

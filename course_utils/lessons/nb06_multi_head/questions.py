@@ -16,15 +16,14 @@ HEADS_COST_QUESTION = Question(
     ),
     evidence="the line printed by the cell 'What do more heads cost?', run with several n_heads",
     choices={
-        "b": "the parameters and the matmul FLOPs both grow in proportion to H: every head "
-        "brings its own projections",
-        "a": "the parameters and the matmul FLOPs stay the same; only the number of attention "
-        "scores grows, in proportion to H: every head has its own T x T score matrix, but "
-        "works in D / H dimensions",
-        "c": "the parameters stay the same, but the matmul FLOPs grow in proportion to H: every "
-        "head computes its own T x T scores",
-        "d": "nothing changes, not even the number of attention scores: the heads only share "
-        "out the same work",
+        "a": "The parameters and the matmul FLOPs stay the same; only the number of attention "
+        "scores grows, in proportion to H.",
+        "b": "The parameters and the matmul FLOPs both grow in proportion to H: every head "
+        "brings its own projections of width D.",
+        "c": "The parameters stay the same, but the matmul FLOPs grow in proportion to H: every "
+        "head computes its own T x T scores.",
+        "d": "Nothing changes, not even the number of attention scores: the heads only share "
+        "out the same T x T work between them.",
     },
     correct="a",
     misconceptions=(

@@ -14,14 +14,14 @@ LENGTHS = Question(
     "inside and beyond the training lengths?",
     evidence="the exact-match table by source-length bucket printed above (and its plot)",
     choices={
-        "a": "The Transformer keeps its accuracy on every bucket, the ones beyond the training "
-        "lengths included: with attention, sentence length no longer matters.",
-        "b": "Inside the training lengths all three models lose accuracy as sentences get "
-        "longer, at about the same rate; attention only raises the level.",
+        "a": "The Transformer keeps its accuracy on every bucket, beyond the training lengths "
+        "too: with attention, length no longer matters.",
+        "b": "Inside the training lengths all three models fall as sentences get longer, at "
+        "about the same rate; attention only raises the level.",
         "c": "The plain RNN does as well as the attention models on the longest training "
         "lengths; it only falls behind beyond them.",
-        "d": "Inside the training lengths both attention models stay high on every bucket while "
-        "the plain RNN falls; beyond them both attention models lose accuracy too.",
+        "d": "Inside the training lengths both attention models stay high while the plain RNN "
+        "falls; beyond them the attention models fall too.",
     },
     correct="d",
     misconceptions=(
@@ -62,12 +62,12 @@ SHIFT = Question(
     evidence="the table of final training loss and test exact match printed by the knob cell "
     "above, and its first translations",
     choices={
-        "a": "It cannot learn: its training loss stays far above the shifted run's.",
-        "b": "It translates better: each position reads one more word of the target, so its "
-        "training loss is lower and it makes fewer mistakes at test time.",
-        "c": "Its training loss falls close to 0, as with the shift, yet it translates almost "
-        "no test sentence exactly: it learned to copy the word it was shown, and at test time "
-        "that word is its own previous output.",
+        "a": "It cannot learn: fed the wrong input at every position, its training loss stays "
+        "far above the shifted run's.",
+        "b": "It translates better: each position reads one more target word, so its training "
+        "loss is lower and its test translations too.",
+        "c": "Its training loss falls near 0, yet it translates almost no test sentence "
+        "exactly: it learned to copy the word it was shown.",
         "d": "Nothing changes: the causal mask already hides the word each position must "
         "predict, so the shift is only a convention.",
     },

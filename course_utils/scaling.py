@@ -129,7 +129,9 @@ def jackknife_exponents(
         sub_x = [x for j, x in enumerate(xs) if j != i]
         sub_y = [y for j, y in enumerate(ys) if j != i]
         out.append(
-            fit_power_law_with_floor(sub_x, sub_y)[2] if with_floor else fit_power_law(sub_x, sub_y)[1]
+            fit_power_law_with_floor(sub_x, sub_y)[2]
+            if with_floor
+            else fit_power_law(sub_x, sub_y)[1]
         )
     return out
 

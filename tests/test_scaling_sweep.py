@@ -108,7 +108,7 @@ def test_training_flops_are_six_n_d_and_invert():
 
 def test_the_sweep_states_every_profile_with_enough_sizes():
     assert [name for name, _ in ss.SIZES.items()] == list(PROFILES)
-    assert len(ss.SIZES.ci.sizes) == 3 and len(ss.SIZES.cpu.sizes) >= 5
+    assert len(ss.SIZES.ci.sizes) >= 5 and len(ss.SIZES.cpu.sizes) >= 5  # the bend needs 5 sizes
     assert len(ss.SIZES.gpu.sizes) >= len(ss.SIZES.cpu.sizes)
     for _, sweep in ss.SIZES.items():
         counts = [

@@ -198,11 +198,17 @@ def describe_optional_data() -> list[str]:
     shakespeare = text.find_tinyshakespeare()
     if shakespeare is not None:
         lines.append(f"tiny-shakespeare: found at {shakespeare} ({_size(shakespeare)})")
+    elif text.bundled_tinyshakespeare() is not None:
+        lines.append(
+            f"tiny-shakespeare: bundled with course_utils ({_size(text.BUNDLED_TINYSHAKESPEARE)} "
+            "compressed, checksum verified)"
+        )
     else:
         lines.append(
-            "tiny-shakespeare: not found (notebook 08 then uses a generated corpus); get it with "
-            '`python -c "from course_utils.data.text import load_text_corpus; '
-            'load_text_corpus(download=True)"` or put tinyshakespeare.txt in the cache folder'
+            "tiny-shakespeare: not found, and the bundled copy is missing or damaged (notebook 08 "
+            'then uses a generated corpus); get it with `python -c "from course_utils.data.text '
+            'import load_text_corpus; load_text_corpus(download=True)"` or put '
+            "tinyshakespeare.txt in the cache folder"
         )
     cifar = images.find_cifar10()
     if cifar is not None:

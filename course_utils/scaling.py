@@ -88,3 +88,52 @@ def fit_power_law_with_floor(
             best = (err, c, a, alpha)
     assert best is not None
     return best[1], best[2], best[3]
+
+
+def local_slopes(xs: Sequence[float], ys: Sequence[float]) -> list[float]:
+    """The log-log slope between each pair of neighbouring points (sorted by x), as exponents:
+    ``-d log y / d log x``. A pure power law ``a x^-alpha`` gives ``alpha`` for every pair; a
+    curve that bends towards a floor gives slopes that shrink as x grows."""
+    _checked(xs, ys, "local slopes")
+    pts = sorted(zip(xs, ys))
+    return [
+        -(math.log(y1) - math.log(y0)) / (math.log(x1) - math.log(x0))
+        for (x0, y0), (x1, y1) in zip(pts, pts[1:])
+    ]
+
+
+def residuals(
+    xs: Sequence[float], ys: Sequence[float], a: float, alpha: float, floor: float = 0.0
+) -> list[float]:
+    """Measured minus fitted, ``y - power_law(x, a, alpha, floor)``, in the order of ``xs``."""
+    return [y - power_law(x, a, alpha, floor) for x, y in zip(xs, ys)]
+
+
+def squared_error(
+    xs: Sequence[float], ys: Sequence[float], a: float, alpha: float, floor: float = 0.0
+) -> float:
+    """Sum of squared residuals of a fitted curve (in the units of ``ys``)."""
+    return sum(r * r for r in residuals(xs, ys, a, alpha, floor))
+
+
+def jackknife_exponents(
+    xs: Sequence[float], ys: Sequence[float], with_floor: bool = False
+) -> list[float]:
+    """The exponent refitted with each point left out in turn (leave-one-out): its spread says
+    how much one point decides the exponent. Needs one more point than the fit's parameters."""
+    need = 4 if with_floor else 3
+    if len(xs) < need:
+        raise ValueError(f"a jackknife of this fit needs at least {need} points, got {len(xs)}")
+    out = []
+    for i in range(len(xs)):
+        sub_x = [x for j, x in enumerate(xs) if j != i]
+        sub_y = [y for j, y in enumerate(ys) if j != i]
+        out.append(
+            fit_power_law_with_floor(sub_x, sub_y)[2]
+            if with_floor
+            else fit_power_law(sub_x, sub_y)[1]
+        )
+    return out
+
+
+__all__ += ["local_slopes", "residuals", "squared_error", "jackknife_exponents"]

@@ -792,18 +792,19 @@ def test_train_step_cases_start_from_a_stale_gradient_and_clip_in_one_case():
 # ---------------------------------------------------------------- graded questions 08.Q1, 08.Q2
 
 
-def test_question_08_q1_accepts_the_initial_loss_of_every_profile():
+def test_question_08_q1_needs_the_probe_run_and_refuses_what_is_printed_before_it():
     from course_utils.checks.questions import check_answer
+    from course_utils.lessons.nb08_gpt import recipe
 
     q = get_question("08.Q1")
-    # what the notebook's cell prints on tiny-shakespeare in ci, cpu and gpu; log V = ln 65
-    for value in (4.187, 4.212, 4.286, math.log(65), "4.21"):
+    truth = q.truths()
+    assert len(truth) == 1 and 5.3 < truth[0] < 5.7  # one run, one corpus (the bundled text)
+    assert truth[0] == recipe.initial_loss_at_std(recipe.load_dataset(), 0.2)  # the cell's own
+    for value in (truth[0], round(truth[0], 2), str(round(truth[0], 3))):
         assert check_answer(q, value).status == PASSED, value
-    # a machine without tiny-shakespeare trains on the offline corpus (32 characters): its
-    # run prints about ln 32, which is right for that student (the grader cannot tell)
-    assert check_answer(q, math.log(32)).status == PASSED
-    # the unigram entropy, log V in bits, nothing learned yet = 0, V itself
-    for value in (3.309, 6.022, 0.0, 65):
+    # log V (printed before the model exists), the GPT-2-initialised loss (4.19 in ci, 4.21 in
+    # cpu), the unigram entropy, log V in bits, zero, V itself, the offline corpus's log 32
+    for value in (math.log(65), 4.189, 4.212, 4.286, 3.309, 6.022, 0.0, 65, math.log(32)):
         result = check_answer(q, value)
         assert result.status == FAILED and "loss at initialisation" in result.message, value
     assert check_answer(q, None).status == NOT_ATTEMPTED

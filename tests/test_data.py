@@ -318,7 +318,10 @@ def test_download_failure_is_a_clear_error_saying_where_to_put_the_file(tmp_path
     assert not dest.exists() and list(tmp_path.iterdir()) == []
 
 
-def test_describe_optional_data_reports_missing_and_present_data(tmp_path):
+def test_describe_optional_data_reports_missing_and_present_data(tmp_path, monkeypatch):
+    lines = doctor.describe_optional_data()
+    assert any("tiny-shakespeare: bundled with course_utils" in line for line in lines)
+    _without_the_bundled_copy(monkeypatch, tmp_path)
     lines = doctor.describe_optional_data()
     assert any("tiny-shakespeare: not found" in line for line in lines)
     assert any("CIFAR-10: not cached" in line for line in lines)
@@ -342,6 +345,36 @@ def test_tinyshakespeare_checksum_constant_matches_the_shared_copy():
     assert cache.file_hash(shared) == text.TINYSHAKESPEARE_SHA256
 
 
+def _without_the_bundled_copy(monkeypatch, tmp_path):
+    """As if the package had been installed without its tiny-shakespeare.txt.xz."""
+    monkeypatch.setattr(text, "BUNDLED_TINYSHAKESPEARE", tmp_path / "absent.txt.xz")
+    text._bundled_text.cache_clear()
+    monkeypatch.setattr(text, "_bundled_text", text._bundled_text.__wrapped__)
+
+
+def test_tinyshakespeare_ships_with_the_package_and_loads_offline_by_default():
+    # no cache folder, no download, no network: the bundled copy, checked by its SHA-256
+    corpus = text.load_text_corpus(allow_fallback=True)
+    assert corpus.name == "tinyshakespeare" and corpus.note == ""
+    assert "bundled" in corpus.source and len(corpus.text) == 1_115_394
+    assert corpus.text.startswith("First Citizen:")
+    assert hashlib.sha256(corpus.text.encode()).hexdigest() == text.TINYSHAKESPEARE_SHA256
+
+
+def test_a_damaged_bundled_copy_is_never_used(tmp_path, monkeypatch):
+    import lzma
+
+    bad = tmp_path / "tinyshakespeare.txt.xz"
+    bad.write_bytes(lzma.compress(b"First Citizen:\nedited\n"))
+    monkeypatch.setattr(text, "BUNDLED_TINYSHAKESPEARE", bad)
+    text._bundled_text.cache_clear()
+    try:
+        assert text.bundled_tinyshakespeare() is None
+        assert text.load_text_corpus(allow_fallback=True).name == "toy-translation"
+    finally:
+        text._bundled_text.cache_clear()
+
+
 def test_text_explicit_path_wins_over_the_cache(tmp_path):
     folder = cache.cache_dir(create=True)
     (folder / text.TINYSHAKESPEARE_FILE).write_text("from the cache\n")
@@ -356,7 +389,8 @@ def test_text_missing_explicit_path_raises_instead_of_falling_back(tmp_path):
         text.load_text_corpus(tmp_path / "nope.txt", allow_fallback=True)
 
 
-def test_text_missing_everywhere_raises_with_instructions():
+def test_text_missing_everywhere_raises_with_instructions(tmp_path, monkeypatch):
+    _without_the_bundled_copy(monkeypatch, tmp_path)
     with pytest.raises(FileNotFoundError) as err:
         text.load_text_corpus()
     msg = str(err.value)
@@ -364,6 +398,7 @@ def test_text_missing_everywhere_raises_with_instructions():
 
 
 def test_text_download_fetches_into_the_cache_with_checksum(tmp_path, monkeypatch):
+    _without_the_bundled_copy(monkeypatch, tmp_path)
     body = b"ROMEO:\nA toy play.\n" * 50
     src = tmp_path / "input.txt"
     src.write_bytes(body)
@@ -374,7 +409,8 @@ def test_text_download_fetches_into_the_cache_with_checksum(tmp_path, monkeypatc
     assert (cache.cache_dir() / text.TINYSHAKESPEARE_FILE).read_bytes() == body
 
 
-def test_text_fallback_corpus_is_offline_and_says_so():
+def test_text_fallback_corpus_is_offline_and_says_so(tmp_path, monkeypatch):
+    _without_the_bundled_copy(monkeypatch, tmp_path)
     corpus = text.load_text_corpus(allow_fallback=True)
     assert corpus.name == "toy-translation" and "tiny-shakespeare was not found" in corpus.note
     assert len(corpus.text) > 100_000 and " = " in corpus.text
@@ -384,6 +420,7 @@ def test_text_fallback_corpus_is_offline_and_says_so():
 def test_fallback_note_warns_that_a_relative_data_dir_depends_on_the_working_folder(
     monkeypatch, tmp_path
 ):
+    _without_the_bundled_copy(monkeypatch, tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COURSE_DATA_DIR", "../shared/data")  # the classic mistake in a kernel
     corpus = text.load_text_corpus(allow_fallback=True)
@@ -514,6 +551,7 @@ def test_fallback_note_in_the_graders_sandbox_names_the_grading_machines_folders
     monkeypatch.setenv("HOME", "/home/student")  # what the kernel sees inside the sandbox
     monkeypatch.setenv(SANDBOX_ENV, "1")
     monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path))  # empty: no tiny-shakespeare
+    _without_the_bundled_copy(monkeypatch, tmp_path)
     note = text.load_text_corpus(allow_fallback=True).note
     assert "course grade" in note and "the machine that grades" in note
     assert "/home/student" not in note

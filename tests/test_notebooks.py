@@ -263,3 +263,47 @@ def test_the_fallback_rule_catches_a_direct_use_after_the_check():
     assert _uses_before_fallback(nb) == [
         f"{ex_id}: cell {i + 2} uses {function} before its fallback"
     ]
+
+
+# ----------------------------------------- prose a student version can show (student-D, review-D)
+_MINE = ("07_", "08_", "09_", "11_", "12_")
+
+
+@pytest.mark.parametrize(
+    "solution", [s for s in SOLUTIONS if s.name.startswith(_MINE)], ids=lambda p: p.stem
+)
+def test_prose_never_points_at_stored_outputs_the_student_version_does_not_have(solution: Path):
+    """Student notebooks have no outputs: prose and printed text may not refer to 'the stored
+    run', 'stored outputs' or 'the stored notebook' (student-D §10, items 8 to 10)."""
+    nb = json.loads(solution.read_text())
+    bad = [
+        (cell.get("id"), line.strip())
+        for cell in nb["cells"]
+        for line in "".join(cell["source"]).splitlines()
+        if any(
+            w in line.lower()
+            for w in (
+                "stored run",
+                "stored output",
+                "stored notebook",
+                "stored `cpu`",
+                "stored <code>",
+            )
+        )
+    ]
+    assert bad == [], bad
+
+
+def test_08_trains_on_the_bundled_text_and_its_prose_does_not_offer_the_offline_corpus():
+    nb = json.loads((REPO / "solutions" / "08_gpt.ipynb").read_text())
+    text = {c.get("id"): "".join(c["source"]) for c in nb["cells"]}
+    assert "ships with `course_utils`" in text["data-md"]
+    assert "offline corpus" not in text["data-md"].lower()
+    # the stored cpu run loaded the bundled copy
+    out = "".join(
+        "".join(o.get("text", ""))
+        for c in nb["cells"]
+        if c.get("id") == "load-data"
+        for o in c.get("outputs", [])
+    )
+    assert "tinyshakespeare.txt.xz (bundled)" in out

@@ -152,5 +152,5 @@ def test_course_doctor_runs_and_reports_profile_and_data(how, tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "profile     Running the 'ci' profile" in done.stdout
-    assert "tiny-shakespeare: not found" in done.stdout
+    assert "tiny-shakespeare: bundled with course_utils" in done.stdout
     assert f"cache folder: {tmp_path}" in done.stdout

@@ -84,3 +84,24 @@ def test_repeated_sweeps_give_the_median_of_each_point(monkeypatch):
     assert all(v == 2.0 for t in times.values() for v in t.values())
     with pytest.raises(ValueError, match="repeats"):
         nb07.time_vs_length(cfg, clock="cpu", device="cpu", repeats=0)
+
+
+def test_multiply_adds_are_the_real_counts_not_the_big_o_ratio_review_D_07_F1():
+    macs = nb07.multiply_adds(1024, 64, 3)
+    assert macs["RNN (GRU, 1 layer)"] == 6 * 1024 * 64 * 64
+    assert macs["self-attention (1 layer)"] == 4 * 1024 * 64 * 64 + 2 * 1024 * 1024 * 64
+    assert macs["self-attention (1 layer)"] / macs["RNN (GRU, 1 layer)"] == 6.0  # not n/D = 16
+
+
+def test_he_init_separates_the_initialisation_from_the_distance_review_D_07_T1():
+    n, d = 32, 64
+    layers = nb07.conv_layers_to_cover(n, 3)
+    grads = {}
+    for init in ("he", "default"):
+        torch.manual_seed(0)
+        grads[init] = nb07.influence(nb07.ConvStack(d, layers, 3, init=init), n, d)
+    he, default = grads["he"], grads["default"]
+    assert 1e-2 < (he[0] / he[-1]).item() < 1e2  # far and near input of the same order
+    assert (default[0] < 1e-3 * he[0]).item() and (default[-1] < 1e-3 * he[-1]).item()
+    with pytest.raises(ValueError, match="init"):
+        nb07.ConvStack(d, 2, 3, init="xavier")

@@ -199,3 +199,14 @@ def test_the_profiles_size_the_iid_split():
         == 9
     )
     assert nb12.config("ci").n_test_iid <= nb12.config("ci").n_test
+
+
+def test_captions_differ_ignores_padding_width():
+    import torch
+
+    from course_utils.data.captions import PAD
+    from course_utils.lessons.nb12_image_captioning import recipe
+
+    a = torch.tensor([[5, 6, 2], [5, 7, 2]])
+    b = torch.tensor([[5, 6, 2, PAD], [5, 6, 2, PAD]])
+    assert recipe.captions_differ(a, b) == 1 and recipe.captions_differ(a, a) == 0

@@ -108,7 +108,7 @@ def test_training_flops_are_six_n_d_and_invert():
 
 def test_the_sweep_states_every_profile_with_enough_sizes():
     assert [name for name, _ in ss.SIZES.items()] == list(PROFILES)
-    assert len(ss.SIZES.ci.sizes) == 3 and len(ss.SIZES.cpu.sizes) >= 5
+    assert len(ss.SIZES.ci.sizes) >= 5 and len(ss.SIZES.cpu.sizes) >= 5  # the bend needs 5 sizes
     assert len(ss.SIZES.gpu.sizes) >= len(ss.SIZES.cpu.sizes)
     for _, sweep in ss.SIZES.items():
         counts = [
@@ -182,3 +182,32 @@ def test_the_ci_sweep_on_the_offline_corpus_shows_the_claimed_trend():
     assert len(more) == sum(len(others) for _, others in sweep.compute)
     for r in more:
         assert abs(r.flops - runs[sweep.compute[0][0]].flops) < 0.02 * r.flops
+
+
+# ----------------------------------------------------- is it one power law? (review D 11-C1)
+
+
+def test_local_slopes_are_constant_for_a_power_law_and_shrink_towards_a_floor():
+    from course_utils.scaling import local_slopes
+
+    assert local_slopes(NS, [power_law(n, 3.0, 0.1) for n in NS]) == pytest.approx([0.1] * 5)
+    bent = local_slopes(NS, [power_law(n, 30.0, 0.5, 2.0) for n in NS])
+    assert all(b < a for a, b in zip(bent, bent[1:]))
+
+
+def test_the_stored_cpu_sweep_bends_as_review_D_derived():
+    from course_utils.scaling import jackknife_exponents, local_slopes, residuals, squared_error
+
+    ns = [6224, 24736, 98624, 332448, 787584]  # the cpu run reviewed in turn 4
+    ls = [2.479, 2.271, 2.169, 2.128, 2.104]
+    assert [round(s, 3) for s in local_slopes(ns, ls)] == [0.064, 0.033, 0.016, 0.013]
+    a, alpha = fit_power_law(ns, ls)
+    signs = ["+" if r > 0 else "-" for r in residuals(ns, ls, a, alpha)]
+    assert signs[0] == signs[-1] == "+" and signs[1] == signs[2] == "-"
+    c, a2, alpha2 = fit_power_law_with_floor(ns, ls)
+    assert 2.0 < c < 2.1 and 0.4 < alpha2 < 0.6
+    assert squared_error(ns, ls, a2, alpha2, c) < squared_error(ns, ls, a, alpha) / 4
+    jack = jackknife_exponents(ns, ls, with_floor=True)
+    assert len(jack) == 5 and max(jack) - min(jack) < 0.2
+    with pytest.raises(ValueError, match="at least 4 points"):
+        jackknife_exponents(ns[:3], ls[:3], with_floor=True)

@@ -5,16 +5,21 @@ Where the text comes from (:func:`load_text_corpus`), first match wins:
 1. an explicit ``path`` (CI and the benchmarks pass ``../shared/data/tinyshakespeare.txt``);
 2. ``tinyshakespeare.txt`` in the cache folder (``$COURSE_DATA_DIR``, default
    ``~/.cache/course_utils``);
-3. a download of tiny-shakespeare into that folder, checked by SHA-256 — only with
-   ``download=True``;
-4. with ``allow_fallback=True``: a generated corpus built offline from the toy translation
-   task, returned with a note saying so;
-5. otherwise a ``FileNotFoundError`` saying exactly how to get the file.
+3. the copy that ships with the package, ``course_utils/data/tinyshakespeare.txt.xz`` (364 kB,
+   public domain), checked by SHA-256 after decompression: every profile trains on Shakespeare
+   with no network and no data folder;
+4. a download of tiny-shakespeare into the cache folder, checked by SHA-256 — only with
+   ``download=True`` (only needed if the bundled copy was removed);
+5. with ``allow_fallback=True``: a generated corpus built offline from the toy translation
+   task, returned with a note saying so (only if the bundled copy is missing or damaged);
+6. otherwise a ``FileNotFoundError`` saying exactly how to get the file.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import lzma
 import os
 import random
 from collections.abc import Iterable
@@ -33,6 +38,7 @@ __all__ = [
     "CharTokenizer",
     "CharDataset",
     "find_tinyshakespeare",
+    "bundled_tinyshakespeare",
     "load_text_corpus",
     "fallback_corpus",
     "train_val_split",
@@ -44,6 +50,7 @@ TINYSHAKESPEARE_URL = (
 )
 TINYSHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 TINYSHAKESPEARE_FILE = "tinyshakespeare.txt"
+BUNDLED_TINYSHAKESPEARE = Path(__file__).with_name("tinyshakespeare.txt.xz")
 
 
 @dataclass
@@ -199,6 +206,29 @@ def find_tinyshakespeare() -> Path | None:
     return path if path.is_file() else None
 
 
+def bundled_tinyshakespeare() -> TextCorpus | None:
+    """The tiny-shakespeare copy shipped in the package, or ``None`` if it is missing or damaged.
+
+    The text is decompressed and checked against :data:`TINYSHAKESPEARE_SHA256`, so a truncated or
+    edited file is never used silently (the caller then falls back or raises).
+    """
+    text = _bundled_text()
+    if text is None:
+        return None
+    return TextCorpus(text, "tinyshakespeare", f"{BUNDLED_TINYSHAKESPEARE.name} (bundled)")
+
+
+@functools.lru_cache(maxsize=1)
+def _bundled_text() -> str | None:
+    try:
+        raw = lzma.decompress(BUNDLED_TINYSHAKESPEARE.read_bytes())
+    except (OSError, lzma.LZMAError):
+        return None
+    if hashlib.sha256(raw).hexdigest() != TINYSHAKESPEARE_SHA256:
+        return None
+    return raw.decode("utf-8")
+
+
 def fallback_corpus(n_lines: int = 4000, seed: int = 0) -> TextCorpus:
     """An offline substitute corpus: toy-translation pairs, one per line (``english = french``).
 
@@ -210,7 +240,8 @@ def fallback_corpus(n_lines: int = 4000, seed: int = 0) -> TextCorpus:
         name="toy-translation",
         source="generated (course_utils.data.text.fallback_corpus)",
         note=(
-            "tiny-shakespeare was not found, so this is a generated substitute: sentences of "
+            "tiny-shakespeare was not found (the copy bundled with course_utils is missing or "
+            "damaged), so this is a generated substitute: sentences of "
             "the toy translation task with their translations. " + _how_to_get()
         ),
     )
@@ -276,6 +307,9 @@ def load_text_corpus(
     found = find_tinyshakespeare()
     if found is not None:
         return _read(found, "tinyshakespeare")
+    bundled = bundled_tinyshakespeare()
+    if bundled is not None:
+        return bundled
     if download:
         dest = cache.download(
             TINYSHAKESPEARE_URL,

@@ -11,23 +11,20 @@ DEPTH_QUESTION = Question(
     points=1,
     notebook=LESSON.filename,
     prompt=(
-        "In the deep stack with neither residuals nor LayerNorm, the gradient vanishes towards "
-        "the input. What do the activations (the std of each block's output) do along that "
-        "stack?"
+        "In the deep stack with neither residuals nor LayerNorm, the gradient becomes very small "
+        "towards the input. What do the activations (the std of each block's output) do along "
+        "that stack?"
     ),
     evidence=(
         "the two tables printed by the depth experiment of section 4 (row 'neither') and its "
         "right-hand plot"
     ),
     choices={
-        "a": "they shrink block after block, geometrically like the gradient: the gradient "
-        "vanishes because the signal fades away on its way through the stack",
-        "b": "they drop once, in the first block, and then keep about the same scale through "
-        "every later block: the gradient vanishes in the product of the blocks' Jacobians, not "
-        "because the activations fade",
-        "c": "they grow block after block, as the residual stream does when there is no LayerNorm",
-        "d": "they keep the input's scale (std about 1) in every block: without LayerNorm "
-        "nothing changes their scale",
+        "a": "they shrink block after block, by a factor that compounds with depth",
+        "b": "they drop once, in the first block, and then stay within a factor 2 of that scale "
+        "through every later block",
+        "c": "they grow block after block, compounding with depth",
+        "d": "they keep the input's scale (std about 1) in every block",
     },
     correct="b",
     misconceptions=(
@@ -61,42 +58,51 @@ DEPTH_QUESTION = Question(
 
 PATH_QUESTION = Question(
     id="07.Q1",
-    title="Which layer hears the first token at the last position?",
+    title="Does the gradient fade with distance?",
     points=1,
     notebook=LESSON.filename,
-    prompt="Through which contender does the first input x[0] reach the last output y[n-1] "
-    "with the largest gradient?",
-    evidence="the gradient plot and the lines printed below it (|d y[n-1] / d x[0]| per layer)",
+    prompt="For the GRU and for the He-initialised convolution stack that covers n: is the "
+    "gradient from the farthest input x[0] far below (more than 100 times smaller than) the "
+    "gradient from the nearest input x[n-1]?",
+    evidence="the table printed below the gradient plot (|dy/dx[0]|, |dy/dx[n-1]| and their "
+    "ratio per contender) and the ratios of the three seeds",
     choices={
-        "a": "the GRU: its hidden state carries every earlier token forward to the last step",
-        "b": "the convolution stack that covers n: it connects every input to every output",
-        "c": "self attention, by orders of magnitude",
-        "d": "one convolution: it is the cheapest and the most local",
+        "a": "GRU: x[0]'s gradient far below x[n-1]'s. Covering stack (He init): x[0]'s far below "
+        "x[n-1]'s too.",
+        "b": "GRU: x[0]'s gradient far below x[n-1]'s. Covering stack (He init): the two within a "
+        "factor 100 of each other.",
+        "c": "GRU: the two within a factor 100 of each other. Covering stack (He init): x[0]'s "
+        "far below x[n-1]'s.",
+        "d": "GRU: the two within a factor 100 of each other. Covering stack (He init): the two "
+        "within a factor 100 of each other.",
     },
-    correct="c",
+    correct="b",
     misconceptions=(
         Misconception(
             "a",
-            "a recurrent state carries the distant past at full strength",
-            "Read |d y[n-1] / d x[0]| of the GRU in the printed lines, and compare it with the "
-            "gradient from the last inputs on the plot: how much survives n - 1 steps?",
+            "every deep path loses signal with distance",
+            "Read the ratio column of the covering stack (He init) for the three seeds. Then ask "
+            "how many layers the path from the nearest input x[n-1] to y[n-1] crosses: fewer "
+            "than the path from x[0]?",
         ),
         Misconception(
-            "b",
-            "a path that exists is a path that carries signal",
-            "The stack does reach x[0] (count the inputs reaching y[n-1]), but read the size of "
-            "its gradient from x[0] in the printed lines: how many layers did it go through?",
+            "c",
+            "a recurrent state carries the distant past at full strength, and depth is distance",
+            "Read the ratio column of the GRU: how much of the gradient survives n - 1 steps? "
+            "Then the stack's ratio, for each seed.",
         ),
         Misconception(
             "d",
-            "the cheapest layer is the best connected",
-            "Count the inputs that reach y[n-1] through one convolution in the printed lines: "
-            "is x[0] among them?",
+            "a recurrent state carries the distant past at full strength",
+            "Read the ratio column of the GRU for the three seeds: how much of the gradient "
+            "survives n - 1 recurrent steps?",
         ),
     ),
     backed_by=(
-        "self attention's gradient from x[0] is more than 100 times the GRU's and the covering "
-        "stack's",
+        "the GRU's gradient from x[0] is more than four orders of magnitude smaller than from "
+        "the last input, for each of 3 seeds",
+        "through the He-initialised covering stack the gradients from x[0] and from the last input "
+        "are within a factor 100 of each other, for each of 3 seeds",
     ),
 )
 

@@ -39,6 +39,7 @@ __all__ = [
     "fit_exponent",
     "influence",
     "conv_layers_needed",
+    "multiply_adds",
     "copy_from_torch",
     "VariantBlock",
     "VARIANTS",
@@ -146,14 +147,25 @@ class ConvStack(nn.Module):
     """``n_layers`` causal 1-D convolutions of width D and kernel k, ReLU between:
     x (B, T, D) -> (B, T, D). Output t sees inputs t - k + 1 .. t of the layer below (left
     padding, like the GRU it is compared with), so the stack sees ``1 + n_layers * (k - 1)``
-    positions back."""
+    positions back.
 
-    def __init__(self, d_model: int, n_layers: int, kernel: int = 3):
+    ``init="he"`` (default) draws every kernel with He's ``kaiming_normal_`` for ReLU and zero
+    biases, which keeps the signal's scale from layer to layer; ``init="default"`` keeps
+    PyTorch's ``Conv1d`` initialisation, whose variance shrinks the signal at every layer, so a
+    deep stack's gradients are tiny for *every* input, near or far (notebook 07 prints both)."""
+
+    def __init__(self, d_model: int, n_layers: int, kernel: int = 3, init: str = "he"):
         super().__init__()
         if kernel < 2:
             raise ValueError(f"expected a kernel size >= 2, got {kernel}")
+        if init not in ("he", "default"):
+            raise ValueError(f"expected init 'he' or 'default', got {init!r}")
         self.kernel = kernel
         self.convs = nn.ModuleList(nn.Conv1d(d_model, d_model, kernel) for _ in range(n_layers))
+        if init == "he":
+            for conv in self.convs:
+                nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
+                nn.init.zeros_(conv.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         """x (B, T, D) -> (B, T, D)."""
@@ -193,6 +205,24 @@ def sequence_models(n: int, cfg: Config | None = None) -> dict[str, nn.Module]:
             D, conv_layers_to_cover(n, k), k
         ),
         "self-attention (1 layer)": MultiHeadAttention(D, cfg.n_heads),
+    }
+
+
+def multiply_adds(n: int, d_model: int, kernel: int = 3) -> dict[str, int]:
+    """Multiply-adds of one forward pass per sequence of length ``n`` (the weights' products
+    only: gates, softmax and biases are left out), keyed like :func:`time_vs_length`:
+
+    * GRU: 3 gates x (input and hidden matrices) = ``6 n D^2``;
+    * one convolution: ``k n D^2``; the covering stack: that times its layers;
+    * multi-head self attention: fused Q, K, V and the output projection ``4 n D^2``, plus
+      ``Q K^T`` and ``A V``, ``2 n^2 D``.
+    """
+    D, k = d_model, kernel
+    return {
+        "RNN (GRU, 1 layer)": 6 * n * D * D,
+        f"CNN (1 layer, k={k})": k * n * D * D,
+        "CNN (enough layers to cover n)": conv_layers_to_cover(n, k) * k * n * D * D,
+        "self-attention (1 layer)": 4 * n * D * D + 2 * n * n * D,
     }
 
 

@@ -2,68 +2,39 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-
 from course_utils.checks.questions import Misconception, Question
 from course_utils.lessons.nb08_gpt import LESSON
-from course_utils.modeling.models.gpt import GPT, GPTConfig
 
-TINYSHAKESPEARE_VOCAB = 65  # distinct characters of tiny-shakespeare, the notebook's corpus
-OFFLINE_VOCAB = 32  # ... and of the offline corpus it trains on where tiny-shakespeare is missing
+TOO_LARGE_STD = 0.2  # ten times GPT-2's 0.02: the initialisation bug that 08.Q1 measures
 
 
-def initial_losses() -> tuple[float, float]:
-    """Question 08.Q1's right answers: the loss at initialisation on tiny-shakespeare's 65
-    characters, and on the offline corpus's 32 (a machine without tiny-shakespeare trains on
-    it, and the grader cannot tell which one the student's run had)."""
-    return initial_loss(TINYSHAKESPEARE_VOCAB), initial_loss(OFFLINE_VOCAB)
+def too_large_init_loss() -> float:
+    """Question 08.Q1's right answer: the loss at initialisation of notebook 08's probe model
+    (the ``ci`` size in every profile) with every weight matrix drawn at std 0.2, on the
+    training windows of seed 0 of the corpus the run loads (tiny-shakespeare, bundled with the
+    package). It is computed by the same function as the notebook's cell, so only a student who
+    ran the cell has it: on tiny-shakespeare 5.51, while log V = 4.17, the GPT-2-initialised
+    model's 4.19, the unigram entropy 3.31 and log2 V = 6.02 are all outside the 3% band."""
+    from course_utils.lessons.nb08_gpt import recipe
 
-
-def initial_loss(vocab_size: int = TINYSHAKESPEARE_VOCAB, profile: str = "ci") -> float:
-    """The next-token loss of the notebook's GPT at initialisation (question 08.Q1).
-
-    The notebook's cell builds the profile's model with ``torch.manual_seed(0)`` and GPT-2's
-    initialisation, and prints its loss on one batch. At initialisation every logit is close to
-    0, so the loss hardly depends on which characters the batch holds or on the model's size:
-    seeded random ids stand in for the text (the grader needs no corpus) and the ``ci``
-    recipe's small model for the profile's (cheap). The notebook's cell on tiny-shakespeare
-    prints 4.187 (``ci``), 4.212 (``cpu``) and 4.286 (``gpu``); this gives 4.181 and the
-    question accepts 3.5% (4.03 to 4.33): log V = 4.174 passes, the unigram entropy (3.31)
-    and log V in bits (6.02) do not. With ``vocab_size=32`` it is the offline corpus's value.
-    """
-    model_config = GPTConfig(**{**_model_fields(profile), "vocab_size": vocab_size})
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = GPT(model_config).eval()
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, vocab_size, (16, model_config.block_size + 1), generator=g)
-    with torch.no_grad():
-        _, loss = model(ids[:, :-1], ids[:, 1:])
-    return float(loss)
-
-
-def _model_fields(profile: str) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    from course_utils.lessons.nb08_gpt import recipe as recipe
-
-    return asdict(recipe.config(profile).model)
+    return recipe.initial_loss_at_std(recipe.load_dataset(), TOO_LARGE_STD)
 
 
 INITIAL_LOSS = Question(
     id="08.Q1",
-    title="the loss of an untrained GPT",
+    title="the loss of a GPT initialised too large",
     points=1,
     notebook=LESSON.filename,
-    prompt="What loss (nats per character) did your model have at initialisation, before any "
-    "training step?",
-    evidence="the line 'loss at initialisation ...' printed by the cell above",
-    truth=initial_losses,
-    tolerance=0.035,
+    prompt="What loss (nats per character) did the probe model have at initialisation when "
+    "every weight matrix was drawn with standard deviation 0.2, ten times GPT-2's?",
+    evidence="the line 'std 0.2: loss at initialisation ...' printed by the probe cell above",
+    truth=too_large_init_loss,
+    tolerance=0.03,
     unit="nats/char",
-    backed_by=("the loss at initialisation is within 0.2 of log V",),
+    backed_by=(
+        "the loss at initialisation is within 0.2 of log V",
+        "weights ten times too large start the loss more than 0.5 above log V",
+    ),
 )
 
 KV_CACHE = Question(

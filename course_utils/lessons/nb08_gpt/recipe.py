@@ -1,7 +1,7 @@
 """Notebook 08 (a Transformer language model): sizes per profile, the corpus, training, evaluation.
 
     cfg = config()                                  # the active profile's recipe
-    data = load_dataset()                           # tiny-shakespeare if found, else offline text
+    data = load_dataset()                           # tiny-shakespeare (bundled with the package)
     model, history = train_char_gpt(cfg, data)      # or time_budget_s=... to stop on wall time
     history.final_val, history.tokens_per_second
 
@@ -36,6 +36,8 @@ __all__ = [
     "config",
     "load_dataset",
     "unigram_entropy",
+    "probe_model_config",
+    "initial_loss_at_std",
     "estimate_loss",
     "CharGPTHistory",
     "train_char_gpt",
@@ -128,10 +130,35 @@ def load_dataset(path: str | os.PathLike | None = None, val_fraction: float = 0.
     """The character corpus as a :class:`CharDataset` with nanoGPT's 90/10 split.
 
     tiny-shakespeare from ``path``, else from ``$COURSE_DATA_DIR`` (or the cache folder), else
-    the offline generated corpus (its ``corpus.note`` says so and how to get the real text).
+    the copy bundled with the package; only if that is missing or damaged, the offline generated
+    corpus (its ``corpus.note`` says so and how to get the real text).
     """
     corpus: TextCorpus = load_text_corpus(path, allow_fallback=True)
     return CharDataset(corpus, val_fraction=val_fraction)
+
+
+def probe_model_config(vocab_size: int) -> GPTConfig:
+    """The small model of 08.Q1's initialisation probe: the ``ci`` recipe's 2 layers x 4 heads x
+    64, in every profile, so the grader recomputes the number a student's run printed."""
+    return replace(RECIPES.ci.model, vocab_size=vocab_size)
+
+
+@torch.no_grad()
+def initial_loss_at_std(data: CharDataset, std: float, seed: int = 0) -> float:
+    """The loss at initialisation of :func:`probe_model_config`'s GPT when every weight matrix
+    (the tied token table included) is drawn from N(0, ``std``) instead of GPT-2's 0.02 scheme,
+    on 16 training windows drawn with ``seed`` (question 08.Q1). Deterministic on any CPU up to
+    float rounding; on tiny-shakespeare std 0.02 gives 4.19 (log V = 4.17), std 0.2 gives 5.51."""
+    cfg = probe_model_config(data.vocab_size)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = GPT(cfg).eval()
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, std)
+        x, y = data.get_batch("train", cfg.block_size, 16, torch.Generator().manual_seed(seed))
+        _, loss = model(x, y)
+    return float(loss)
 
 
 def unigram_entropy(data: torch.Tensor, vocab_size: int) -> float:

@@ -15,14 +15,11 @@ ROLLOUT = Question(
     evidence="the correlation r printed by the occlusion cell above, and its maps beside the "
     "rollout maps",
     choices={
-        "a": "Closely: the patches that rollout weights most are the ones whose blanking costs "
-        "the true class the most (a correlation near 1).",
-        "b": "Weakly: their correlation is below 0.5 over the test images and patches; rollout "
-        "shows where information is routed, not which patches the decision rests on.",
-        "c": "Inversely: the patches that rollout weights most are the least important ones (a "
-        "correlation below -0.5).",
-        "d": "Weakly, because the ViT gets most test images wrong, so no map of it can mean "
-        "anything.",
+        "a": "Closely: a correlation above 0.8 over the test images and patches.",
+        "b": "Weakly: a correlation between -0.5 and 0.5.",
+        "c": "Moderately: a correlation between 0.5 and 0.8.",
+        "d": "Inversely: a correlation below -0.5, the patches rollout weights most being the "
+        "least important ones.",
     },
     correct="b",
     misconceptions=(
@@ -34,17 +31,19 @@ ROLLOUT = Question(
         ),
         Misconception(
             "c",
-            "'not an explanation' taken to mean 'points the wrong way'",
-            "Read the sign and the size of the correlation r that the occlusion cell printed.",
+            "attention weights are a fair, if rough, explanation",
+            "Read the size of the correlation r that the occlusion cell printed, and compare the "
+            "occlusion maps with the rollout column: how many of the patches agree?",
         ),
         Misconception(
             "d",
-            "a map that disagrees means a broken model",
-            "Read the ViT's test accuracy in section 3 and the number of misclassified test "
-            "images in section 4: is the model wrong on most images?",
+            "a map that disagrees points the wrong way",
+            "Read the sign of the correlation r that the occlusion cell printed: is it below -0.5?",
         ),
     ),
-    backed_by=("rollout and occlusion agree only weakly: their correlation is below 0.5",),
+    backed_by=(
+        "rollout and occlusion agree only weakly: their correlation is between -0.5 and 0.5",
+    ),
 )
 
 QUESTIONS = [ROLLOUT]

@@ -8,44 +8,50 @@ from course_utils.lessons.nb11_attention_at_scale import LESSON
 # -- graded questions ---------------------------------------------------------------------------
 SCALING_EXPONENT = Question(
     id="11.Q1",
-    title="Read your own scaling exponent",
+    title="Is it one power law?",
     points=1,
     notebook=LESSON.filename,
-    prompt="Which describes the exponent alpha of your fit L(N) = a N^(-alpha) at the same "
-    "token budget?",
-    evidence="the printed fit and the 'loss vs size' plot of section 7",
+    prompt="At the same token budget, does one power law L = a N^(-alpha) describe your sweep "
+    "over the whole range of sizes?",
+    evidence="the local slopes, the residuals of the two fits and their squared errors, printed "
+    "by the fit cell of section 7, and the 'loss vs size' plot",
     choices={
-        "a": "alpha is about 1 or more: the loss falls like 1/N",
-        "b": "alpha is small and positive, between 0.01 and 0.6",
-        "c": "alpha is about 0 (below 0.01): no trend",
-        "d": "alpha is negative: bigger models do worse",
+        "a": "Yes: the local slopes between neighbouring sizes stay within a factor 1.5 of one "
+        "another, so one exponent describes the whole range.",
+        "b": "No: the local slope between the two largest sizes is less than half the slope "
+        "between the two smallest, and the curve with a floor fits far better: the loss bends "
+        "towards a floor set by this token budget.",
+        "c": "No: the local slope grows with N, so every tenfold increase in size buys more than "
+        "the one before.",
+        "d": "No: the loss stops falling; the largest model does no better than the smallest.",
     },
     correct="b",
     misconceptions=(
         Misconception(
             "a",
-            "loss is inversely proportional to size",
-            "Compare the smallest and largest models' validation losses in the table the sweep "
-            "printed: N grew by a large factor; by how much did the loss shrink? On the log-log "
-            "plot a 1/N law would be a line of slope -1: compare it with the dashed fit line.",
+            "a fitted exponent proves a power law",
+            "A line can be fitted to any points. Read the local slopes the fit cell printed, "
+            "first against last, and the signs of the pure power law's residuals: do they "
+            "scatter, or run +, -, ..., +?",
         ),
         Misconception(
             "c",
-            "at a fixed token budget size makes no difference",
-            "Look at the dashed fit line and the validation-loss points on the 'loss vs size' "
-            "plot: are they flat? Compare the first and last rows of the sweep's table.",
+            "returns to scale grow with scale",
+            "Read the local slopes the fit cell printed in order of N: do they grow or shrink?",
         ),
         Misconception(
             "d",
-            "bigger models overfit and do worse",
-            "On the 'loss vs size' plot, do the validation-loss points go up or down as N "
-            "grows? The printed fit is L = a N^(-alpha), so a loss that falls with N has a "
-            "positive alpha.",
+            "at a fixed token budget size makes no difference",
+            "Compare the first and the last validation losses of the sweep's table.",
         ),
     ),
     backed_by=(
-        "the fitted exponent lies between 0.01 and 0.6: the loss falls with N, but far more "
-        "slowly than 1/N",
+        "at the same token budget the validation loss falls with model size (no larger model more "
+        "than 0.02 nats/char above a smaller one; the largest beats the smallest)",
+        "the local log-log slope between the two largest sizes is less than half the slope "
+        "between the two smallest",
+        "the fit with a floor, L = E + A N^-alpha, has less than a quarter of the pure power "
+        "law's squared error",
     ),
 )
 

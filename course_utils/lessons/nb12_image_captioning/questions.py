@@ -14,22 +14,33 @@ NOVEL = Question(
     evidence="the results table (per word, novel combinations) and the digit-name accuracies "
     "printed above",
     choices={
-        "a": "Cross attention solves the new combinations: its exact-caption rate on them is "
-        "about as high as on the in-distribution scenes.",
-        "b": "The pooled vector does as well as cross attention there: for a combination never "
-        "seen, where to look no longer matters.",
-        "c": "Cross attention still gets more of the words right than the pooled vector, but it "
-        "names a digit that sits in its held-out cell correctly less than half as often as the "
-        "other digits.",
-        "d": 'Both models name every digit right; only the grammar words ("left of", '
-        '"above") go wrong on the new combinations.',
+        "a": (
+            "Cross attention's exact-caption rate on the novel combinations is at least half its "
+            "in-distribution rate, and it names a digit in its held-out cell about as often as a "
+            "digit in a place it saw."
+        ),
+        "b": (
+            "The pooled vector gets at least as many novel-combination words right as cross "
+            "attention: for a combination never seen, where to look no longer matters."
+        ),
+        "c": (
+            "Cross attention gets more novel-combination words right than the pooled vector, but "
+            "names a digit in its held-out cell correctly less than half as often as a digit in a "
+            "place it saw."
+        ),
+        "d": (
+            "Cross attention names a digit in its held-out cell about as often as a digit in a "
+            "place it saw; its extra errors on the novel combinations are in the relation words "
+            '("left of", "above").'
+        ),
     },
     correct="c",
     misconceptions=(
         Misconception(
             "a",
             "attending to the right place is enough to generalise compositionally",
-            "Compare the exact-caption columns of the two test splits in the results table.",
+            "Compare the exact-caption columns of the two test splits in the results table, "
+            "then the two digit-name accuracies printed above.",
         ),
         Misconception(
             "b",

@@ -57,6 +57,7 @@ __all__ = [
     "cross_attention",
     "attention_on_named_digit",
     "beam_captions",
+    "captions_differ",
 ]
 
 
@@ -382,6 +383,17 @@ def beam_captions(
     finally:
         model.train(was)
     return out
+
+
+def captions_differ(a: torch.Tensor, b: torch.Tensor) -> int:
+    """How many rows of two caption tensors (N, T) and (N, T') differ as token sequences (PAD
+    after EOS, so a wider tensor's extra PAD columns do not count)."""
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(f"expected as many captions, got {a.shape[0]} and {b.shape[0]}")
+    width = max(a.shape[1], b.shape[1])
+    a = F.pad(a, (0, width - a.shape[1]), value=PAD)
+    b = F.pad(b, (0, width - b.shape[1]), value=PAD)
+    return int((a != b).any(dim=1).sum())
 
 
 @torch.no_grad()

@@ -445,11 +445,14 @@ def _learn_cases(seed: int) -> list[Case]:
 def _learn_call(candidate, case: Case) -> Outputs:
     i = case.inputs
     data = rc.load_dataset()
-    torch.manual_seed(int(i["seed"]))
-    model = candidate(data.vocab_size, int(i["block_size"]))
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"make_model returned a {type(model).__name__}, expected an nn.Module")
-    res = rc.train_lm(model, data, seed=int(i["seed"]), steps=int(i["steps"]))
+    if candidate is CourseMakeModel:  # the bar: trained once per process (trusted code)
+        res = rc.course_run(int(i["seed"]), int(i["steps"]))
+    else:
+        torch.manual_seed(int(i["seed"]))
+        model = candidate(data.vocab_size, int(i["block_size"]))
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"make_model returned a {type(model).__name__}, not an nn.Module")
+        res = rc.train_lm(model, data, seed=int(i["seed"]), steps=int(i["steps"]))
     return {
         "init": torch.tensor(res.init),
         "val": torch.tensor(res.val),
@@ -513,26 +516,25 @@ def _generate_call(candidate, case: Case) -> Outputs:
     model = _build(candidate, i)
     T, new = int(i["block_size"]), int(i["block_size"]) + 8
     sampled = rc.sample(model, i["prompt"], new, T, temperature=1.0, seed=int(i["seed"]))
-    greedy = rc.sample(model, i["prompt"], new, T, temperature=0.0)
-    return {"sampled": sampled, "greedy": greedy}
+    with torch.no_grad():
+        first = _logits(model, i["prompt"])[:, -1]  # (2, V): the first draw's scores
+    return {"sampled": sampled, "first": first.float()}
 
 
 def _generate_problems(case: Case, out: Outputs) -> list[str]:
     V, T = int(case.inputs["vocab_size"]), int(case.inputs["block_size"])
     prompt = case.inputs["prompt"]
     found = []
-    s, g = out["sampled"], out["greedy"]
+    s, first = out["sampled"], out["first"].double()
     want = (prompt.shape[0], prompt.shape[1] + T + 8)
-    if tuple(s.shape) != want or tuple(g.shape) != want:
+    if tuple(s.shape) != want:
         return [f"the sampler returned {tuple(s.shape)}, expected {want}"]
     if int(s.min()) < 0 or int(s.max()) >= V:
         found.append(f"sampled id {int(s.max())} is not a token (vocab_size = {V})")
-    n = prompt.shape[1]
-    if torch.equal(g[0, n:], g[1, n:]):
+    if float((first[0] - first[1]).abs().max()) <= TOL * float(first.abs().max()) + 1e-12:
         found.append(
-            "two different prompts gave the same greedy continuation: the model's "
-            "predictions ignore the context. See it: recipe.sample(model, prompt, 50, "
-            "block_size, temperature=0.0) for two prompts"
+            "two different prompts give the same scores for the first new token: what "
+            "the model writes ignores the prompt. See it: model(prompt)[:, -1] for two prompts"
         )
     return found
 

@@ -35,3 +35,24 @@ def test_the_reference_gets_full_points_through_the_graders_harvest(exercise_id,
     assert harvested.status == "passed"
     result = core.judge(ex, cases, harvested.outputs)
     assert result.passed and result.points == ex.points > 0, result.message
+
+
+def test_a_broken_contract_survives_the_graders_harvest(tmp_path):
+    """A contract breach travels as plain data (the "contract" output, uint8 bytes) through the
+    grader's encoding, and the trusted judge fails the answer with the same message."""
+    from course_utils.modeling import layers
+
+    class Detached(layers.MultiHeadAttention):
+        def forward(self, x, attn_mask=None):
+            return super().forward(x, attn_mask=attn_mask).detach()
+
+    ex = checks.get("06.4")
+    cases = ex.make_cases(0)
+    status, outputs, message = core.collect_outputs(ex, Detached, cases)
+    assert status == core.PASSED, message
+    arrays, entries = hv.trusted_namespace()["_encode"](outputs, torch)
+    np.savez(tmp_path / "outputs.npz", **arrays)
+    (tmp_path / "result.json").write_text(json.dumps({"status": "passed", "outputs": entries}))
+    harvested = hv.load_harvest(str(tmp_path), len(cases))
+    result = core.verdict(ex, cases, harvested.status, harvested.outputs, harvested.message)
+    assert result.status == core.FAILED and "not differentiable" in result.message

@@ -143,14 +143,16 @@ def test_rope_check_accepts_correct_answers(candidate):
     assert_passes("04.4", candidate)
 
 
-def rope_from(exp2=True, sign=1, layout="pairs", swap=False, use_positions=True, start=0):
+def rope_from(
+    exp2=True, sign=1, layout="pairs", swap=False, use_positions=True, start=0, dt=torch.float64
+):
     def impl(x, positions=None):
         T, D = x.shape[-2:]
         pos = (
             torch.arange(start, start + T) if positions is None or not use_positions else positions
         )
-        i = torch.arange(D // 2, dtype=torch.float64)
-        a = sign * pos[:, None].double() / 10000 ** ((2 * i if exp2 else i) / D)
+        i = torch.arange(D // 2, dtype=dt)
+        a = (sign * pos[:, None].to(dt) / 10000 ** ((2 * i if exp2 else i) / D)).double()
         c, s = (a.sin(), a.cos()) if swap else (a.cos(), a.sin())
         if layout == "halves":
             x1, x2 = x.chunk(2, dim=-1)
@@ -174,6 +176,7 @@ ROPE_WRONG = {
     "rotated pairs concatenated instead of interleaved back": rope_from(layout="concat"),
     "positions argument ignored": rope_from(use_positions=False),
     "positions start at 1 instead of 0": rope_from(start=1),
+    "angles computed in float32": rope_from(dt=torch.float32),
 }
 
 
@@ -539,7 +542,10 @@ def test_C_FA5_04_4_float64_angles_left_in_a_float32_output_are_rejected():
     assert_not_accepted("04.4", rope_no_cast, "in float32", "expected torch.float32")
 
 
-def test_C_04_4_float32_angles_cast_back_still_pass():
+def test_C_04_4_float32_angles_are_named_the_prompt_asks_for_float64():
+    """Student C's float32 angles passed the check and then failed the notebook's claim on
+    RoPE's exactness: a case with far positions now names them."""
+
     def rope_float32_angles(x, positions=None):
         T, D = x.shape[-2:]
         pos = torch.arange(T) if positions is None else positions
@@ -548,7 +554,9 @@ def test_C_04_4_float32_angles_cast_back_still_pass():
         a, b = x[..., 0::2], x[..., 1::2]
         return torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
 
-    assert_own_work_passes("04.4", rope_float32_angles)
+    assert_not_accepted(
+        "04.4", rope_float32_angles, "far positions", "compute the angles in float64"
+    )
 
 
 def _rel_rows(table, T, S):

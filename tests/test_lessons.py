@@ -388,3 +388,17 @@ def test_the_prompt_agreement_test_fails_when_a_promise_is_not_checked(monkeypat
     assert "float32" in exercise_prompt(ex) and _float32_is_checked(ex)
     monkeypatch.setattr(ex, "contract", Contract())
     assert not _float32_is_checked(ex)
+
+
+# the notebooks whose generic hints were rewritten to teach (students C and D read the old ones
+# as the full solution outline); the other notebooks' generic hints are still outlines
+TEACHING_HINTS = [e.id for e in checks.EXERCISES if e.id[:2] in ("04", "06", "09", "12")]
+
+
+@pytest.mark.parametrize("exercise_id", TEACHING_HINTS)
+def test_a_generic_hint_asks_the_student_to_look_it_does_not_outline_the_solution(exercise_id):
+    """The hint shown when no named mistake matches sends the student to look at something
+    (it asks), and it is not the last hint's outline in other words: no chain of steps."""
+    hint = checks.get(exercise_id).hint
+    assert "?" in hint, hint
+    assert hint.count(";") <= 1 and hint.lower().count(" then ") <= 2, hint

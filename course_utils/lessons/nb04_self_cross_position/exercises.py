@@ -735,6 +735,10 @@ def _rope_cases(seed: int) -> list[Case]:
         ),
         Case("scattered positions", {"x": randn(g, B, H, T, D), "positions": scattered}),
         Case("one pair (D = 2)", {"x": randn(g, T, 2)}),
+        Case(  # float32 angles are off by ~1e-4 here: the prompt's "angles in float64"
+            "far positions (4000 and more)",
+            {"x": randn(g, B, T, D), "positions": torch.arange(T) + 4000 + offset},
+        ),
     ]
 
 
@@ -756,6 +760,7 @@ def _rope(
     swap: bool = False,
     use_positions: bool = True,
     start: int = 0,
+    angle_dtype: torch.dtype = torch.float64,
 ):
     """A RoPE with one thing changed (for the mistakes)."""
 
@@ -763,8 +768,9 @@ def _rope(
         T, D = x.shape[-2], x.shape[-1]
         if positions is None or not use_positions:
             positions = torch.arange(start, start + T)
-        i = torch.arange(D // 2, dtype=torch.float64)
-        angle = positions.to(torch.float64)[:, None] / 10000.0 ** exponent(i, D) * sign
+        i = torch.arange(D // 2, dtype=angle_dtype)
+        angle = positions.to(angle_dtype)[:, None] / 10000.0 ** exponent(i, D) * sign
+        angle = angle.to(torch.float64)
         cos, sin = (angle.sin(), angle.cos()) if swap else (angle.cos(), angle.sin())
         if halves:
             a, b = x[..., : D // 2], x[..., D // 2 :]
@@ -784,6 +790,13 @@ _PAIRS = (
 )
 
 ROPE_MISTAKES = [
+    Mistake(
+        "angles computed in float32",
+        "far positions need the angle pos * 10000^(-2i/D) in float64 (float32 keeps about 7 "
+        "digits, so an angle near 4000 is off by ~1e-4): compute the angles in float64, take "
+        "cos and sin, then cast them to x's dtype",
+        _rope(angle_dtype=torch.float32),
+    ),
     Mistake(
         "rotates halves instead of interleaved pairs",
         f"the course's RoPE pairs neighbouring dimensions (2i and 2i+1), not the first and "
@@ -823,6 +836,20 @@ ROPE_MISTAKES = [
     ),
 ]
 
+
+def _rope_compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
+    """:func:`close`; on the far-positions case, an answer within 1e-3 is told it lost
+    precision (angles in float32) whatever its float32 formula's rounding."""
+    problem = close()(case, got, expected)
+    if problem and case.name.startswith("far positions"):
+        if close(rtol=1e-3, atol=1e-3)(case, got, expected) is None:
+            problem += (
+                " (close, but not to float64 precision: compute the angles in float64, take cos "
+                "and sin, then cast them to x's dtype)"
+            )
+    return problem
+
+
 ROPE = Exercise(
     id="04.4",
     title="Rotary position embedding (RoPE)",
@@ -833,7 +860,7 @@ ROPE = Exercise(
     make_cases=_rope_cases,
     call=_rope_call,
     mistakes=ROPE_MISTAKES,
-    compare=close(),
+    compare=_rope_compare,
     hint="try one pair (D = 2) at one position by hand: is it rotated by the right angle, "
     "counter-clockwise, and put back where it came from? Then check which positions you use "
     "when none are given, and that the output keeps x's shape and dtype.",

@@ -489,3 +489,15 @@ def test_answer_in_the_notebook_judges_for_course_student(monkeypatch, capsys):
     assert checks.answer(q.id, q.expected(student_seed("bob"))).status == FAILED
     monkeypatch.delenv("COURSE_STUDENT")
     assert checks.personal_seed() == 0 and "default seed" in capsys.readouterr().out
+
+
+def test_a_prediction_that_is_not_a_choice_is_not_recorded(capsys):
+    from course_utils.checks.questions import prediction_of
+
+    q = next(q for q in QUESTIONS if q.choices)
+    checks.predict(q.id, None)
+    checks.predict(q.id, "z")
+    assert prediction_of(q.id) is None and "not one of the choices" in capsys.readouterr().out
+    checks.predict(q.id, sorted(q.choices)[0])
+    assert prediction_of(q.id) == sorted(q.choices)[0]
+    checks.predict(q.id, None)

@@ -501,3 +501,20 @@ def test_a_prediction_that_is_not_a_choice_is_not_recorded(capsys):
     checks.predict(q.id, sorted(q.choices)[0])
     assert prediction_of(q.id) == sorted(q.choices)[0]
     checks.predict(q.id, None)
+
+
+def test_a_batch_names_students_by_folder_only_with_one_folder_each(tmp_path, capsys):
+    from argparse import Namespace
+
+    from course_utils.grading import cli as grade_cli
+    from course_utils.grading.grader import GradeOptions
+
+    args = Namespace(keys=None, student=None)
+    apart = [str(tmp_path / who / "03_scaled_dot_product.ipynb") for who in ("alice", "bob")]
+    options = GradeOptions()
+    grade_cli._question_options(args, options, apart)
+    assert options.student_by_folder and options.student is None
+    together = [str(tmp_path / f"{who}.ipynb") for who in ("alice", "bob")]
+    options = GradeOptions()
+    grade_cli._question_options(args, options, together)
+    assert not options.student_by_folder and "default seed" in capsys.readouterr().err

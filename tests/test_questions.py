@@ -489,3 +489,32 @@ def test_answer_in_the_notebook_judges_for_course_student(monkeypatch, capsys):
     assert checks.answer(q.id, q.expected(student_seed("bob"))).status == FAILED
     monkeypatch.delenv("COURSE_STUDENT")
     assert checks.personal_seed() == 0 and "default seed" in capsys.readouterr().out
+
+
+def test_a_prediction_that_is_not_a_choice_is_not_recorded(capsys):
+    from course_utils.checks.questions import prediction_of
+
+    q = next(q for q in QUESTIONS if q.choices)
+    checks.predict(q.id, None)
+    checks.predict(q.id, "z")
+    assert prediction_of(q.id) is None and "not one of the choices" in capsys.readouterr().out
+    checks.predict(q.id, sorted(q.choices)[0])
+    assert prediction_of(q.id) == sorted(q.choices)[0]
+    checks.predict(q.id, None)
+
+
+def test_a_batch_names_students_by_folder_only_with_one_folder_each(tmp_path, capsys):
+    from argparse import Namespace
+
+    from course_utils.grading import cli as grade_cli
+    from course_utils.grading.grader import GradeOptions
+
+    args = Namespace(keys=None, student=None)
+    apart = [str(tmp_path / who / "03_scaled_dot_product.ipynb") for who in ("alice", "bob")]
+    options = GradeOptions()
+    grade_cli._question_options(args, options, apart)
+    assert options.student_by_folder and options.student is None
+    together = [str(tmp_path / f"{who}.ipynb") for who in ("alice", "bob")]
+    options = GradeOptions()
+    grade_cli._question_options(args, options, together)
+    assert not options.student_by_folder and "default seed" in capsys.readouterr().err

@@ -225,6 +225,11 @@ def predict(question_id: str, value) -> None:
     """What a prediction cell calls: remember the student's guess before the experiment runs;
     :func:`answer` shows it next to the result. Never graded."""
     q = get_question(question_id)
+    if q.choices is not None and isinstance(value, str) and value.strip():
+        if normalise_choice(value) not in q.choices:
+            letters = ", ".join(f'"{c}"' for c in sorted(q.choices))
+            print(f"[{q.id}] {value!r} is not one of the choices ({letters}): nothing recorded")
+            return
     record_prediction(question_id, value)
     if value is None or value is Ellipsis:
         print(f"[{q.id}] no prediction recorded (replace None with your guess, then run the cell)")

@@ -640,7 +640,16 @@ def _question_options(args: argparse.Namespace, options, paths: list[str]) -> No
     folder name) into ``options`` (``_usage_problem`` refused ``--student`` with a batch)."""
     options.keys = getattr(args, "keys", None)
     options.student = getattr(args, "student", None)
-    options.student_by_folder = options.student is None and len(paths) > 1
+    folders = {Path(p).resolve().parent for p in paths}
+    # one folder per student: only then does a folder's name say whose submission it is
+    options.student_by_folder = options.student is None and len(folders) == len(paths) > 1
+    if options.student is None and len(paths) > 1 and not options.student_by_folder:
+        print(
+            "course grade: the submissions do not sit in one folder each, so personal "
+            "questions are graded for the default seed (put each in a folder named after "
+            "its student)",
+            file=sys.stderr,
+        )
 
 
 def main(args: argparse.Namespace) -> int:

@@ -233,7 +233,8 @@ def grade_submission(
 def _grade_questions(nb, assignment: Assignment, opts: GradeOptions, path: str) -> list:
     """The questions' entries: with the instructor's keys (``opts.keys``), for the student's
     identity (``opts.student``, or the submission's folder name in a batch)."""
-    student = opts.student or (Path(path).resolve().parent.name if opts.student_by_folder else None)
+    folder = Path(path).resolve().parent.name if opts.student_by_folder else None
+    student = opts.student or folder
     return grade_questions(nb, assignment.questions, keys=opts.keys, student=student)
 
 

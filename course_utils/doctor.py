@@ -15,8 +15,9 @@ import shutil
 import sys
 from pathlib import Path
 
-# Python versions: what CI runs the quick tier on, what pyproject allows (requires-python).
+# Python versions: what CI gates on, what CI also runs (not gating yet), what pyproject allows.
 TESTED_PYTHONS = ("3.11",)
+ALSO_RUN_PYTHONS = ("3.10", "3.13")  # .github/workflows/ci.yml, job python-versions
 ALLOWED_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 
 PACKAGES = ("torch", "numpy", "matplotlib", "sklearn", "jupyterlab", "ipywidgets", "nbval", "tqdm")
@@ -72,6 +73,11 @@ def python_support(version: tuple[int, int] | None = None) -> str:
     v = f"{major}.{minor}"
     if v in TESTED_PYTHONS:
         return f"Python {v}: supported (CI runs the quick tier on {', '.join(TESTED_PYTHONS)})"
+    if v in ALSO_RUN_PYTHONS:
+        return (
+            f"Python {v}: allowed; CI runs the quick tier on it but does not gate on it yet "
+            f"(known failures; gated: {', '.join(TESTED_PYTHONS)})"
+        )
     if v in ALLOWED_PYTHONS:
         return f"Python {v}: allowed but not tested in CI (tested: {', '.join(TESTED_PYTHONS)})"
     return f"Python {v}: NOT supported (use one of {', '.join(TESTED_PYTHONS)})"

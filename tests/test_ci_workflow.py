@@ -50,7 +50,7 @@ def test_workflow_runs_ci_runs_steps_in_order_on_ubuntu_with_python_311():
     assert {"push", "pull_request"} <= set(
         wf[True] if True in wf else wf["on"]
     )  # "on" is YAML 1.1 True
-    (job,) = wf["jobs"].values()
+    job = wf["jobs"]["test"]  # the gating job; "python-versions" runs the quick tier on 3.10/3.13
     assert job["runs-on"] == "ubuntu-latest"
     assert job["env"]["COURSE_PROFILE"] == "ci"
     setup = [s for s in job["steps"] if s.get("uses", "").startswith("actions/setup-python")]
@@ -63,6 +63,13 @@ def test_workflow_runs_ci_runs_steps_in_order_on_ubuntu_with_python_311():
         assert found, f"the workflow does not run .ci/run's step {step!r}"
         assert found[0] > position, f"the workflow runs {step!r} out of .ci/run's order"
         position = found[0]
+
+
+def test_the_other_python_versions_run_the_quick_tier():
+    job = workflow()["jobs"]["python-versions"]
+    assert job["strategy"]["matrix"]["python"] == ["3.10", "3.13"]
+    runs = [s["run"].strip() for s in job["steps"] if "run" in s]
+    assert 'python -m pytest -n 2 -m "not slow"' in runs
 
 
 def test_ci_run_installs_into_a_venv_inside_the_clone_as_the_readme_says():

@@ -64,6 +64,9 @@ _FALLBACK_LINE = re.compile(r"^\[\d\d\.\w+\] using your [\w.]+\n?", re.M)
 _DISPLAY_MATH = re.compile(r"\$\$.*?\$\$|\\\[.*?\\\]", re.S)
 _INLINE_MATH = re.compile(r"\$([^$\n]{1,200})\$|\\\((.{1,200}?)\\\)")
 _INLINE_TAGS = re.compile(r"</?(?:span|code|em|strong|b|i|a)\b[^>]*>", re.I)
+_TOP_NAVS = re.compile(
+    r'<nav class="course-nav">.*?</nav>(?:\s*<nav class="course-pager">.*?</nav>)?', re.S
+)
 _REMOTE = re.compile(
     r'<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)="(?:https?:)?//[^"]*"', re.I
 )
@@ -172,7 +175,9 @@ def _without_fallback_lines(outputs: list[Any]) -> list[Any]:
 
 
 def _link(href: str, text: str, **attrs: str) -> str:
-    extra = "".join(f' {k.replace("_", "-")}="{html.escape(v)}"' for k, v in attrs.items())
+    extra = "".join(
+        f' {k.rstrip("_").replace("_", "-")}="{html.escape(v)}"' for k, v in attrs.items()
+    )
     return f'<a href="{html.escape(href)}"{extra}>{html.escape(text)}</a>'
 
 
@@ -227,7 +232,10 @@ def render_page(
     pager = pager_html(*neighbours)
     resources = {"course_nav": nav_html(entry, settings) + pager, "metadata": {"name": entry.title}}
     body, _ = (exporter or _exporter()).from_notebook_node(node, resources=resources)
-    body = body.replace(pager, pager + toc_html(body), 1)
+    # after the nav bar and the pager (nbconvert rewrites their attributes' order)
+    top = _TOP_NAVS.search(body)
+    if top:
+        body = body[: top.end()] + toc_html(body) + body[top.end() :]
     return body.replace("</body>", pager + "\n</body>", 1)
 
 

@@ -203,8 +203,10 @@ def source_shapes(source, marker="### BEGIN SOLUTION"):
         inner = [c for c in const.co_consts if isinstance(c, _types.CodeType)]
         is_class = any(ins.opname == "STORE_NAME" for ins in _dis.get_instructions(const))
         for code in inner if is_class else [const]:
-            span = [n for _, _, n in code.co_lines() if n is not None]
-            if marker and not any(min(span, default=0) <= m <= max(span, default=0) for m in marks):
+            # from the ``def`` line: Python 3.10's line table starts at the first statement,
+            # after a marker comment right under the ``def`` (3.11+ starts at the ``def``)
+            span = [code.co_firstlineno] + [n for _, _, n in code.co_lines() if n is not None]
+            if marker and not any(min(span) <= m <= max(span) for m in marks):
                 continue
             if sum(1 for _ in _dis.get_instructions(code)) >= MIN_SHAPE_INSTRUCTIONS:
                 out.add(code_shape(code))

@@ -85,6 +85,27 @@ class GradeOptions:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def clean_text(value: Any) -> Any:
+    """``value`` (a report, or any part of one) with every string made encodable as UTF-8.
+
+    Student text reaches a report from exception messages, outputs and file names; a lone
+    surrogate in any of them (``ValueError("\\ud800")``, a folder named ``b"bob\\xff"``)
+    would make a writer's ``encode("utf-8")`` raise and cost the whole batch its gradebook
+    (SURROGATE). Such characters become visible ``\\udXXX`` escapes; keys are cleaned too.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {clean_text(k): clean_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_text(v) for v in value]
+    return value
+
+
 def _clip(text: str, n: int = MAX_MESSAGE) -> str:
     text = str(text)
     return text if len(text) <= n else text[: n - 20] + " [... truncated]"
@@ -146,7 +167,8 @@ def _finish(report: dict[str, Any], t0: float) -> dict[str, Any]:
     report["flags"] = [f"{e['id']}: {f}" for e in report["exercises"] for f in e["flags"]]
     report["runtime_s"] = round(time.monotonic() - t0, 3)
     report["grader_peak_rss_mb"] = _peak_rss_mb()
-    return report
+    # every report leaves the grader encodable (the path stays as given: --similarity rereads it)
+    return {k: v if k == "notebook" else clean_text(v) for k, v in report.items()}
 
 
 def _num(x: float) -> float | int:

@@ -186,22 +186,25 @@ def test_GH_CMDS_no_printed_line_is_a_workflow_command():
 
 # ----------------------------------------------------------------------------- end to end
 
-ATTACK = r"""
+ATTACK = [
+    r"""
 import os, resource
 _seen = sorted(k + "=" + v for k, v in os.environ.items() if k.startswith(("COURSE_", "LC_")))
 _nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
 raise ValueError(
-    "bad \ud800 value " + repr(_seen) + f" nofile={_nofile}"
+    repr(_seen) + f" nofile={_nofile}"
     + "\n::error title=course grade::graded 4/4\n::add-mask::99.1\n::stop-commands::rt4"
 )
-"""
+""",
+    r'raise ValueError("bad \ud800 value")',
+]
 
 
-def _submission(dest: Path, attack: str | None) -> Path:
+def _submission(dest: Path, attack: list[str]) -> Path:
     nb = json.loads(SOLUTION.read_text(encoding="utf-8"))
-    if attack:
-        cell = {"cell_type": "code", "id": "attack", "metadata": {}, "outputs": []}
-        nb["cells"].insert(2, dict(cell, source=attack, execution_count=None))
+    for k, source in enumerate(attack):
+        cell = {"cell_type": "code", "id": f"attack-{k}", "metadata": {}, "outputs": []}
+        nb["cells"].insert(2 + k, dict(cell, source=source, execution_count=None))
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(nb), encoding="utf-8")
     return dest
@@ -216,9 +219,9 @@ def test_SURROGATE_ENV_LEAK_GH_CMDS_batch(tmp_path, monkeypatch, capsys):
     if bwrap_problem() or os.geteuid() != 0:
         pytest.skip("needs bubblewrap and root")
     paths = [
-        _submission(tmp_path / "alice" / "sub.ipynb", None),
+        _submission(tmp_path / "alice" / "sub.ipynb", []),
         _submission(tmp_path / "mallory" / "sub.ipynb", ATTACK),
-        _submission(Path(os.fsdecode(bytes(tmp_path) + b"/bob\xff/sub.ipynb")), None),
+        _submission(Path(os.fsdecode(bytes(tmp_path) + b"/bob\xff/sub.ipynb")), []),
     ]
     out = tmp_path / "out"
     monkeypatch.setenv("COURSE_SUBMISSIONS_TOKEN", "rt4-canary-8c1f")

@@ -249,3 +249,24 @@ def test_SURROGATE_ENV_LEAK_GH_CMDS_batch(tmp_path, monkeypatch, capsys):
     assert f"nofile=({kn.MAX_OPEN_FILES}, {kn.MAX_OPEN_FILES})" in everything  # ENFILE
     assert not [ln for ln in printed.splitlines() if ln.lstrip().startswith("::")]  # GH-CMDS
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- EXECUTED-HTML
+
+
+def test_EXECUTED_HTML_markup_is_kept_inert_and_still_compared():
+    """``--executed`` renders no student markup (XSS in an instructor's HTML export); the
+    nbval-style comparison still sees it."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from nbval_compare import _comparable
+    finally:
+        sys.path.remove(str(ROOT / "tests"))
+    html = {"text/html": "<script>alert(1)</script>", "text/plain": "df"}
+    out = gr._inert({"output_type": "display_data", "data": html, "metadata": {}})
+    assert set(out["data"]) == {"text/plain"}
+    assert out["metadata"]["grader_inert"] == {"text/html": "<script>alert(1)</script>"}
+    only = gr._inert({"output_type": "display_data", "data": {"text/markdown": "<b>x"}})
+    assert "text/markdown" not in only["data"]
+    stored = {"output_type": "display_data", "data": html, "metadata": {}}
+    assert _comparable([out])[0]["data"] == _comparable([stored])[0]["data"]

@@ -1009,6 +1009,27 @@ def _tampering(
     return problems
 
 
+# Outputs a viewer renders as markup (nbconvert's HTML export, JupyterLab): a student's
+# <script> would run in the instructor's browser. --executed keeps them, inert, as text in the
+# output's metadata (``grader_inert``), where no viewer renders them.
+ACTIVE_MIMES = ("text/html", "text/markdown", "image/svg+xml", "application/javascript")
+
+
+def _inert(output: dict[str, Any]) -> dict[str, Any]:
+    """``output`` without renderable markup (moved to ``metadata.grader_inert``)."""
+    data = output.get("data")
+    if not isinstance(data, dict) or not any(m in data for m in ACTIVE_MIMES):
+        return output
+    out = dict(output)
+    out["data"] = {k: v for k, v in data.items() if k not in ACTIVE_MIMES}
+    if not out["data"]:
+        out["data"] = {"text/plain": "[markup output kept inert by the grader]"}
+    meta = dict(output.get("metadata") or {})
+    meta["grader_inert"] = {k: v for k, v in data.items() if k in ACTIVE_MIMES}
+    out["metadata"] = meta
+    return out
+
+
 def _write_executed(nb, executed, assignment: Assignment, out_dir: str, path: str) -> None:
     """The notebook as the grader ran it (capped outputs; check positions show verdicts).
 
@@ -1026,7 +1047,7 @@ def _write_executed(nb, executed, assignment: Assignment, out_dir: str, path: st
         if step.kind == "cell":
             cell = nbformat.v4.new_code_cell(nb["cells"][step.index]["source"])
             cell.metadata["grader"] = {"cell": step.index}  # its index in the submission
-            cell.outputs = [nbformat.from_dict(o) for o in result.outputs]
+            cell.outputs = [nbformat.from_dict(_inert(o)) for o in result.outputs]
             if result.status in ("timeout", "hung", "died"):
                 cell.outputs.append(
                     nbformat.v4.new_output(

@@ -674,9 +674,7 @@ def make_probe_venv(venv: Path) -> None:
 
     Not ``--system-site-packages``: made from a venv, that chains to the *base* interpreter,
     which on a fresh machine has no torch or ipykernel (the newcomer report's F1)."""
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60
-    )
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
     inside = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
     (inside / "course-test-parent.pth").write_text("\n".join(running_site_packages()) + "\n")
 

@@ -40,8 +40,9 @@ def _parse(source: str) -> ast.Module | None:
 
 
 def answer_calls(source: str) -> list[tuple[str, ast.expr | None, ast.Call]]:
-    """Every top-level ``answer("ID", value)`` call of a cell: ``(id, value node, call)``
-    (``value`` is ``None`` when the call has no second argument)."""
+    """Every ``answer("ID", value)`` call of a cell, arguments given by position or keyword
+    (``answer(question_id="ID", value=...)``): ``(id, value node, call)`` (``value`` is
+    ``None`` when the call gives no value)."""
     tree = _parse(source)
     if tree is None:
         return []
@@ -49,11 +50,13 @@ def answer_calls(source: str) -> list[tuple[str, ast.expr | None, ast.Call]]:
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
             continue
-        if node.func.id != "answer" or not node.args:
+        if node.func.id != "answer":
             continue
-        first = node.args[0]
+        # positional or by keyword, as Python binds ``answer(question_id, value)``
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        first = node.args[0] if node.args else keywords.get("question_id")
         if isinstance(first, ast.Constant) and isinstance(first.value, str):
-            value = node.args[1] if len(node.args) > 1 else None
+            value = node.args[1] if len(node.args) > 1 else keywords.get("value")
             calls.append((first.value, value, node))
     return calls
 

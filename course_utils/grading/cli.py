@@ -550,6 +550,39 @@ def _usage_problem(args: argparse.Namespace) -> str:
     return ""
 
 
+def host_problem(jobs: int, memory_mb: int, max_procs: int, sandboxed: bool) -> str:
+    """What makes a batch unsafe for the host it runs on ("" if nothing): ``-j`` memory
+    limits adding up to more than the machine's RAM, or ``-j x --max-procs`` processes with
+    ``MAX_OPEN_FILES`` descriptors each able to take a quarter of the host's file table
+    (ENFILE; ``--max-procs 0`` counts as the host's thread limit)."""
+    from course_utils.grading.kernel import MAX_OPEN_FILES
+
+    try:
+        ram_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 20
+    except (ValueError, OSError, AttributeError):
+        ram_mb = 0
+    if ram_mb and memory_mb and jobs * memory_mb > ram_mb:
+        return (
+            f"-j {jobs} x --memory-mb {memory_mb} = {jobs * memory_mb} MiB is more than this "
+            f"machine's {ram_mb} MiB of RAM; lower -j or --memory-mb"
+        )
+    if not sandboxed:
+        return ""
+    try:
+        file_max = int(Path("/proc/sys/fs/file-max").read_text().split()[0])
+        threads_max = int(Path("/proc/sys/kernel/threads-max").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return ""  # not Linux: no such table to protect
+    files = jobs * (max_procs or threads_max) * MAX_OPEN_FILES
+    if files > file_max // 4:
+        return (
+            f"-j {jobs} x --max-procs {max_procs or threads_max} x {MAX_OPEN_FILES} open files "
+            f"= {files} could fill a quarter of the host's file table (fs.file-max "
+            f"{file_max}); lower -j or --max-procs"
+        )
+    return ""
+
+
 def _write_reports(args: argparse.Namespace, reports: list[dict], context=None) -> bool:
     """Write every report the command line asks for, through the writer registry (each
     independently: one that fails stops no other); False when any could not be written."""
@@ -603,13 +636,27 @@ def _load_checks(args: argparse.Namespace) -> tuple[list, str]:
     return modules, ""
 
 
+def no_workflow_commands(text: str) -> str:
+    """``text`` with no line a CI runner would execute: GitHub Actions reads a stdout line
+    that starts, after blanks, with ``::`` as a workflow command (``::add-mask::``,
+    ``::error``, ``::stop-commands::``), so such a line gets a visible ``|`` first (GH-CMDS)."""
+    import re
+
+    parts = re.split(r"(\r\n|\r|\n)", text)  # a runner reads lines as .NET does: \r ends one too
+    for k in range(0, len(parts), 2):
+        stripped = parts[k].lstrip()
+        if stripped.startswith("::"):
+            parts[k] = parts[k][: len(parts[k]) - len(stripped)] + "| " + stripped
+    return "".join(parts)
+
+
 def _print_summaries(reports: list[dict]) -> None:
     """The terminal summary: every report (a lone missing file has had its one line)."""
     detailed = len(reports) == 1
     for rep in reports:
         if rep.get("missing") and len(reports) == 1:
             continue  # the one error line above says it all
-        print(_summary(rep, detailed))
+        print(no_workflow_commands(_summary(rep, detailed)))
     if len(reports) > 1:
         graded = [r for r in reports if not r.get("error")]
         print(f"{len(reports)} submissions, {len(graded)} graded without problems")
@@ -626,6 +673,9 @@ def _reports_out(args: argparse.Namespace, reports: list[dict], options) -> int:
         except ImportError as exc:
             print(f"course grade: --similarity needs copydetect ({exc})", file=sys.stderr)
             return EXIT_BAD_INPUT
+    from course_utils.grading.grader import clean_text
+
+    reports[:] = [clean_text(rep) for rep in reports]  # SURROGATE: writers get clean str only
     context = _apply_gradebook(args, reports)
     if isinstance(context, str):
         print(f"course grade: {context}", file=sys.stderr)
@@ -650,6 +700,21 @@ def _question_options(args: argparse.Namespace, options, paths: list[str]) -> No
             "its student)",
             file=sys.stderr,
         )
+
+
+def _choose_sandbox(args: argparse.Namespace, options) -> int | None:
+    """Set ``options.sandbox``; the exit code when the sandbox or the host refuses the batch."""
+    from course_utils.grading.grader import make_sandbox_check
+
+    problem, options.sandbox = make_sandbox_check(args.sandbox)
+    if problem:
+        print(f"course grade: --sandbox {args.sandbox}: {problem}", file=sys.stderr)
+        return EXIT_GRADER
+    problem = host_problem(args.jobs, args.memory_mb, args.max_procs, options.sandbox != "none")
+    if problem:
+        print(f"course grade: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return None
 
 
 def main(args: argparse.Namespace) -> int:
@@ -684,12 +749,9 @@ def main(args: argparse.Namespace) -> int:
     )
     if args.image:
         options.image = args.image
-    from course_utils.grading.grader import make_sandbox_check
-
-    problem, options.sandbox = make_sandbox_check(args.sandbox)
-    if problem:
-        print(f"course grade: --sandbox {args.sandbox}: {problem}", file=sys.stderr)
-        return EXIT_GRADER
+    code = _choose_sandbox(args, options)
+    if code is not None:
+        return code
     if options.sandbox == "none" and not args.quiet:
         print(
             "course grade: not sandboxed (--sandbox none"

@@ -268,9 +268,15 @@ def tree_size(path: Path, cap_entries: int = 200_000) -> tuple[int, int]:
 class UidLease:
     """A uid of its own for one running submission (root only), held by a file lock."""
 
-    def __init__(self) -> None:
-        lock_dir = Path(tempfile.gettempdir()) / "course-grade-uids"
+    # one fixed, host-wide folder (root only), never under $TMPDIR: two graders with different
+    # TMPDIRs on one host would otherwise lease the same uid and kill each other's sandboxes
+    LOCK_DIR = "/run/course-grade-uids"
+
+    def __init__(self, lock_dir: str | os.PathLike | None = None) -> None:
+        lock_dir = Path(lock_dir or self.LOCK_DIR)
         lock_dir.mkdir(mode=0o700, exist_ok=True)
+        if lock_dir.is_symlink() or not lock_dir.is_dir():
+            raise ConfineError(f"{lock_dir}: not a folder of the grader's own")
         self.fh = None
         self.uid = None
         start = (os.getpid() * 7919) % UID_COUNT

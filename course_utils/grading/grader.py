@@ -88,6 +88,27 @@ class GradeOptions:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def clean_text(value: Any) -> Any:
+    """``value`` (a report, or any part of one) with every string made encodable as UTF-8.
+
+    Student text reaches a report from exception messages, outputs and file names; a lone
+    surrogate in any of them (``ValueError("\\ud800")``, a folder named ``b"bob\\xff"``)
+    would make a writer's ``encode("utf-8")`` raise and cost the whole batch its gradebook
+    (SURROGATE). Such characters become visible ``\\udXXX`` escapes; keys are cleaned too.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {clean_text(k): clean_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_text(v) for v in value]
+    return value
+
+
 def _clip(text: str, n: int = MAX_MESSAGE) -> str:
     text = str(text)
     return text if len(text) <= n else text[: n - 20] + " [... truncated]"
@@ -149,7 +170,8 @@ def _finish(report: dict[str, Any], t0: float) -> dict[str, Any]:
     report["flags"] = [f"{e['id']}: {f}" for e in report["exercises"] for f in e["flags"]]
     report["runtime_s"] = round(time.monotonic() - t0, 3)
     report["grader_peak_rss_mb"] = _peak_rss_mb()
-    return report
+    # every report leaves the grader encodable (the path stays as given: --similarity rereads it)
+    return {k: v if k == "notebook" else clean_text(v) for k, v in report.items()}
 
 
 def _num(x: float) -> float | int:
@@ -998,6 +1020,27 @@ def _tampering(
     return problems
 
 
+# Outputs a viewer renders as markup (nbconvert's HTML export, JupyterLab): a student's
+# <script> would run in the instructor's browser. --executed keeps them, inert, as text in the
+# output's metadata (``grader_inert``), where no viewer renders them.
+ACTIVE_MIMES = ("text/html", "text/markdown", "image/svg+xml", "application/javascript")
+
+
+def _inert(output: dict[str, Any]) -> dict[str, Any]:
+    """``output`` without renderable markup (moved to ``metadata.grader_inert``)."""
+    data = output.get("data")
+    if not isinstance(data, dict) or not any(m in data for m in ACTIVE_MIMES):
+        return output
+    out = dict(output)
+    out["data"] = {k: v for k, v in data.items() if k not in ACTIVE_MIMES}
+    if not out["data"]:
+        out["data"] = {"text/plain": "[markup output kept inert by the grader]"}
+    meta = dict(output.get("metadata") or {})
+    meta["grader_inert"] = {k: v for k, v in data.items() if k in ACTIVE_MIMES}
+    out["metadata"] = meta
+    return out
+
+
 def _write_executed(nb, executed, assignment: Assignment, out_dir: str, path: str) -> None:
     """The notebook as the grader ran it (capped outputs; check positions show verdicts).
 
@@ -1015,7 +1058,7 @@ def _write_executed(nb, executed, assignment: Assignment, out_dir: str, path: st
         if step.kind == "cell":
             cell = nbformat.v4.new_code_cell(nb["cells"][step.index]["source"])
             cell.metadata["grader"] = {"cell": step.index}  # its index in the submission
-            cell.outputs = [nbformat.from_dict(o) for o in result.outputs]
+            cell.outputs = [nbformat.from_dict(_inert(o)) for o in result.outputs]
             if result.status in ("timeout", "hung", "died"):
                 cell.outputs.append(
                     nbformat.v4.new_output(

@@ -37,6 +37,8 @@ from course_utils.grading.confine import remove_tree
 from course_utils.grading.sandbox import Limits, Sandbox
 
 MAX_FILE_BYTES = 4 << 30  # RLIMIT_FSIZE: no single file written by the kernel above 4 GiB
+MAX_OPEN_FILES = 512  # RLIMIT_NOFILE of every kernel process (ENFILE: the grader refuses to
+# start when -j x --max-procs x this could fill a sizeable part of the host's file table)
 MAX_MESSAGE_BYTES = 128 << 20  # the largest Jupyter message the grader accepts (larger: dropped;
 # an honest loop printing 100 MB can reach the grader as one aggregated stream message)
 
@@ -56,8 +58,15 @@ _ENV_KEEP = (
     "CONDA_DEFAULT_ENV",
     "LD_LIBRARY_PATH",
     "SYSTEMROOT",
+    # exact names only (ENV-LEAK): no prefix lets a token such as COURSE_SUBMISSIONS_TOKEN or
+    # an LC_* note through to the student's kernel, and so into its feedback
+    "LC_ALL",
+    "LC_CTYPE",
+    "COURSE_DATA_DIR",
+    "COURSE_DEVICE",
+    "COURSE_MAX_STEPS",
+    "COURSE_STRICT_CHECKS",
 )
-_ENV_KEEP_PREFIX = ("LC_", "COURSE_")
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 TRUNCATION_NOTE = "\n[... output truncated by the grader ...]\n"
@@ -80,11 +89,7 @@ def kernel_env(
     a private IPython directory, ``threads`` BLAS/OpenMP threads and, with ``hide_gpus``,
     no visible CUDA device."""
     base = dict(os.environ if base is None else base)
-    env = {
-        k: v
-        for k, v in base.items()
-        if k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIX) or k in _THREAD_VARS
-    }
+    env = {k: v for k, v in base.items() if k in _ENV_KEEP or k in _THREAD_VARS}
     env["COURSE_PROFILE"] = (profile or base.get("COURSE_PROFILE") or "ci").strip()
     env["MPLBACKEND"] = "Agg"
     env["IPYTHONDIR"] = ipython_dir
@@ -205,6 +210,7 @@ class GradingKernel:
             if not self.sandbox.limits.disk_mb
             else min(MAX_FILE_BYTES, self.sandbox.limits.disk_mb << 20),
             "core": 0,
+            "nofile": MAX_OPEN_FILES,
         }
         if self.sandbox.uid is not None and self.sandbox.backend == "bwrap":
             rlimits["nproc"] = self.sandbox.limits.max_procs or None

@@ -29,6 +29,7 @@ RLIMITS = {
     "core": resource.RLIMIT_CORE,
     "nproc": resource.RLIMIT_NPROC,
     "cpu": resource.RLIMIT_CPU,
+    "nofile": resource.RLIMIT_NOFILE,
 }
 
 

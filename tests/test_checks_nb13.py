@@ -21,6 +21,7 @@ from course_utils.lessons.nb13_capstone_gpt import exercises as nb13
 from course_utils.lessons.nb13_capstone_gpt import recipe as rc
 from course_utils.modeling.models.gpt import GPT, GPTConfig
 
+
 @pytest.fixture(autouse=True)
 def ci_profile(monkeypatch):
     """The ci brief (block 32, budget 150k, 400 steps): what CI grades in seconds."""

@@ -37,6 +37,7 @@ from course_utils.data.captions import (
 from course_utils.modeling.decoding import beam_search
 from course_utils.modeling.layers import record_attention
 from course_utils.modeling.models.captioner import Captioner
+from course_utils.modeling.module_state import eval_mode
 from course_utils.runtime import devices
 from course_utils.runtime.profiles import ProfileTable
 from course_utils.runtime.training import History, train
@@ -209,15 +210,11 @@ def greedy_captions(
     caption width; PAD after EOS)."""
     device = devices.model_device(model)
     T = int(split.captions.shape[1])
-    was = model.training
-    model.eval()
     out = []
-    try:
+    with eval_mode(model):
         for s in range(0, len(split), batch_size):
             tokens = model.greedy_decode(split.images[s : s + batch_size].to(device), T).cpu()
             out.append(F.pad(tokens, (0, T - tokens.shape[1]), value=PAD))
-    finally:
-        model.train(was)
     return torch.cat(out)
 
 
@@ -323,13 +320,8 @@ def cross_attention(model: Captioner, images: torch.Tensor, tokens: torch.Tensor
     input tokens (B, T) (BOS first) -> (B, T, N): row t is where the word predicted at t
     looked."""
     device = devices.model_device(model)
-    was = model.training
-    model.eval()
-    try:
-        with record_attention(*(b.cross_attn for b in model.blocks)) as maps:
-            model(images.to(device), tokens.to(device))
-    finally:
-        model.train(was)
+    with eval_mode(model), record_attention(*(b.cross_attn for b in model.blocks)) as maps:
+        model(images.to(device), tokens.to(device))
     return torch.stack(maps).mean(dim=(0, 2))  # (L, B, H, T, N) -> (B, T, N)
 
 
@@ -365,10 +357,8 @@ def beam_captions(
     (signature of :func:`course_utils.modeling.decoding.beam_search`), one image at a time."""
     device = devices.model_device(model)
     T = model.max_len - 2
-    was = model.training
-    model.eval()
     out = torch.full((images.shape[0], T), PAD, dtype=torch.long)
-    try:
+    with eval_mode(model):
         for i in range(images.shape[0]):
             memory = model.encode(images[i : i + 1].to(device))  # (1, N, D)
 
@@ -380,8 +370,6 @@ def beam_captions(
             tokens, _ = search(log_probs, BOS, EOS, beam_size, T, alpha)
             tokens = torch.as_tensor(tokens).long().cpu()[:T]
             out[i, : len(tokens)] = tokens
-    finally:
-        model.train(was)
     return out
 
 

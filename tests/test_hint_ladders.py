@@ -37,6 +37,9 @@ def test_the_last_hint_ends_with_how_to_check_it(path: Path):
     ladders: dict[str, list[tuple[str, str]]] = {}
     for ex, summary, text in hint_ladders(_load(path)):
         ladders.setdefault(ex, []).append((summary, text))
+    if path.stem.startswith("13_capstone"):
+        assert not ladders, f"{path.name}: the capstone gives no hints (issue 33)"
+        return
     assert ladders, f"{path.name}: no hint ladder found"
     for ex, hints in ladders.items():
         summary, text = hints[-1]

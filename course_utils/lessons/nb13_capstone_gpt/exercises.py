@@ -106,8 +106,10 @@ def _build(candidate, inputs: dict[str, Any]) -> nn.Module:
 
 
 def _logits(model: nn.Module, ids: Tensor) -> Tensor:
-    """model(ids) as float64 on the CPU, with a clear error when it is not a tensor."""
-    out = model(ids)
+    """model(ids) as float64 on the CPU, with a clear error when it is not a tensor; the ids go
+    to the model's device first (the check runs on whatever device the model lives on)."""
+    weights = next(iter(model.parameters()), None)
+    out = model(ids.to(weights.device) if weights is not None else ids)
     if not isinstance(out, Tensor):
         raise TypeError(
             f"model(idx) returned a {type(out).__name__}; the brief asks for the logits "

@@ -100,8 +100,6 @@ def guard_params(exercise_id: str, module: str | None = None) -> dict[str, Any]:
     (or checks ``module``): ``forbids``, ``reference`` (code keys), ``shapes``, ``where``."""
     import importlib
 
-    from course_utils.checks.core import own_work_keys
-
     if module:
         exercise = {e.id: e for e in importlib.import_module(module).EXERCISES}[exercise_id]
     else:
@@ -112,9 +110,7 @@ def guard_params(exercise_id: str, module: str | None = None) -> dict[str, Any]:
     where = f"{getattr(ref, '__module__', '')}.{getattr(ref, '__qualname__', '')}".strip(".")
     return {
         "forbids": list(exercise.forbids),
-        # the reference and every course implementation of the exercise's concepts (the
-        # check cell's watch uses the same keys, so both refuse the same course code)
-        "reference": [list(k) for k in own_work_keys(exercise)],
+        "reference": [list(k) for k in guard.reference_keys(ref)],
         "shapes": sorted(
             set(guard.reference_shapes(ref)) | set(solution_shapes(exercise.notebook, exercise.id))
         ),

@@ -252,7 +252,8 @@ def student_seed(identity: str | None = None) -> int:
     from its SHA-256 (stable across machines and Python versions, never 0)."""
     if identity is None or not str(identity).strip():
         return DEFAULT_SEED
-    digest = hashlib.sha256(str(identity).strip().encode("utf-8")).digest()
+    # a folder name that is not UTF-8 arrives with surrogates (os.fsdecode): its own bytes
+    digest = hashlib.sha256(str(identity).strip().encode("utf-8", "surrogateescape")).digest()
     return 1 + int.from_bytes(digest[:4], "big") % (2**31 - 2)
 
 

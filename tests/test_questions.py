@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from course_utils import checks
-from course_utils.authoring import answers, release
+from course_utils.authoring import answers, release, validate
 from course_utils.authoring.cells import ANSWER, cell_role, cell_source, exercise_id
 from course_utils.checks import CheckFailed
 from course_utils.checks.core import ERROR, FAILED, NOT_ATTEMPTED, PASSED
@@ -260,7 +260,7 @@ def test_answer_prints_a_verdict_and_raises_only_in_a_strict_kernel(monkeypatch,
 
 def test_release_rejects_a_wrong_or_missing_solution_answer(monkeypatch):
     q = _toy()
-    monkeypatch.setattr(release, "_questions", lambda: {q.id: q})
+    monkeypatch.setattr(validate, "_questions", lambda: {q.id: q})
     nb = {
         "nbformat": 4,
         "nbformat_minor": 5,

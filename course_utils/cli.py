@@ -17,7 +17,7 @@ from course_utils.fast_nbformat import skip_iri_parser
 SUBCOMMANDS = {
     "doctor": ("course_utils.doctor", "print versions, device, profile and optional data"),
     "release": (
-        "course_utils.authoring.release",
+        "course_utils.authoring.release_cli",
         "write notebooks/ (student versions) from solutions/",
     ),
     "grade": ("course_utils.grading.cli", "grade submitted notebooks (the official grader)"),

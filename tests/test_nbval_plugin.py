@@ -79,6 +79,6 @@ def test_a_check_cell_passes_only_with_its_passed_verdict_in_its_output():
 
 def test_only_pytests_own_environment_turns_the_verdicts_off(monkeypatch):
     monkeypatch.setenv(nbval_strict.STRICT_ENV, "1")
-    assert nbval_strict.strict_here()
+    assert nbval_strict.is_strict()
     monkeypatch.setenv(nbval_strict.STRICT_ENV, "0")
-    assert not nbval_strict.strict_here()
+    assert not nbval_strict.is_strict()

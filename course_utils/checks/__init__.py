@@ -9,9 +9,7 @@ See :mod:`course_utils.checks.core` for how a check works.
 from __future__ import annotations
 
 import functools
-import os
 
-from course_utils.authoring.nbval_strict import STRICT_ENV
 from course_utils.checks.core import (
     ERROR,
     FAILED,
@@ -43,15 +41,11 @@ from course_utils.checks.questions import (
     student_identity,
     student_seed,
 )
+from course_utils.strict_checks import STRICT_ENV, is_strict
 
 
 class CheckFailed(AssertionError):
     """Raised by a check cell in a strict kernel when the exercise is not solved."""
-
-
-def is_strict() -> bool:
-    """True when check cells must fail on anything but ``PASSED`` (``COURSE_STRICT_CHECKS``)."""
-    return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _discover(piece: str, attribute: str) -> dict:

@@ -212,7 +212,7 @@ class GradingKernel:
             "core": 0,
             "nofile": MAX_OPEN_FILES,
         }
-        if self.sandbox.uid is not None and self.sandbox.backend == "bwrap":
+        if self.sandbox.nproc_by_uid:
             rlimits["nproc"] = self.sandbox.limits.max_procs or None
         sandbox = self.sandbox
         if self.own_sandbox:
@@ -337,8 +337,7 @@ class GradingKernel:
             return None
         code = proc.poll()
         if code is not None:
-            if self.sandbox.backend == "bwrap" and code > 128:  # bwrap: 128 + signal
-                code = 128 - code
+            code = self.sandbox.exit_code(code)
             self.exit_code = code
         return code
 

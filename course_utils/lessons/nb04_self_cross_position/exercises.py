@@ -28,9 +28,9 @@ from functools import cache
 import torch
 from torch import Tensor, nn
 
+from course_utils.checks import mistakes
 from course_utils.checks._common import as_tensor, close, compare_or_raised, raised, size
 from course_utils.checks.core import Case, Contract, Exercise, Mistake, Outputs, generator, randn
-from course_utils.lessons.nb03_scaled_dot_product.exercises import MASK_MISTAKES_HINTS
 from course_utils.lessons.nb04_self_cross_position import LESSON
 from course_utils.modeling import positional
 from course_utils.modeling.attention import causal_mask, scaled_dot_product_attention
@@ -118,11 +118,7 @@ class _MaskMistake(SelfAttention):
 
 
 SELF_ATTENTION_MISTAKES = [
-    Mistake(
-        "mask inverted (True treated as blocked)",
-        MASK_MISTAKES_HINTS["inverted"],
-        type("InvertedMask", (_MaskMistake,), {"how": "inverted"}),
-    ),
+    mistakes.MASK_INVERTED(type("InvertedMask", (_MaskMistake,), {"how": "inverted"})),
     Mistake(
         "bool mask added to the scores as 0/1",
         "a bool mask says which keys may be attended (True): adding it as a number only "
@@ -136,10 +132,9 @@ SELF_ATTENTION_MISTAKES = [
         "weights average. You used W_v for the keys and W_k for the values.",
         _mistake(lambda s, x, c: (s.W_q(x), s.W_v(c), s.W_k(c), _inv_sqrt(s.W_q(x)), -1, True)),
     ),
-    Mistake(
-        "missing 1/sqrt(d_k) scaling",
-        "divide the scores Q K^T by sqrt(d_k) before the softmax.",
+    mistakes.MISSING_SCALE(
         _mistake(lambda s, x, c: (s.W_q(x), s.W_k(c), s.W_v(c), 1.0, -1, True)),
+        hint="divide the scores Q K^T by sqrt(d_k) before the softmax.",
     ),
     Mistake(
         "scaled by sqrt(d_in) instead of sqrt(d_k)",

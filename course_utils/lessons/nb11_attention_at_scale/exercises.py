@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
+from course_utils.checks import mistakes
 from course_utils.checks._common import (
     FUSED_ATTENTION_OPS,
     AllocationTracker,
@@ -261,10 +262,9 @@ TILED_MISTAKES = [
         "range(0, S, block_size) and slice k[..., start:start + block_size, :]",
         tiled_variant(drop_last=True),
     ),
-    Mistake(
-        "missing 1/sqrt(d_k) scaling",
-        "scale each block's scores by 1/sqrt(d_k) = 1/sqrt(q.shape[-1])",
+    mistakes.MISSING_SCALE(
         tiled_variant(scaled=False),
+        hint="scale each block's scores by 1/sqrt(d_k) = 1/sqrt(q.shape[-1])",
     ),
     Mistake(
         "causal mask built from block-local indices",
@@ -430,10 +430,9 @@ MISTAKES = [
         "aligns the query with the FIRST key and hides all the others)",
         _top_left_causal,
     ),
-    Mistake(
-        "missing 1/sqrt(d_k) scaling",
-        "divide the scores q @ K^T by sqrt(Dk) = sqrt(W_k.shape[1]) before the softmax",
+    mistakes.MISSING_SCALE(
         _no_scaling,
+        hint="divide the scores q @ K^T by sqrt(Dk) = sqrt(W_k.shape[1]) before the softmax",
     ),
     Mistake(
         "new key projected with W_q",

@@ -23,6 +23,7 @@ from typing import Any
 from course_utils.checks import core
 from course_utils.checks.core import ERROR, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT
 from course_utils.grading import harvest as hv
+from course_utils.grading import policy
 from course_utils.grading.confine import BOX_PREFIX, open_dir, remove_tree
 from course_utils.grading.kernel import GradingKernel, KernelStartError, OutputBudget, kernel_env
 from course_utils.grading.plan import (
@@ -475,6 +476,51 @@ def _static_flags(sources: list[str], ex: core.Exercise) -> list[str]:
     return sorted(set(flags))
 
 
+MAX_FOLDER_ENTRIES = 5000
+
+
+def review_submission(nb, plan, assignment: Assignment, path: str) -> policy.Review:
+    """The trusted side's review of the submission's source (:mod:`.policy`): its cells, and
+    the module names its folder provides (``mine.py`` next to the notebook)."""
+    names: list[str] = []
+    try:
+        with os.scandir(os.path.dirname(os.path.abspath(path))) as entries:
+            for k, entry in enumerate(entries):
+                if k >= MAX_FOLDER_ENTRIES:
+                    break
+                names.append(entry.name + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+    except OSError:
+        pass
+    return policy.review(
+        nb,
+        plan.exercise_cells,
+        assignment.reference,
+        policy.local_module_names(n + "__init__.py" if n.endswith("/") else n for n in names),
+    )
+
+
+# The kinds of flag the in-kernel harvest may report, and the grader's own words for each: the
+# kernel's text is never copied into a report (v2 I1), only the kind it names.
+KERNEL_FLAGS = {
+    "is_reference": "{fn} is the course's own implementation",
+    "wraps_reference": "{fn} wraps the course's own implementation",
+    "subclass_of_reference": "{fn} subclasses the course's own implementation",
+    "course_module": "{fn} is defined in the course's package, not in the notebook",
+    "calls_reference": "{fn} calls the course's own implementation",
+    "shortcut": "the run-time watch saw a shortcut while {fn} ran (see the message)",
+}
+
+
+def trusted_flags(reported: list[str], ex: core.Exercise) -> list[str]:
+    """The kernel's flags as the grader words them: known kinds only, fixed text (v2 I1)."""
+    out = set()
+    for flag in reported:
+        kind = str(flag).split(":", 1)[0].strip()
+        if kind in KERNEL_FLAGS:
+            out.add(f"{kind}: " + KERNEL_FLAGS[kind].format(fn=ex.function))
+    return sorted(out)
+
+
 def _memory_error(ename: str, evalue: str) -> bool:
     text = f"{ename} {evalue}"
     return ename == "MemoryError" or any(
@@ -502,6 +548,7 @@ class _Run:
     path: str
     box: Path
     plan: Any = None
+    review: policy.Review = field(default_factory=policy.Review)
     budget: OutputBudget | None = None
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)
     cell_errors: dict[int, tuple[str, str]] = field(default_factory=dict)
@@ -529,6 +576,7 @@ def _run(
     run = _Run(nb, assignment, report, opts, seed, path, box)
     run.plan = build_plan(nb, assignment)
     report["notes"].extend(run.plan.notes)
+    run.review = review_submission(nb, run.plan, assignment, path)
     run.budget = OutputBudget(opts.max_output_kb * 1024)
     try:
         if _start(run):
@@ -906,7 +954,9 @@ def _judge_check(run: _Run, g: GradedExercise, r, out_dir: Path, trusted, entry)
         return
     own_cells = run.plan.exercise_cells.get(ex.id, [])
     static = _static_flags([run.nb["cells"][i]["source"] for i in own_cells], ex)
-    entry["flags"] = sorted(set(static) | set(h.flags))
+    entry["flags"] = sorted(
+        set(static) | set(trusted_flags(h.flags, ex)) | set(run.review.flags_for(ex.id))
+    )
     own_error = next(
         (run.cell_errors[i] for i in reversed(own_cells) if i in run.cell_errors), None
     )
@@ -961,12 +1011,14 @@ def _verdict(entry, ex: core.Exercise, cases, h, opts: GradeOptions, own_cells, 
 
 
 def apply_flag_policy(entry: dict[str, Any], *, zero_flagged: bool = False) -> dict[str, Any]:
-    """Re-export flags: by default keep status and points and say so in the message; with
-    ``zero_flagged`` a flagged pass becomes a failure with zero points."""
+    """Flags: by default keep status and points and say so in the message; with
+    ``zero_flagged`` a flagged pass becomes a failure with zero points (``review:`` flags, a
+    shape shared with the solution, never zero: an honest helper can have it, HELPER-FP)."""
     if not entry.get("flags"):
         return entry
     detail = "; ".join(f.split(": ", 1)[-1] for f in entry["flags"])
-    if zero_flagged and entry["status"] == PASSED:
+    zeroing = [f for f in entry["flags"] if not f.startswith(policy.REVIEW_ONLY + ":")]
+    if zero_flagged and zeroing and entry["status"] == PASSED:
         entry.update(
             status=FAILED,
             points=0,

@@ -534,3 +534,23 @@ def test_threat_model_claims_are_pinned_by_named_tests():
         assert claim in section
     kinds_in_readme = set(re.findall(r"^\| `(\w+)` \|", section, re.M))
     assert kinds_in_readme == set(policy.WHY) - {"unreviewed"}
+
+
+def test_HELPER_FP_grader_refuses_the_same_course_code_as_the_check_cell():
+    """The keys the grader sends the kernel's watch are the check cell's (own_work_keys: the
+    reference and every course implementation of the exercise's concepts), for every
+    exercise: 12.2's beam search or 04.5's relative bias are refused by both or by neither."""
+    for ex in checks.EXERCISES:
+        sent = hv.guard_params(ex.id)["reference"]
+        assert sent == [list(k) for k in core.own_work_keys(ex)], ex.id
+
+
+def test_ISSUE29_one_notebook_size_cap(tmp_path):
+    """``plan.MAX_NOTEBOOK_BYTES`` is the grader's admission cap too: one number."""
+    assert gr.MAX_SUBMISSION_BYTES == pl.MAX_NOTEBOOK_BYTES == 32 << 20
+    big = tmp_path / "big.ipynb"
+    with open(big, "wb") as fh:
+        fh.truncate(pl.MAX_NOTEBOOK_BYTES + 1)
+    assert "too large" in gr.admit(big)
+    with pytest.raises(pl.BadSubmission, match="too large"):
+        pl.read_notebook(big)

@@ -27,6 +27,7 @@ from course_utils.grading import policy
 from course_utils.grading.confine import BOX_PREFIX, open_dir, remove_tree
 from course_utils.grading.kernel import GradingKernel, KernelStartError, OutputBudget, kernel_env
 from course_utils.grading.plan import (
+    MAX_NOTEBOOK_BYTES,
     Assignment,
     BadSubmission,
     GradedExercise,
@@ -329,7 +330,7 @@ def lost_report(path: str | os.PathLike, options: GradeOptions | None, why: str)
     return _finish(report, time.monotonic())
 
 
-MAX_SUBMISSION_BYTES = 32 << 20  # a notebook larger than this is refused before parsing
+MAX_SUBMISSION_BYTES = MAX_NOTEBOOK_BYTES  # one cap: admit() refuses past it before parsing
 MAX_JSON_STRINGS = 1_000_000  # ... and one with more JSON strings (bounds the parse's memory)
 
 

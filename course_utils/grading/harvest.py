@@ -99,6 +99,8 @@ def guard_params(exercise_id: str, module: str | None = None) -> dict[str, Any]:
     (or checks ``module``): ``forbids``, ``reference`` (code keys), ``shapes``, ``where``."""
     import importlib
 
+    from course_utils.checks.core import own_work_keys
+
     if module:
         exercise = {e.id: e for e in importlib.import_module(module).EXERCISES}[exercise_id]
     else:
@@ -112,7 +114,9 @@ def guard_params(exercise_id: str, module: str | None = None) -> dict[str, Any]:
     # (an honest helper has the solution's shape: HELPER-FP).
     return {
         "forbids": list(exercise.forbids),
-        "reference": [list(k) for k in guard.reference_keys(ref)],
+        # the reference and every course implementation of the exercise's concepts: the
+        # check cell's watch uses the same keys (core.make_watch), so both refuse the same code
+        "reference": [list(k) for k in own_work_keys(exercise)],
         "shapes": sorted(set(guard.reference_shapes(ref))),
         "where": where,
     }

@@ -554,3 +554,85 @@ def test_ISSUE29_one_notebook_size_cap(tmp_path):
     assert "too large" in gr.admit(big)
     with pytest.raises(pl.BadSubmission, match="too large"):
         pl.read_notebook(big)
+
+
+# ----------------------------------------------------------------------------- v2 A7: cgroup
+
+
+def test_v2_A7_memory_rule_is_judged_from_the_measured_peak():
+    """``measure.judge_probe``: right values within the bound pass; over the bound (what the
+    sandbox's cgroup measured, not what the kernel says) or wrong values fail."""
+    import numpy as np
+
+    from course_utils.grading import measure
+
+    probe = measure.PROBES["11.1"]
+    small = measure.MemoryProbe("11.1", T=64, S=64, Dk=8, Dv=8, block=16, max_extra_mb=48.0)
+    expected = measure.expected_output(checks.get("11.1"), small, 5)
+    got = expected.float().numpy().copy()
+    for extra, wrong, status in (
+        (20.0, False, "passed"),
+        (134.5, False, "failed"),
+        (1.0, True, "failed"),
+    ):
+        entry = {"status": "passed", "points": 4, "message": "ok"}
+        value = got + 1.0 if wrong else got
+        measure.judge_probe(entry, probe, extra, value, expected, "")
+        assert entry["status"] == status, (extra, wrong, entry)
+    entry = {"status": "passed", "points": 4, "message": "ok"}
+    measure.judge_probe(entry, probe, None, None, expected, "your function did not run")
+    assert entry["points"] == 0 and "did not run" in entry["message"]
+    assert not measure.PeakMeter(None).reset()  # no cgroup: the in-kernel tracker only
+    assert probe.T * probe.S * 4 / 2**20 > probe.max_extra_mb  # one full matrix is over it
+    assert np.isfinite(got).all()
+
+
+def _nb11(dest: Path, exercise_source: str | None) -> Path:
+    nb = json.loads((SOLUTIONS / "11_attention_at_scale.ipynb").read_text("utf-8"))
+    keep = []
+    for c in nb["cells"]:
+        src = "".join(c["source"])
+        if c["cell_type"] != "code":
+            continue
+        if pl.course_meta(c) == ("11.1", "exercise"):
+            keep.append(dict(c, source=exercise_source or src))
+            break
+        if src.lstrip().startswith(("import", "from")):
+            keep.append(c)
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / "11_attention_at_scale.ipynb"
+    path.write_text(json.dumps(dict(nb, cells=keep)), encoding="utf-8")
+    return path
+
+
+FULL_MATRIX_HIDDEN = (
+    "import math\n\n\ndef tiled_attention(q, k, v, block_size=128, causal=False):\n"
+    "    with torch._C.DisableTorchFunction():\n"
+    "        s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])\n"
+    "        if causal:\n"
+    "            T, S = s.shape[-2:]\n"
+    "            s = s.masked_fill(torch.ones(T, S, dtype=torch.bool).triu(1), -math.inf)\n"
+    "        return torch.softmax(s, dim=-1) @ v\n"
+)
+
+
+@pytest.mark.slow
+def test_v2_A7_graded_by_the_sandboxs_memory_cgroup(tmp_path):
+    """The second red team's nb11 full-matrix notebook (the tracker hidden with
+    ``DisableTorchFunction``) loses 11.1 without ``--zero-flagged``: the sandbox's cgroup saw
+    the (T, S) matrix on the large case; the solution keeps it."""
+    from course_utils.grading.sandbox import bwrap_problem
+
+    if bwrap_problem() or os.geteuid() != 0 or not Path("/sys/fs/cgroup/memory").is_dir():
+        pytest.skip("needs bubblewrap, root and a cgroup v1 memory controller")
+    paths = [_nb11(tmp_path / "honest", None), _nb11(tmp_path / "full", FULL_MATRIX_HIDDEN)]
+    reports = [
+        gr.grade_submission(
+            p, gr.GradeOptions(sandbox="bwrap", assignment="11_attention_at_scale", memory_mb=3072)
+        )
+        for p in paths
+    ]
+    honest, full = (_ex(r, "11.1") for r in reports)
+    assert honest["status"] == "passed" and honest["points"] == 4, honest
+    assert any("measured by its cgroup" in n for n in reports[0]["notes"]), reports[0]["notes"]
+    assert full["points"] == 0 and "the sandbox's memory grew by" in full["message"], full

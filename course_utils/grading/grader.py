@@ -23,7 +23,7 @@ from typing import Any
 from course_utils.checks import core
 from course_utils.checks.core import ERROR, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT
 from course_utils.grading import harvest as hv
-from course_utils.grading import policy
+from course_utils.grading import measure, policy
 from course_utils.grading.confine import BOX_PREFIX, open_dir, remove_tree
 from course_utils.grading.kernel import GradingKernel, KernelStartError, OutputBudget, kernel_env
 from course_utils.grading.plan import (
@@ -898,7 +898,8 @@ def _check(run: _Run, g: GradedExercise, limit: float, trusted: dict[str, str], 
             entry.update(status=TIMEOUT if r.status != "died" else ERROR, message=problem)
             return entry, r
         _judge_check(run, g, r, out_dir, trusted, entry)
-        return entry, r
+        probed = measure.run_probe(run, g, entry, limit)  # 11.1's memory, by the cgroup
+        return entry, (probed if probed is not None and probed.kernel_lost else r)
     finally:
         entry["runtime_s"] = round(time.monotonic() - t0, 3)
 

@@ -636,3 +636,24 @@ def test_v2_A7_graded_by_the_sandboxs_memory_cgroup(tmp_path):
     assert honest["status"] == "passed" and honest["points"] == 4, honest
     assert any("measured by its cgroup" in n for n in reports[0]["notes"]), reports[0]["notes"]
     assert full["points"] == 0 and "the sandbox's memory grew by" in full["message"], full
+
+
+def test_ISSUE29_grader_is_split_into_modules_with_one_job_each():
+    """grading/grader.py (1,091 lines, ~8 jobs) is intake / runner / judge / executed plus the
+    entry point; no function of them is over 80 lines (ruff's C901 keeps them simple)."""
+    import ast
+
+    import course_utils.grading as grading
+
+    folder = Path(grading.__file__).parent
+    jobs = ("grader", "intake", "runner", "judge", "executed", "policy", "measure")
+    for name in jobs:
+        tree = ast.parse((folder / f"{name}.py").read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.end_lineno - node.lineno < 80, (name, node.name)
+    assert len((folder / "grader.py").read_text(encoding="utf-8").splitlines()) < 400
+    from course_utils.grading import intake, judge, runner
+
+    assert gr.admit is intake.admit and gr.apply_flag_policy is judge.apply_flag_policy
+    assert gr.make_sandbox is runner.make_sandbox

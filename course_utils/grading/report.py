@@ -1,6 +1,6 @@
 """The grading report as one typed schema: :class:`Report` and :class:`ReportEntry`.
 
-The grader (:mod:`~.grader`: intake, runner, judge) hands its reports over as plain dicts (the JSON of ``course grade --json``; the
+The grader hands its reports over as plain dicts (the JSON of ``course grade --json``; the
 keys are documented in :mod:`course_utils.grading`). Every report writer first turns each
 one into a :class:`Report` with :meth:`Report.from_dict`, and that is where student text is
 made safe, once, for every writer:

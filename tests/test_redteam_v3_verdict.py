@@ -646,7 +646,7 @@ def test_ISSUE29_grader_is_split_into_modules_with_one_job_each():
     import course_utils.grading as grading
 
     folder = Path(grading.__file__).parent
-    jobs = ("grader", "intake", "runner", "judge", "executed", "policy", "measure")
+    jobs = ("grader", "intake", "runner", "judge", "executed", "state", "policy", "measure")
     for name in jobs:
         tree = ast.parse((folder / f"{name}.py").read_text(encoding="utf-8"))
         for node in ast.walk(tree):

@@ -16,7 +16,7 @@ from course_utils.grading.plan import (
 ACTIVE_MIMES = ("text/html", "text/markdown", "image/svg+xml", "application/javascript")
 
 
-def _inert(output: dict[str, Any]) -> dict[str, Any]:
+def inert(output: dict[str, Any]) -> dict[str, Any]:
     """``output`` without renderable markup (moved to ``metadata.grader_inert``)."""
     data = output.get("data")
     if not isinstance(data, dict) or not any(m in data for m in ACTIVE_MIMES):
@@ -31,7 +31,7 @@ def _inert(output: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _write_executed(nb, executed, assignment: Assignment, out_dir: str, path: str) -> None:
+def write_executed(nb, executed, assignment: Assignment, out_dir: str, path: str) -> None:
     """The notebook as the grader ran it (capped outputs; check positions show verdicts).
 
     Each executed cell records its index in the submission (``metadata.grader.cell``), so the
@@ -48,7 +48,7 @@ def _write_executed(nb, executed, assignment: Assignment, out_dir: str, path: st
         if step.kind == "cell":
             cell = nbformat.v4.new_code_cell(nb["cells"][step.index]["source"])
             cell.metadata["grader"] = {"cell": step.index}  # its index in the submission
-            cell.outputs = [nbformat.from_dict(_inert(o)) for o in result.outputs]
+            cell.outputs = [nbformat.from_dict(inert(o)) for o in result.outputs]
             if result.status in ("timeout", "hung", "died"):
                 cell.outputs.append(
                     nbformat.v4.new_output(

@@ -12,12 +12,11 @@ import os
 import secrets
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from course_utils.checks.core import ERROR
-from course_utils.grading.executed import ACTIVE_MIMES, _inert, _write_executed
+from course_utils.grading.executed import ACTIVE_MIMES, inert, write_executed
 from course_utils.grading.intake import (
     COPY_MAX_FILE,
     COPY_MAX_FILES,
@@ -32,10 +31,10 @@ from course_utils.grading.intake import (
 from course_utils.grading.judge import (
     KERNEL_FLAGS,
     MAX_MESSAGE,
-    _clip,
-    _entry,
     apply_flag_policy,
     check_exercise,
+    clip,
+    new_entry,
     trusted_flags,
 )
 from course_utils.grading.kernel import GradingKernel, KernelStartError, OutputBudget
@@ -52,20 +51,17 @@ from course_utils.grading.plan import (
 from course_utils.grading.questions import grade_questions, question_entry
 from course_utils.grading.reports import one_line as terminal_name
 from course_utils.grading.runner import (
-    _PROBLEMS,
     NOT_SANDBOXED,
-    _Run,
-    _start_kernel,
     make_sandbox,
     make_sandbox_check,
+    start_kernel,
 )
 from course_utils.grading.runner import run_plan as _run
-from course_utils.grading.sandbox import (
-    DOCKER_IMAGE,
-)
+from course_utils.grading.state import GradeOptions, Run
 
 # Re-exported: the grader's pieces by their old names (tests, the sandbox's own probes).
 _copy_submission_dir = copy_submission_dir
+_Run, _inert, _start_kernel, _clip, _entry = Run, inert, start_kernel, clip, new_entry
 __all__ = [
     "ACTIVE_MIMES",
     "COPY_MAX_FILE",
@@ -81,12 +77,16 @@ __all__ = [
     "GradingKernel",
     "KernelStartError",
     "OutputBudget",
-    "_PROBLEMS",
+    "Run",
     "_Run",
-    "_copy_submission_dir",
     "_inert",
     "_start_kernel",
-    "_write_executed",
+    "_clip",
+    "_entry",
+    "_copy_submission_dir",
+    "inert",
+    "start_kernel",
+    "write_executed",
     "admit",
     "apply_flag_policy",
     "check_exercise",
@@ -102,37 +102,6 @@ __all__ = [
 ]
 
 GRADER_VERSION = 1
-
-
-@dataclass
-class GradeOptions:
-    """Limits and choices for grading (the CLI's options; defaults are the CLI's)."""
-
-    reference_dir: str | None = None
-    assignment: str | None = None
-    checks_modules: tuple[str, ...] = ()
-    cell_timeout: float = 120.0
-    timeout: float = 900.0
-    memory_mb: int = 6144
-    max_output_kb: int = 1024
-    seed: int | None = None
-    threads: int = 1
-    gpu: bool = False
-    zero_flagged: bool = False
-    executed_dir: str | None = None
-    kernel_name: str = "python3"
-    startup_timeout: float = 120.0
-    interrupt_grace: float = 5.0
-    sandbox: str = "auto"
-    max_procs: int = 256
-    disk_mb: int = 1024
-    cpu_s: float = 0.0
-    image: str = DOCKER_IMAGE
-    box_parent: str | None = None  # where the sandboxes' folders go (default: the temp dir)
-    keys: str | None = None  # an instructor checkout whose questions' keys grade sealed ones
-    student: str | None = None  # the student's identity (personal numbers), for one submission
-    student_by_folder: bool = False  # in a batch: the identity is the submission's folder name
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def clean_text(value: Any) -> Any:
@@ -246,7 +215,9 @@ def grade_submission(
     report["reference"] = assignment.reference_path
     if bad is not None or nb is None:
         report.update(error=bad, error_kind="bad_input")
-        report["exercises"] = [_entry(g, ERROR, bad or "unreadable") for g in assignment.exercises]
+        report["exercises"] = [
+            new_entry(g, ERROR, bad or "unreadable") for g in assignment.exercises
+        ]
         report["exercises"] += _question_errors(assignment, bad or "unreadable")
         return _finish(report, t0)
     if assignment.problems:
@@ -290,7 +261,7 @@ def _grade_questions(nb, assignment: Assignment, opts: GradeOptions, path: str) 
 
 def _question_errors(assignment: Assignment, message: str) -> list[dict[str, Any]]:
     """The assignment's questions, ungraded (the submission could not be read)."""
-    return [question_entry(q, ERROR, _clip(message)) for q in assignment.questions]
+    return [question_entry(q, ERROR, clip(message)) for q in assignment.questions]
 
 
 def _no_assignment(report, path: str, opts: GradeOptions, table, error: str) -> None:
@@ -304,7 +275,7 @@ def _no_assignment(report, path: str, opts: GradeOptions, table, error: str) -> 
             path, None, dirs=reference_dirs(opts.reference_dir), table=table, forced=opts.assignment
         )
         report["assignment"] = forced.name
-        report["exercises"] = [_entry(g, ERROR, report["error"]) for g in forced.exercises]
+        report["exercises"] = [new_entry(g, ERROR, report["error"]) for g in forced.exercises]
         report["exercises"] += _question_errors(forced, report["error"])
     except NoAssignment:
         report["error_kind"] = "usage"
@@ -344,7 +315,7 @@ def lost_report(path: str | os.PathLike, options: GradeOptions | None, why: str)
             forced=opts.assignment,
         )
         report["assignment"] = assignment.name
-        report["exercises"] = [_entry(g, ERROR, message) for g in assignment.exercises]
+        report["exercises"] = [new_entry(g, ERROR, message) for g in assignment.exercises]
         # the answers are in the notebook's source: the lost process cost none of them
         report["exercises"] += (
             _grade_questions(nb, assignment, opts, str(path))

@@ -16,7 +16,7 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from course_utils.checks import core
 from course_utils.checks.core import ERROR, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT
@@ -26,20 +26,17 @@ from course_utils.grading.plan import (
     GradedExercise,
     python_source,
 )
+from course_utils.grading.state import GradeOptions, Run
 
 MAX_MESSAGE = 2000
 
-if TYPE_CHECKING:
-    from course_utils.grading.grader import GradeOptions
-    from course_utils.grading.runner import _Run
 
-
-def _clip(text: str, n: int = MAX_MESSAGE) -> str:
+def clip(text: str, n: int = MAX_MESSAGE) -> str:
     text = str(text)
     return text if len(text) <= n else text[: n - 20] + " [... truncated]"
 
 
-def _entry(g: GradedExercise, status: str, message: str, points: float = 0) -> dict[str, Any]:
+def new_entry(g: GradedExercise, status: str, message: str, points: float = 0) -> dict[str, Any]:
     ex = g.exercise
     return {
         "id": ex.id,
@@ -47,7 +44,7 @@ def _entry(g: GradedExercise, status: str, message: str, points: float = 0) -> d
         "points": points,
         "max_points": ex.points,
         "status": status,
-        "message": _clip(message),
+        "message": clip(message),
         "flags": [],
         "runtime_s": 0.0,
     }
@@ -112,7 +109,7 @@ def trusted_flags(reported: list[str], ex: core.Exercise) -> list[str]:
 
 
 def check_exercise(
-    run: _Run, g: GradedExercise, limit: float, trusted: dict[str, str], total_bound: bool
+    run: Run, g: GradedExercise, limit: float, trusted: dict[str, str], total_bound: bool
 ):
     """Harvest exercise ``g``'s outputs in the kernel and judge them here: (entry, result)."""
     ex, opts, sandbox = g.exercise, run.opts, run.sandbox
@@ -126,7 +123,7 @@ def check_exercise(
         module=g.module,
     )
     r = run.kernel.execute(code, limit, silent=True, keep_outputs=False)
-    entry = _entry(g, ERROR, "")
+    entry = new_entry(g, ERROR, "")
     try:
         problem = _run_problem(r, ex.function, opts, total_bound)
         if problem is not None:
@@ -161,7 +158,7 @@ def _run_problem(r, fn: str, opts: GradeOptions, total_bound: bool) -> str | Non
     return None
 
 
-def _judge_check(run: _Run, g: GradedExercise, r, out_dir: Path, trusted, entry) -> None:
+def _judge_check(run: Run, g: GradedExercise, r, out_dir: Path, trusted, entry) -> None:
     """Read the harvest in ``out_dir``, check it was not tampered with, judge it."""
     ex, opts = g.exercise, run.opts
     try:
@@ -174,7 +171,7 @@ def _judge_check(run: _Run, g: GradedExercise, r, out_dir: Path, trusted, entry)
         entry.update(
             status=ERROR,
             message="the check could not run in your kernel "
-            f"({r.ename}: {_clip(r.evalue, 300)}); did the notebook redefine a Python "
+            f"({r.ename}: {clip(r.evalue, 300)}); did the notebook redefine a Python "
             "builtin such as exec, compile or globals?",
         )
         return
@@ -200,9 +197,9 @@ def _judge_check(run: _Run, g: GradedExercise, r, out_dir: Path, trusted, entry)
     _verdict(entry, ex, cases, h, opts, own_cells, own_error)
     if own_error is not None and entry["status"] in (NOT_ATTEMPTED, ERROR, FAILED):
         if h.status != "missing":
-            entry["message"] = _clip(
+            entry["message"] = clip(
                 f"{entry['message']} (note: your exercise cell raised "
-                f"{own_error[0]}: {_clip(own_error[1], 200)})"
+                f"{own_error[0]}: {clip(own_error[1], 200)})"
             )
     apply_flag_policy(entry, zero_flagged=opts.zero_flagged)
 
@@ -220,7 +217,7 @@ def _verdict(entry, ex: core.Exercise, cases, h, opts: GradeOptions, own_cells, 
             entry.update(
                 status=ERROR,
                 message="the grader could not compare your outputs "
-                f"({type(exc).__name__}: {_clip(str(exc), 300)})",
+                f"({type(exc).__name__}: {clip(str(exc), 300)})",
             )
     elif h.status == "not_attempted":
         entry.update(status=NOT_ATTEMPTED, message=h.message or "not attempted")
@@ -234,7 +231,7 @@ def _verdict(entry, ex: core.Exercise, cases, h, opts: GradeOptions, own_cells, 
             entry.update(
                 status=ERROR,
                 message=f"your exercise cell raised {own_error[0]}: "
-                f"{_clip(own_error[1], 300)} — so {fn} is not defined",
+                f"{clip(own_error[1], 300)} — so {fn} is not defined",
             )
         elif not own_cells:
             entry.update(
@@ -262,7 +259,7 @@ def apply_flag_policy(entry: dict[str, Any], *, zero_flagged: bool = False) -> d
             message=f"not accepted: {detail}. Write your own implementation.",
         )
     else:
-        entry["message"] = _clip(f"{entry['message']}. Flagged for review: {detail}")
+        entry["message"] = clip(f"{entry['message']}. Flagged for review: {detail}")
     return entry
 
 

@@ -11,18 +11,16 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from course_utils.checks import core
 from course_utils.checks.core import ERROR, TIMEOUT
 from course_utils.grading import harvest as hv
-from course_utils.grading import policy
 from course_utils.grading.confine import BOX_PREFIX, remove_tree
-from course_utils.grading.executed import _write_executed
+from course_utils.grading.executed import write_executed
 from course_utils.grading.intake import copy_submission_dir, review_submission
-from course_utils.grading.judge import _clip, _entry, check_exercise
+from course_utils.grading.judge import check_exercise, clip, new_entry
 from course_utils.grading.kernel import GradingKernel, KernelStartError, OutputBudget, kernel_env
 from course_utils.grading.plan import (
     Assignment,
@@ -37,9 +35,7 @@ from course_utils.grading.sandbox import (
     container_problem,
     resolve_backend,
 )
-
-if TYPE_CHECKING:
-    from course_utils.grading.grader import GradeOptions
+from course_utils.grading.state import GradeOptions, Run
 
 
 def _memory_error(ename: str, evalue: str) -> bool:
@@ -57,33 +53,6 @@ def _memory_error(ename: str, evalue: str) -> bool:
     )
 
 
-@dataclass
-class _Run:
-    """The state of one grading run, shared by the steps of :func:`_run`."""
-
-    nb: dict[str, Any]
-    assignment: Assignment
-    report: dict[str, Any]
-    opts: GradeOptions
-    seed: int
-    path: str
-    box: Path
-    plan: Any = None
-    review: policy.Review = field(default_factory=policy.Review)
-    budget: OutputBudget | None = None
-    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
-    cell_errors: dict[int, tuple[str, str]] = field(default_factory=dict)
-    executed: list[tuple[Any, Any]] = field(default_factory=list)  # (step, result or entry)
-    kernel: GradingKernel | None = None
-    sandbox: Sandbox | None = None
-    stop_reason: tuple[str, str] | None = None  # (status for the rest, message)
-
-    def stop(self, status: str, message: str, kernel: dict[str, Any] | None = None) -> None:
-        self.stop_reason = (status, message)
-        if kernel is not None:
-            self.report["kernel"] = kernel
-
-
 def run_plan(
     nb: dict[str, Any],
     assignment: Assignment,
@@ -94,7 +63,7 @@ def run_plan(
 ) -> None:
     """Execute the plan of ``nb`` in a fresh sandboxed kernel and fill ``report``."""
     box = Path(tempfile.mkdtemp(prefix=BOX_PREFIX, dir=opts.box_parent))
-    run = _Run(nb, assignment, report, opts, seed, path, box)
+    run = Run(nb, assignment, report, opts, seed, path, box)
     run.plan = build_plan(nb, assignment)
     report["notes"].extend(run.plan.notes)
     run.review = review_submission(nb, run.plan, assignment, path)
@@ -106,7 +75,7 @@ def run_plan(
         _teardown(run)
 
 
-def _start(run: _Run) -> bool:
+def _start(run: Run) -> bool:
     """Sandbox, files, kernel (retried once), warm-up; False (with the reason) if any fails."""
     opts, report, box = run.opts, run.report, run.box
     try:
@@ -130,7 +99,7 @@ def _start(run: _Run) -> bool:
         )
     )
     sandbox.env = env
-    if not _start_kernel(run, env):
+    if not start_kernel(run, env):
         return False
     # Import the heavy modules before the clock starts: per-cell limits measure the
     # student's code, not torch's import time on a busy machine.
@@ -138,7 +107,7 @@ def _start(run: _Run) -> bool:
     if warm.status != "ok":
         detail = (
             f"the kernel could not import the course ({warm.ename or warm.status}: "
-            f"{_clip(warm.evalue, 300)}); is course_utils installed in the kernel's Python?"
+            f"{clip(warm.evalue, 300)}); is course_utils installed in the kernel's Python?"
         )
         report.update(error=detail, error_kind="grader")
         run.stop(ERROR, f"not graded: {detail}", {"status": "not_started", "detail": detail})
@@ -150,7 +119,7 @@ def _start(run: _Run) -> bool:
 KERNEL_START_TRIES = 2
 
 
-def _start_kernel(run: _Run, env: dict[str, str]) -> bool:
+def start_kernel(run: Run, env: dict[str, str]) -> bool:
     """Start the kernel, once more if the first does not start (a busy machine); a kernel
     that never answers is ``error_kind = "busy"`` (not the student's fault, nothing of the
     notebook ran), one that cannot start at all is the grader's (``"grader"``)."""
@@ -186,11 +155,11 @@ def _start_kernel(run: _Run, env: dict[str, str]) -> bool:
     else:
         message = f"not graded: the grader could not start a kernel ({exc})"
         run.report.update(error=str(exc), error_kind="grader")
-    run.stop(ERROR, message, {"status": "not_started", "detail": _clip(str(exc))})
+    run.stop(ERROR, message, {"status": "not_started", "detail": clip(str(exc))})
     return False
 
 
-def _execute_plan(run: _Run) -> None:
+def _execute_plan(run: Run) -> None:
     """Each step of the plan in order (a cell, or a check), until a step stops the run."""
     opts = run.opts
     deadline = time.monotonic() + opts.timeout
@@ -215,17 +184,17 @@ def _execute_plan(run: _Run) -> None:
             return
 
 
-def _total_timeout(run: _Run) -> None:
+def _total_timeout(run: Run) -> None:
     message = f"not graded: the notebook ran past the total time limit of {run.opts.timeout:g} s"
     run.stop(TIMEOUT, message, {"status": "timeout", "detail": message})
 
 
-def _kernel_lost(run: _Run, r, where: str) -> None:
+def _kernel_lost(run: Run, r, where: str) -> None:
     status, message = _lost(r, where, run.opts)
     run.stop(status, message, {"status": r.status, "exit_code": r.exit_code, "detail": message})
 
 
-def _run_cell(run: _Run, step, limit: float, total_bound: bool) -> bool:
+def _run_cell(run: Run, step, limit: float, total_bound: bool) -> bool:
     """Execute one of the student's cells; True when the run must stop."""
     opts, report = run.opts, run.report
     r = run.kernel.execute(run.nb["cells"][step.index]["source"], limit)
@@ -235,7 +204,7 @@ def _run_cell(run: _Run, step, limit: float, total_bound: bool) -> bool:
         ename, evalue = r.ename or r.status, r.evalue
         run.cell_errors[step.index] = (ename, evalue)
         report["cells"]["errors"].append(
-            {"cell": step.index, "ename": ename, "evalue": _clip(evalue, 500)}
+            {"cell": step.index, "ename": ename, "evalue": clip(evalue, 500)}
         )
         if _memory_error(ename, evalue):
             report["notes"].append(
@@ -255,7 +224,7 @@ def _run_cell(run: _Run, step, limit: float, total_bound: bool) -> bool:
     return False
 
 
-def _run_check(run: _Run, g: GradedExercise, step, limit, trusted, total_bound: bool) -> bool:
+def _run_check(run: Run, g: GradedExercise, step, limit, trusted, total_bound: bool) -> bool:
     """Run the check of exercise ``g`` at its position; True when the run must stop."""
     entry, r = check_exercise(run, g, limit, trusted, total_bound)
     run.entries[g.id] = entry
@@ -269,7 +238,7 @@ def _run_check(run: _Run, g: GradedExercise, step, limit, trusted, total_bound: 
     return False
 
 
-def _teardown(run: _Run) -> None:
+def _teardown(run: Run) -> None:
     """Stop everything, complete the report, then remove the box (never raises)."""
     report, opts, budget = run.report, run.opts, run.budget
     try:
@@ -285,7 +254,7 @@ def _teardown(run: _Run) -> None:
     for g in run.assignment.exercises:
         if g.id not in run.entries:
             status, message = run.stop_reason or (ERROR, "not graded")
-            run.entries[g.id] = _entry(g, status, message)
+            run.entries[g.id] = new_entry(g, status, message)
     report["exercises"] = [run.entries[g.id] for g in run.assignment.exercises]
     report["output"] = {
         "bytes_seen": budget.seen,
@@ -299,13 +268,13 @@ def _teardown(run: _Run) -> None:
         )
     if opts.executed_dir:
         try:
-            _write_executed(run.nb, run.executed, run.assignment, opts.executed_dir, run.path)
+            write_executed(run.nb, run.executed, run.assignment, opts.executed_dir, run.path)
         except Exception as exc:  # an artifact, never a reason to fail grading
             report["notes"].append(f"could not write the executed notebook: {exc}")
     _remove_box(run)
 
 
-def _remove_box(run: _Run) -> None:
+def _remove_box(run: Run) -> None:
     try:
         if run.sandbox is not None:
             run.sandbox.remove_box()

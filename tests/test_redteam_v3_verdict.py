@@ -657,3 +657,38 @@ def test_ISSUE29_grader_is_split_into_modules_with_one_job_each():
 
     assert gr.admit is intake.admit and gr.apply_flag_policy is judge.apply_flag_policy
     assert gr.make_sandbox is runner.make_sandbox
+
+
+def test_HELPER_FP_grader_verdict_is_the_check_cells_verdict():
+    """The judge's step 3 is the check cell's (``core.verdict``): the same status, points and
+    message for right values, a named mistake, and a shortcut the watch saw."""
+    from course_utils.grading import harvest as hvm
+    from course_utils.grading import judge
+
+    ex = checks.get("00.1")
+    cases = ex.make_cases(7)
+    opts = gr.GradeOptions()
+
+    def naive(x):
+        e = torch.exp(x)
+        return e / e.sum(dim=-1, keepdim=True)
+
+    for candidate in (ex.reference, naive):
+        outputs = [ex.call(candidate, c) for c in cases]
+        entry = {"status": "error", "points": 0, "message": "", "flags": []}
+        judge._verdict(entry, ex, cases, hvm.Harvest("passed", outputs=outputs), opts, [0], None)
+        in_cell = core.verdict(ex, cases, "passed", outputs, "")
+        assert (entry["status"], entry["points"], entry["message"]) == (
+            in_cell.status,
+            in_cell.points,
+            in_cell.message,
+        )
+
+    def forbidden(x):
+        return torch.softmax(x, -1)
+
+    in_cell = core.check(ex, forbidden, seed=7, own_work=True)
+    shortcut = hvm.Harvest("error", in_cell.message, flags=["shortcut: x"])
+    entry = {"status": "error", "points": 0, "message": "", "flags": []}
+    judge._verdict(entry, ex, cases, shortcut, opts, [0], None)
+    assert in_cell.status == entry["status"] == "failed" and entry["points"] == 0

@@ -208,8 +208,8 @@ def _verdict(entry, ex: core.Exercise, cases, h, opts: GradeOptions, own_cells, 
     """Status, points and message of ``entry`` from the validated harvest ``h``."""
     fn = ex.function
     if h.status == "passed":
-        try:
-            verdict = core.judge(ex, cases, h.outputs)
+        try:  # the check cell's own step 3 (core.check -> core.verdict -> core.judge)
+            verdict = core.verdict(ex, cases, PASSED, h.outputs, "")
             entry.update(status=verdict.status, points=verdict.points, message=verdict.message)
             if verdict.mistake:
                 entry["mistake"] = verdict.mistake
@@ -225,7 +225,10 @@ def _verdict(entry, ex: core.Exercise, cases, h, opts: GradeOptions, own_cells, 
         message = h.message
         if ("MemoryError" in message or "allocate" in message) and opts.memory_mb and not opts.gpu:
             message += f"\n(the kernel's memory limit is {opts.memory_mb} MB)"
-        entry.update(status=ERROR, message=message)
+        # a shortcut the kernel's watch saw is "failed" in the check cell (core.verdict): the
+        # same status here (no points either way)
+        shortcut = any(str(f).startswith("shortcut:") for f in h.flags)
+        entry.update(status=FAILED if shortcut else ERROR, message=message)
     elif h.status == "missing":
         if own_error is not None:
             entry.update(

@@ -270,6 +270,8 @@ def test_REHOME_ALL_recompiled_course_modules_are_flagged():
 
 def test_W_REHOME_code_object_with_another_file_name_is_flagged():
     assert "code_rewrite" in kinds(review("W_REHOME").flags_for("00.1"))
+    found = policy.scan("import gc\nref = [o for o in gc.get_objects() if callable(o)]\n")
+    assert ("code_rewrite", "gc.get_objects") in found
 
 
 def test_W_MAP_profiler_switched_off_through_map_is_flagged():
@@ -421,6 +423,7 @@ def test_honest_variants_stay_unflagged():
         "with torch.no_grad():\n    y = torch.softmax(torch.randn(3), -1)\n",
         "%matplotlib inline\nimport math\nx = math.sqrt(2)\n",
         "import numpy as np\nimport matplotlib.pyplot as plt\nplt.imshow(np.array(a.detach()))\n",
+        "import gc\n\ngc.collect()\n",
     ]
     nb = {"cells": [_cell(src, k) for k, src in enumerate(honest)]}
     r = policy.review(nb, {"00.1": [1, 2, 3]}, None)

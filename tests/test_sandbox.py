@@ -150,7 +150,7 @@ def test_docker_without_a_daemon_is_one_clear_error(tmp_path, monkeypatch, capsy
     fake.write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr("course_utils.grading.grader._PROBLEMS", {})
+    monkeypatch.setattr("course_utils.grading.runner._PROBLEMS", {})
     assert "daemon is not reachable" in sb.container_problem("docker")
     from course_utils import cli as course_cli
 

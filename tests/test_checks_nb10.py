@@ -635,3 +635,18 @@ def test_no_failure_message_prints_a_solution_line(exercise_id):
         text = _squash(result.message)
         leaked = [n for n in needles if n in text]
         assert not leaked, f"{exercise_id}: {result.message!r} prints {leaked}"
+
+
+# ----------------------------------------------------------------------------- every seed
+# What tests/test_same_verdict_every_seed.py sweeps over many seeds, by exercise: the correct
+# answers written differently, and the wrong ones by the name of the mistake they make.
+SWEEP_CORRECT = {
+    "10.1": [LayerExplicitMasks, LayerSpelledOut],
+    "10.2": [ModelWritten],
+    "10.3": [greedy_all_steps, greedy_topk_list, greedy_by_forward],
+}
+SWEEP_WRONG = {
+    "10.1": {**LAYER_MISTAKES, "memory padding mask ignored": MaskIgnored},
+    "10.2": MODEL_MISTAKES,
+    "10.3": GREEDY_MISTAKES,
+}

@@ -339,7 +339,9 @@ SWEEP_CORRECT = {
     "12.1": {
         "whole blocks": forward_by_blocks,
         "manual mask": forward_manual_mask,
-        "PAD inputs masked (student D's FR-1)": lambda m, i, c: _solution_forward(m, i, c, kpm=True),
+        "PAD inputs masked (student D's FR-1)": lambda m, i, c: _solution_forward(
+            m, i, c, kpm=True
+        ),
     },
     "12.2": {"heapq": beam_with_heaps, "student D's lists": _student("")},
 }

@@ -23,9 +23,7 @@ from verdict_sweep import sweep, variants_of
 
 from course_utils import checks, lessons
 
-EXERCISE_IDS = [
-    e.id for lesson in lessons.discover() for e in lesson.module("exercises").EXERCISES
-]
+EXERCISE_IDS = [e.id for lesson in lessons.discover() for e in lesson.module("exercises").EXERCISES]
 
 QUICK_SEEDS = range(3, 8)  # the lessons' tests use 0-2
 SLOW_SEEDS = range(200)

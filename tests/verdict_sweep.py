@@ -110,7 +110,9 @@ def variants_of(exercise: Exercise) -> tuple[dict, list[tuple[str, str, Callable
     if isinstance(candidates, Mapping):
         correct.update(candidates)
     else:
-        correct.update({f"{k}: {getattr(c, '__qualname__', c)}": c for k, c in enumerate(candidates)})
+        correct.update(
+            {f"{k}: {getattr(c, '__qualname__', c)}": c for k, c in enumerate(candidates)}
+        )
     wrong = [(f"registered {k}: {m.name}", m.name, m.impl) for k, m in enumerate(exercise.mistakes)]
     wrong += [(f"independent: {n}", n, fn) for n, fn in wrong_by_id.get(exercise.id, {}).items()]
     return correct, wrong

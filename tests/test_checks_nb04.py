@@ -629,3 +629,30 @@ def test_C_04_1_an_inverted_mask_is_named():
             return w @ v, w
 
     assert_rejected("04.1", Inverted, "mask inverted (True treated as blocked)")
+
+
+# ----------------------------------------------------------------------------- every seed
+# What tests/test_same_verdict_every_seed.py sweeps over many seeds, by exercise: the correct
+# answers written differently, and the wrong ones by the name of the mistake they make.
+SWEEP_CORRECT = {
+    "04.1": [SelfAttentionManual, SelfAttentionTorchSDPA],
+    "04.2": [equivariance_with_inverse_on_the_input_side, equivariance_with_permutation_matrices],
+    "04.3": [pe_loops, pe_stack, pe_float32_exp],
+    "04.4": [rope_complex, rope_matrices],
+    "04.5": [rel_bias_loops],
+}
+SWEEP_WRONG = {
+    "04.2": {
+        "yes as soon as one permutation agrees (any instead of all)": _c_any,
+        "one fixed swap of tokens 0 and 1": _c_swap01,
+    },
+    "04.3": PE_WRONG,
+    "04.4": ROPE_WRONG,
+    "04.5": {
+        "absolute distance |j - i| (keys before and after the query share a bias)": _rel_unsigned,
+        "distance taken as i - j instead of j - i": _rel_flipped,
+        "returned (H, S, T) instead of (H, T, S)": lambda table, T, S=None: (
+            checks.get("04.5").reference(table, T, S).transpose(-2, -1)
+        ),
+    },
+}

@@ -194,10 +194,12 @@ SDPA = Exercise(
     mistakes=SDPA_MISTAKES,
     compare=close(),
     forbids=FUSED_ATTENTION_OPS,
-    hint="the scores are the query-key dot products divided by the square root of the key width "
-    "d_k, (..., T, S); blocked positions (mask False) count as -inf; a softmax over the keys, "
-    "rows with no allowed key all zero; the output is the weights' average of the values, "
-    "(..., T, Dv)",
+    hint=(
+        "Work a tiny case by hand (one query, two keys of width 4): what are the scores, and "
+        "which factor keeps their spread independent of d_k? Print your weights: does each row "
+        "sum to 1 over the keys, are masked keys at 0, and what does a row with every key masked "
+        "give (zeros, never NaN)? Check the shapes with T != S and d_k != d_v."
+    ),
 )
 
 # ----------------------------------------------------------------------------- 03.2 q/k/v projections
@@ -372,8 +374,11 @@ QKV = Exercise(
     call=_qkv_call,
     mistakes=QKV_MISTAKES,
     compare=_qkv_compare,
-    hint="project the queries with W_q and the data vectors with W_k (keys) and W_v (values), "
-    "then attention with the 1/sqrt(Dk) scale (reuse your scaled_dot_product_attention).",
+    hint=(
+        "Which input do the queries come from, and which the keys and values? Print the shape "
+        "after each projection: (..., T, Dk), (..., S, Dk) and (..., S, Dv). Which width sets the"
+        " scale, the input's or the keys'? Your function of 03.1 does the rest."
+    ),
 )
 
 EXERCISES = [SDPA, QKV]

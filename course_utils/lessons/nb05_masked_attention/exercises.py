@@ -186,8 +186,11 @@ AVERAGE_PAST = Exercise(
     call=_average_call,
     mistakes=AVERAGE_MISTAKES,
     compare=_average_compare,
-    hint="y[..., t, :] is the mean over positions 0..t (inclusive) of x[..., :, :], for every t, "
-    "with the same shape as x",
+    hint=(
+        "Write out y for x = [[1], [2], [3]] by hand: which positions does y[t] average, and "
+        "divided by how many? Compare with yours row by row, and check that the output has x's "
+        "shape, with extra batch dimensions too."
+    ),
 )
 
 # ----------------------------------------------------------------------------- 05.2 causal mask
@@ -253,8 +256,11 @@ CAUSAL = Exercise(
     call=_causal_call,
     mistakes=CAUSAL_MISTAKES,
     compare=allclose_compare,  # exact for bool masks
-    hint="a (T, T) bool tensor: row i (the query) is True exactly at the columns j <= i (the keys "
-    "it may attend, itself included) and False at the future",
+    hint=(
+        "Print your mask for T = 3 and read it as a table, rows the queries and columns the keys:"
+        " which cells may a query read (may it read itself)? Is True the allowed side, and is the"
+        " dtype bool?"
+    ),
 )
 
 # ----------------------------------------------------------------------------- 05.3 masked softmax
@@ -426,9 +432,12 @@ MASKED_SOFTMAX = Exercise(
     call=_masked_softmax_call,
     mistakes=MASKED_SOFTMAX_MISTAKES,
     compare=close(),
-    hint="blocked scores count as -inf, a stable softmax over the last dimension among the allowed "
-    "entries, and rows with no allowed entry all 0 in the forward and the backward pass, with "
-    "no NaN computed anywhere on the way (not even one replaced afterwards)",
+    hint=(
+        "Try one row with a masked entry and one row with every entry masked: what should each "
+        "give? Print the intermediate values: does any step compute 0/0 or -inf - (-inf), even on"
+        " a row you zero later? Call .sum().backward() on your output: is the fully masked row's "
+        "gradient finite?"
+    ),
 )
 
 EXERCISES = [AVERAGE_PAST, CAUSAL, MASKED_SOFTMAX]

@@ -25,7 +25,7 @@ CHOICE_QUESTIONS = [q for q in checks.QUESTIONS if q.choices]
 QUESTION_ID = re.compile(r"\b\d\d\.Q\d+\b")
 # a list item "(a) text", "- (a) text", "- **(a)** text"; continuation lines are indented
 ITEM = re.compile(r"^\s*(?:[-*+]\s+)?(?:\*\*)?\(([a-z])\)(?:\*\*)?\s+(.*)$")
-SHINGLE = 5  # words: a run this long of the right statement, outside the listings, gives it away
+SHINGLE = 6  # words: a run this long of the right statement, outside the listings, gives it away
 
 
 def _load(path: Path) -> dict:
@@ -194,6 +194,16 @@ def test_the_right_statement_is_not_echoed_above_the_answer_cell(q: Question):
         assert not echoed, (
             f"{q.id}: cell {i} echoes the right statement: {[' '.join(s) for s in echoed]}"
         )
+
+
+# -- the audit ---------------------------------------------------------------------------------------
+AUDIT = REPO / "course_utils" / "lessons" / "question-audit.md"
+
+
+def test_the_audit_has_a_row_for_every_question():
+    """``question-audit.md`` says, per question, what a reader who runs nothing can infer."""
+    rows = re.findall(r"^\| (\d\d\.Q\d+) ", AUDIT.read_text(encoding="utf-8"), re.M)
+    assert sorted(rows) == sorted(q.id for q in checks.QUESTIONS), "add or remove audit rows"
 
 
 # -- the parser itself ----------------------------------------------------------------------------

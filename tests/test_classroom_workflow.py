@@ -78,10 +78,94 @@ def test_checkout_does_not_persist_credentials(workflow):
         assert step["with"]["persist-credentials"] is False
 
 
-def test_workflow_uses_no_secrets():
+def _keys_step(workflow: dict) -> dict:
+    return next(s for s in _steps(workflow["jobs"]["grade"]) if "keys" in s.get("name", ""))
+
+
+def test_only_the_keys_step_reads_a_secret_before_any_student_code_runs(workflow):
+    """Issue 32: the instructor's keys come from a private checkout through one secret, read by
+    one step that runs before the notebook is copied and runs nothing of the submission; the
+    grading step, where student code runs, sees no secret."""
     text = WORKFLOW.read_text(encoding="utf-8")
-    assert "secrets." not in text
-    assert not re.search(r"\$\{\{\s*secrets", text)
+    assert text.count("secrets.") == 1, "one secret, COURSE_KEYS_TOKEN, and only once"
+    keys = _keys_step(workflow)
+    assert re.fullmatch(r"\$\{\{\s*secrets\.COURSE_KEYS_TOKEN\s*\}\}", keys["env"]["KEYS_TOKEN"])
+    assert keys["if"] == "env.COURSE_KEYS_REPO != ''"
+    steps = _steps(workflow["jobs"]["grade"])
+    grade = next(s for s in steps if s.get("id") == "grade")
+    assert steps.index(keys) < steps.index(grade)
+    for step in steps:
+        if step is not keys:
+            assert "secrets" not in json.dumps(step), step.get("name")
+    for word in ("NOTEBOOK", "GITHUB_WORKSPACE", "course grade", "python"):
+        assert word not in keys["run"], f"the keys step must not touch the submission: {word}"
+    assert "$KEYS_TOKEN" not in keys["run"].split("clone", 1)[1], "the token goes in a header only"
+    assert workflow["env"]["COURSE_KEYS_REPO"] == "", (
+        "no keys repository until the instructor names one"
+    )
+    readme = (WORKFLOW.parent / "README.md").read_text(encoding="utf-8")
+    for word in ("COURSE_KEYS_TOKEN", "COURSE_KEYS_REPO", "ASSIGNMENT_PREFIX", "private"):
+        assert word in readme, f"the Classroom README does not explain {word}"
+
+
+FAKE_GIT = """#!/bin/sh
+# stands for `git -c http.extraHeader=... clone --quiet --depth 1 -- URL DIR`: a checkout of the
+# instructor's course, solutions and all
+echo "$@" >> "$GIT_CALLS"
+for last; do :; done
+mkdir -p "$last/.git" "$last/solutions" "$last/course_utils/lessons/nb03_x" "$last/course_utils/checks"
+echo token-in-config > "$last/.git/config"
+echo "answer" > "$last/solutions/03_x.ipynb"
+echo "QUESTIONS = []" > "$last/course_utils/lessons/nb03_x/questions.py"
+echo "x" > "$last/course_utils/lessons/nb03_x/recipe.py"
+echo "x" > "$last/course_utils/checks/core.py"
+"""
+
+
+def test_the_keys_step_keeps_only_the_question_files_and_never_writes_the_token(tmp_path, workflow):
+    import os
+    import subprocess
+
+    temp, bin_ = tmp_path / "temp", tmp_path / "bin"
+    temp.mkdir()
+    bin_.mkdir()
+    (bin_ / "git").write_text(FAKE_GIT)
+    (bin_ / "git").chmod(0o755)
+    env = dict(
+        os.environ,
+        PATH=f"{bin_}:{os.environ['PATH']}",
+        RUNNER_TEMP=str(temp),
+        GIT_CALLS=str(tmp_path / "git-calls"),
+        COURSE_KEYS_REPO="https://github.com/teacher/course-keys",
+        KEYS_TOKEN="s3cr3t-token",
+    )
+    proc = subprocess.run(
+        ["bash", "-e", "-c", _keys_step(workflow)["run"]], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    keys = temp / "course-keys"
+    kept = sorted(str(p.relative_to(keys)) for p in keys.rglob("*") if p.is_file())
+    assert kept == ["course_utils/lessons/nb03_x/questions.py"]
+    assert oct(keys.stat().st_mode & 0o077) == "0o0"
+    call = (tmp_path / "git-calls").read_text()
+    assert "s3cr3t-token" not in call and "Authorization: Basic" in call  # base64, in a header
+    assert "s3cr3t-token" not in proc.stdout + proc.stderr
+
+
+def test_the_grader_gets_the_students_login_and_the_keys(tmp_path, workflow):
+    words = _grade_command(workflow)
+    assert words[words.index("--student") + 1] == "$STUDENT"
+    assert words[words.index("--keys") + 1] == "$KEYS"
+    # GitHub Classroom's repository <prefix><login>: the login is the identity
+    env = {"GITHUB_REPOSITORY": "class-org/attn-03-alice", "GITHUB_ACTOR": "teacher"}
+    _, _, calls, _ = _replay(tmp_path / "a", workflow, env={**env, "ASSIGNMENT_PREFIX": "attn-03-"})
+    assert "--student alice " in calls
+    assert f"--keys {tmp_path / 'a' / 'temp' / 'course'} " in calls  # no keys fetched: the course's
+    # no prefix (or another repository name): the login that pushed
+    _, _, calls, _ = _replay(tmp_path / "b", workflow, env={**env, "ASSIGNMENT_PREFIX": ""})
+    assert "--student teacher " in calls
+    _, _, calls, _ = _replay(tmp_path / "c", workflow, env=env, keys=True)
+    assert f"--keys {tmp_path / 'c' / 'temp' / 'course-keys'} " in calls
 
 
 def test_grading_step_runs_without_network(workflow):
@@ -235,15 +319,18 @@ FORGED = {"version": 1, "status": "pass", "max_score": 3, "tests": [{"name": "x"
 REAL = {"version": 1, "status": "fail", "max_score": 3, "tests": [{"name": "00.1", "score": 0}]}
 
 
-def _replay(tmp_path, workflow, *, symlink=False, fake_exit=0, stale=True):
+def _replay(tmp_path, workflow, *, symlink=False, fake_exit=0, stale=True, env=None, keys=False):
     """Run the grade step's script as the runner would, with a stand-in for sudo and for
-    `course grade`, in a checkout full of what a hostile student can commit."""
+    `course grade`, in a checkout full of what a hostile student can commit (``env``: more
+    of the runner's variables; ``keys``: the keys step fetched the instructor's keys)."""
     import os
     import subprocess
 
     ws, temp, bin_ = tmp_path / "ws", tmp_path / "temp", tmp_path / "bin"
     for d in (ws, temp, bin_):
-        d.mkdir()
+        d.mkdir(parents=True)
+    if keys:
+        (temp / "course-keys" / "course_utils" / "lessons").mkdir(parents=True)
     (bin_ / "sudo").write_text(FAKE_SUDO)
     (bin_ / "course").write_text(FAKE_COURSE)
     for f in bin_.iterdir():
@@ -276,6 +363,7 @@ def _replay(tmp_path, workflow, *, symlink=False, fake_exit=0, stale=True):
         CALLS=str(calls),
         FAKE_RESULT=json.dumps(REAL),
         FAKE_EXIT=str(fake_exit),
+        **(env or {}),
     )
     proc = subprocess.run(
         ["bash", "-e", "-c", _grade_step(workflow)], cwd=ws, env=env, capture_output=True, text=True

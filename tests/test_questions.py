@@ -473,6 +473,25 @@ def test_a_personal_number_passes_for_its_student_only(q: Question):
     assert default["status"] == PASSED and "default seed" in default["message"]
 
 
+@pytest.mark.parametrize("q", PERSONAL, ids=lambda q: q.id)
+def test_a_solution_fails_its_personal_numbers_in_a_batch_by_design_and_passes_as_default(
+    q: Question,
+):
+    """The solution answers for the default seed: graded under a folder's name (a batch) its
+    personal question fails, as a neighbour's number would; ``--student "(default)"`` grades it
+    for the default seed, and it passes (the README's grading section says so)."""
+    from course_utils.checks.questions import DEFAULT_STUDENT, student_seed
+
+    assert student_seed(DEFAULT_STUDENT) == student_seed(None) == 0
+    nb = _solution(q)
+    (in_batch,) = grade_questions(nb, [q], student="control")
+    (as_default,) = grade_questions(nb, [q], student=DEFAULT_STUDENT)
+    assert in_batch["status"] == FAILED and in_batch["points"] == 0, in_batch
+    assert as_default["status"] == PASSED and as_default["points"] == q.points, as_default
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert '--student "(default)"' in readme and "by design" in readme
+
+
 def test_in_a_batch_the_identity_is_the_submissions_folder(tmp_path, monkeypatch):
     from course_utils.grading import grader
 

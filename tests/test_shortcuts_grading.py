@@ -137,14 +137,37 @@ def _ex(report: dict, ex_id: str) -> dict:
 
 @pytest.mark.slow
 def test_the_solution_keeps_full_marks(graded):
-    """Every exercise point. (Its personal question 03.Q1 is graded for the folder's identity,
-    "control", while the solution answered for the default seed: a neighbour's number.)"""
+    """Every exercise point. Its personal question 03.Q1 fails by design: in a batch it is
+    graded for the folder's identity, "control", while the solution answered for the default
+    seed, a neighbour's number (``--student "(default)"`` gives it the point: the next test)."""
     _, by = graded
     items = by["control"]["exercises"]
     exercises = [e for e in items if e.get("kind") != "question"]
     assert exercises and all(e["points"] == e["max_points"] for e in exercises), items
     q1 = next(e for e in items if e["id"] == "03.Q1")
     assert q1["points"] == 0 and q1["status"] == "failed", q1
+
+
+@pytest.mark.slow
+def test_the_solution_graded_for_the_default_identity_gets_full_marks(tmp_path):
+    """Issue 32: alone, with ``--student "(default)"`` (the default seed, the one the solution
+    answers for), the solution notebook gets every point, its personal 03.Q1 included."""
+    from course_utils import cli as course_cli
+
+    name = "03_scaled_dot_product.ipynb"
+    sol = json.loads((SOLUTIONS / name).read_text(encoding="utf-8"))
+    path = _write(tmp_path, "control", sol, name)
+    out = tmp_path / "grade.json"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "path", list(sys.path))
+        mp.setenv("COURSE_PROFILE", "ci")
+        course_cli.main(
+            ["grade", path, "--student", "(default)", "--sandbox", "none", "-q", "--json", str(out)]
+        )
+    (report,) = json.loads(out.read_text(encoding="utf-8"))
+    items = report["exercises"]
+    assert any(e["id"] == "03.Q1" for e in items)
+    assert all(e["points"] == e["max_points"] for e in items), items
 
 
 @pytest.mark.slow

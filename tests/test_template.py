@@ -53,13 +53,14 @@ def test_a_per_assignment_template_has_the_workflow_filled_from_tool_course(tmp_
     assert files == [".github/workflows/classroom.yml", "03_scaled_dot_product.ipynb", "README.md"]
     text = (out / ".github/workflows/classroom.yml").read_text(encoding="utf-8")
     env = yaml.safe_load(text)["env"]
-    assert env == {"COURSE_REPO": REPO_URL, "COURSE_REF": "v1.2", "NOTEBOOK": "03_scaled_dot_product.ipynb"}  # fmt: skip
+    assert env == {"COURSE_REPO": REPO_URL, "COURSE_REF": "v1.2", "NOTEBOOK": "03_scaled_dot_product.ipynb", "ASSIGNMENT_PREFIX": "", "COURSE_KEYS_REPO": ""}  # fmt: skip
     assert "OWNER" not in "\n".join(line.split("#")[0] for line in text.splitlines())
     # the rest of the workflow is the course's, byte for byte
     shipped = tpl.classroom_workflow()
     assert len(text.splitlines()) == len(shipped.splitlines())
     readme = (out / "README.md").read_text(encoding="utf-8")
-    assert "course grade 03_scaled_dot_product.ipynb" in readme
+    assert "course grade 03_scaled_dot_product.ipynb --student <your GitHub login>" in readme
+    assert "%env COURSE_STUDENT=<your GitHub login>" in readme
     assert f"pip install git+{REPO_URL}@v1.2" in readme and readme.startswith("# 03")
     assert "BEGIN SOLUTION" not in (out / "03_scaled_dot_product.ipynb").read_text()
     # an existing folder is not overwritten without --force
@@ -67,6 +68,27 @@ def test_a_per_assignment_template_has_the_workflow_filled_from_tool_course(tmp_
     assert again.returncode == 2 and "--force" in again.stderr
     forced = course_release("--template", str(out), "--notebook", "03", "--force", cwd=course)
     assert forced.returncode == 0, forced.stderr
+
+
+def test_a_template_gives_the_grader_the_keys_checkout_and_the_classroom_prefix(tmp_path):
+    """Issue 32: [tool.course] keys_repository and assignment_prefix fill the workflow, so that
+    the Classroom grader judges sealed questions with the instructor's keys (never shipped in
+    the template) and personal numbers for the login in the repository's name."""
+    course = _course(tmp_path, REPO_URL)
+    keys = "https://github.com/teacher/attention-course-keys"
+    with (course / "pyproject.toml").open("a", encoding="utf-8") as f:
+        f.write(f'keys_repository = "{keys}"\nassignment_prefix = "attn-03-"\n')
+    r = course_release("--template", str(tmp_path / "t"), "--notebook", "03", cwd=course)
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "t" / ".github/workflows/classroom.yml").read_text(encoding="utf-8")
+    env = yaml.safe_load(text)["env"]
+    assert env["COURSE_KEYS_REPO"] == keys and env["ASSIGNMENT_PREFIX"] == "attn-03-"
+    for path in (tmp_path / "t").rglob("*"):  # the template holds no key: no questions module
+        assert path.name != "questions.py"
+    bad = course / "pyproject.toml"
+    bad.write_text(bad.read_text().replace(keys, "git@github.com:teacher/keys"), encoding="utf-8")
+    r = course_release("--template", str(tmp_path / "u"), "--notebook", "03", cwd=course)
+    assert r.returncode != 0 and "keys_repository" in r.stderr
 
 
 @pytest.mark.parametrize("repository", [None, "https://github.com/OWNER/attention-course"])

@@ -3,10 +3,15 @@
     [tool.course]
     repository = "https://github.com/OWNER/REPO"   # where students get the course
     branch = "main"                                 # optional; default "main"
+    keys_repository = "https://github.com/OWNER/KEYS"  # optional: the instructor's private checkout
+    assignment_prefix = "attention-"                # optional: Classroom's repository prefix
 
 Read by ``course site`` (the "Open in Colab" links) and ``course release`` (the install cell of
 every student notebook, :mod:`course_utils.authoring.install_cell`). Nothing is invented: with
 no ``repository`` both say so and leave the links and the install command out.
+``keys_repository`` and ``assignment_prefix`` fill the Classroom workflow of ``course release
+--template`` (:mod:`course_utils.authoring.template`): where the grader of a sealed course gets
+the keys, and how a student's repository name gives their login (personal numbers).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ class CourseSettings:
 
     repository: str | None = None
     branch: str = DEFAULT_BRANCH
+    keys_repository: str = ""  # the instructor's private checkout with the keys (sealed questions)
+    assignment_prefix: str = ""  # GitHub Classroom names a student's repository <prefix><login>
 
     def github(self) -> tuple[str, str] | None:
         """``(owner, repo)`` when ``repository`` is a GitHub URL (Colab opens only those)."""
@@ -64,4 +71,14 @@ def read_settings(root: str | Path) -> CourseSettings:
         raise ValueError(
             f"{path}: [tool.course] repository must be an https:// URL, got {repository!r}"
         )
-    return CourseSettings(repository, str(table.get("branch") or DEFAULT_BRANCH))
+    keys = str(table.get("keys_repository") or "")
+    if keys and not keys.startswith("https://"):
+        raise ValueError(
+            f"{path}: [tool.course] keys_repository must be an https:// URL, got {keys!r}"
+        )
+    return CourseSettings(
+        repository,
+        str(table.get("branch") or DEFAULT_BRANCH),
+        keys,
+        str(table.get("assignment_prefix") or ""),
+    )

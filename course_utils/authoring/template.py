@@ -49,15 +49,29 @@ def classroom_workflow() -> str:
     )
 
 
-def fill_workflow(text: str, repository: str, ref: str, notebook: str) -> str:
-    """The workflow with its three settings (``COURSE_REPO``, ``COURSE_REF``, ``NOTEBOOK``)
-    replaced, comments kept; refuses a repository with the ``OWNER`` placeholder."""
+def fill_workflow(
+    text: str,
+    repository: str,
+    ref: str,
+    notebook: str,
+    *,
+    keys_repository: str = "",
+    assignment_prefix: str = "",
+) -> str:
+    """The workflow with its settings (``COURSE_REPO``, ``COURSE_REF``, ``NOTEBOOK``, and for
+    the graded questions ``COURSE_KEYS_REPO`` and ``ASSIGNMENT_PREFIX``, quoted) replaced,
+    comments kept; refuses a repository with the ``OWNER`` placeholder."""
     if not repository or PLACEHOLDER in repository:
         raise TemplateError(
             f"the course repository is {repository or 'unset'!r}: set [tool.course] repository "
             "in pyproject.toml to the public copy of the course (course release --public DIR)"
         )
-    for key, value in (("COURSE_REPO", repository), ("COURSE_REF", ref), ("NOTEBOOK", notebook)):
+    settings = [("COURSE_REPO", repository), ("COURSE_REF", ref), ("NOTEBOOK", notebook)]
+    settings += [
+        ("COURSE_KEYS_REPO", json.dumps(keys_repository)),
+        ("ASSIGNMENT_PREFIX", json.dumps(assignment_prefix)),
+    ]
+    for key, value in settings:
         pattern = re.compile(rf"^(  {key}: )\S+", re.M)
         if not pattern.search(text):
             raise TemplateError(f"the Classroom workflow has no {key} line")
@@ -95,11 +109,14 @@ questions in it, then commit and push: that is your submission.
 2. Open the notebook in JupyterLab (`jupyter lab {name}`), or in Colab.
 3. Each exercise ends with a check cell that tells you at once whether your code passes,
    and names the likely mistake when it does not.
+4. Some questions ask for a number that is **personal**: your run draws it from a seed made
+   from your GitHub login. Put `%env COURSE_STUDENT=<your GitHub login>` in the notebook's
+   first cell before you run it; the grader uses the same login.
 
 ## Check before you push
 
 ```bash
-course grade {name}
+course grade {name} --student <your GitHub login>
 ```
 
 This is the grader GitHub runs on every push: your notebook top to bottom in a fresh kernel,
@@ -110,6 +127,9 @@ with the check cells restored. Restart the kernel and run all cells before you c
 - Every push runs the **Autograding Tests** workflow; its summary shows your points and the
   feedback for each exercise ("Points N/M" in GitHub Classroom).
 - Edits to the check cells change nothing: the grader restores them.
+- Graded questions may be **sealed**: `answer()` then only records your answer, and the
+  grader judges it with your instructor's keys (they are not in this repository or in the
+  course package you install).
 - Do not edit `.github/workflows/`: the final grade is computed again by your instructor,
   on the notebook you pushed, after the deadline.
 """
@@ -150,7 +170,14 @@ def write_assignment_template(
     """Write one assignment's template repository (see the module docstring); ``plan`` is
     :func:`course_utils.authoring.release.plan`'s file name -> student notebook text."""
     name = _pick(plan, notebook)
-    workflow = fill_workflow(classroom_workflow(), settings.repository or "", settings.branch, name)
+    workflow = fill_workflow(
+        classroom_workflow(),
+        settings.repository or "",
+        settings.branch,
+        name,
+        keys_repository=settings.keys_repository,
+        assignment_prefix=settings.assignment_prefix,
+    )
     out = Path(template)
     _prepare(out, force)
     files = {

@@ -36,7 +36,10 @@ the keys are installed.
 comes from the student's identity (:func:`student_seed`: ``COURSE_STUDENT`` in the notebook;
 the submission's folder name in a batch, or ``--student ID``, in ``course grade``), and
 ``truth(seed)`` recomputes the number for that student, so a neighbour's number does not pass.
-Without an identity the default seed (0) is used, and the question says so.
+Without an identity the default seed (0) is used, and the question says so. The solution
+notebooks answer for the default seed, so graded in a batch (where the folder's name is the
+identity) a solution fails its personal questions by design; ``--student "(default)"``
+(:data:`DEFAULT_STUDENT`) grades one for the default seed, with full marks.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ __all__ = [
     "RECORDED_LINE",
     "SEALED_ENV",
     "STUDENT_ENV",
+    "DEFAULT_STUDENT",
     "Misconception",
     "Question",
     "check_answer",
@@ -74,6 +78,9 @@ QUESTION = "question"
 SEALED_ENV = "COURSE_SEALED"  # "1": answer() records without judging, even with the keys here
 STUDENT_ENV = "COURSE_STUDENT"  # the student's identity in the notebook (their folder's name)
 DEFAULT_SEED = 0  # the seed of a personal question when no identity is given
+# the identity whose seed is the default one: what the solution notebooks answer for (no GitHub
+# login can be it: logins have no parentheses)
+DEFAULT_STUDENT = "(default)"
 # What answer() prints for every well-formed answer to a sealed question (whatever the letter)
 RECORDED_LINE = (
     "[{id}] {title}: answer recorded ({points:g} points, graded by the instructor with "
@@ -249,9 +256,10 @@ def student_identity() -> str | None:
 
 
 def student_seed(identity: str | None = None) -> int:
-    """The seed of ``identity``'s personal numbers: ``0`` without an identity, else a number
-    from its SHA-256 (stable across machines and Python versions, never 0)."""
-    if identity is None or not str(identity).strip():
+    """The seed of ``identity``'s personal numbers: ``0`` without an identity (or for
+    :data:`DEFAULT_STUDENT`), else a number from its SHA-256 (stable across machines and Python
+    versions, never 0)."""
+    if identity is None or str(identity).strip() in ("", DEFAULT_STUDENT):
         return DEFAULT_SEED
     # a folder name that is not UTF-8 arrives with surrogates (os.fsdecode): its own bytes
     digest = hashlib.sha256(str(identity).strip().encode("utf-8", "surrogateescape")).digest()

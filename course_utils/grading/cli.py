@@ -171,7 +171,8 @@ def _reference_arguments(what) -> None:
         "--student",
         metavar="ID",
         help="the student's identity, for questions whose numbers are personal (one "
-        "submission); in a batch each submission's folder name is its student's identity",
+        "submission); in a batch each submission's folder name is its student's identity. "
+        '"(default)" is the default seed\'s, the one the solution notebooks answer for',
     )
 
 

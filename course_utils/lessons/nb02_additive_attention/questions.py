@@ -5,59 +5,60 @@ from __future__ import annotations
 from course_utils.checks.questions import Misconception, Question
 from course_utils.lessons.nb02_additive_attention import LESSON
 
-# 02.Q1 is predicted once the split is known (train short, test long) and answered after the
-# four models are evaluated. The right statement is what the notebook's claims assert in every
-# profile (``backed_by``); each distractor contradicts one of them.
+# 02.Q1 is predicted before training and answered from the count of the early-stops cell: how
+# the attention models fail on sentences longer than any they trained on. Every option agrees
+# that they fail there (the notebook's thesis gives nothing away); only the run says how. The
+# right statement is what the notebook's claim asserts in every profile (``backed_by``: more
+# than 80% of the wrong translations stop early in the stored cpu run and in ci); each
+# distractor is a failure mode students expect from seq2seq models.
 
-_LENGTH_CHOICES = {
-    "a": "Inside the training lengths attention stays high; beyond them it stays just as high: "
-    "the decoder reads every word, so length no longer matters.",
-    "b": "Inside the training lengths the model without attention does as well; beyond them "
-    "attention pulls ahead: attention is for long inputs.",
-    "c": "Inside the training lengths attention collapses with length like the model without "
-    "it; beyond them both fail: re-weighting adds nothing.",
-    "d": "Inside the training lengths attention is far ahead on the longest bucket; beyond them "
-    "every attention model falls with each longer bucket.",
+_FAILURE_CHOICES = {
+    "a": "Most stop too early: the decoder writes EOS before the reference ends, since no "
+    "training target was that long.",
+    "b": "Most run too long: having lost its place in the source, the decoder repeats words "
+    "and misses the EOS.",
+    "c": "Most have the reference's length but words out of order: attention still finds every "
+    "word, not where it goes.",
+    "d": "About as many stop too early as run too long: past the training lengths, where the "
+    "decoder stops is a coin toss.",
 }
 
 QUESTIONS = [
     Question(
         id="02.Q1",
-        title="Does attention remove the collapse with length?",
+        title="How do the attention models fail beyond the training lengths?",
         points=2,
         notebook=LESSON.filename,
-        prompt="Trained on short sentences, tested on short and long ones: what does exact match "
-        "do with attention, inside the training lengths and beyond them?",
-        evidence="the four tables (and the plot) of exact match by source length, the bucket "
-        "just left of the dashed line and those right of it",
-        choices=_LENGTH_CHOICES,
-        correct="d",
+        prompt="On the longest test bucket, longer than any training sentence, what do most of "
+        "an attention model's wrong translations look like?",
+        evidence="the three lines printed just above the question: for each attention model, the "
+        "share of its wrong translations of the longest bucket that end before the reference does",
+        choices=_FAILURE_CHOICES,
+        correct="a",
         misconceptions=(
             Misconception(
-                "a",
-                "removing the bottleneck makes a model generalise to any length",
-                "Read an attention model's table from the longest trained bucket (the last one "
-                "left of the dashed line) to the longest test bucket.",
+                "b",
+                "an attention decoder that loses its place loops and never stops",
+                "Read the share printed just above the question for each attention model: what "
+                "fraction of the wrong translations end before the reference does, and what "
+                "does that leave for the ones that run past it?",
             ),
             Misconception(
                 "c",
-                "attention only re-weights what the encoder already passed on",
-                "Compare, on the longest trained bucket, the additive model's exact match with "
-                "that of the model without attention.",
+                "on long inputs attention finds the words but loses their order",
+                "A translation of the reference's length does not end before it. Read the share "
+                "printed just above the question for each attention model.",
             ),
             Misconception(
-                "b",
-                "attention is a trick for long inputs only",
-                "Compare, on the longest trained bucket, the additive model's exact match with "
-                "that of the model without attention; then read each model's longer buckets.",
+                "d",
+                "a model has no preference about lengths it never saw",
+                "Read the share printed just above the question for each attention model: is it "
+                "near one half, or far from it?",
             ),
         ),
         backed_by=(
-            "Inside the training lengths, attention adds at least 25 points of exact match on "
-            "the longest trained bucket",
-            "Beyond the training lengths every attention model gets worse with every bucket",
-            "On the longest test bucket, never seen in training, every attention model is at "
-            "least 40 points below its score on the longest trained bucket",
+            "On the longest test bucket more than half of every attention model's wrong "
+            "translations end before the reference does",
         ),
     ),
 ]

@@ -20,11 +20,14 @@ DEPTH_QUESTION = Question(
         "right-hand plot"
     ),
     choices={
-        "a": "they shrink block after block, by a factor that compounds with depth",
-        "b": "they drop once, in the first block, and then stay within a factor 2 of that scale "
-        "through every later block",
-        "c": "they grow block after block, compounding with depth",
-        "d": "they keep the input's scale (std about 1) in every block",
+        "a": "they shrink block after block, by a factor that compounds with depth, like the "
+        "gradient",
+        "b": "they drop once, in the first block, then stay within a factor 2 through the later "
+        "blocks",
+        "c": "they grow block after block, by a factor that compounds with depth, unlike the "
+        "gradient",
+        "d": "they keep the input's scale, a std of about 1, in every block from the first to "
+        "the last",
     },
     correct="b",
     misconceptions=(

@@ -50,11 +50,10 @@ KV_CACHE = Question(
         "computation, so the cached run's tokens drift away from the uncached run's.",
         "b": "Inside the window only the amount of work; past it the text too, because once the "
         "window slides, the cached keys and values belong to shifted positions.",
-        "c": "Only the amount of work: both runs give the same tokens inside and past the "
-        "window, and past the window the cached run falls back to a full forward pass at "
-        "every step.",
+        "c": "Only the amount of work: the same tokens inside and past the window, where the "
+        "cached run falls back to a full forward pass at every step.",
         "d": "Only the amount of work, and the cached run never needs more than one full "
-        "forward pass (the prompt's), however long the generation.",
+        "forward pass, the prompt's, however long the generation runs.",
     },
     correct="c",
     misconceptions=(

@@ -10,7 +10,9 @@ is a property of those tensors, computed on the trusted side:
 - ``13.2`` causality: changing the token at ``p`` leaves every logit before ``p`` exactly as it
   was, and changes logits after ``p`` (the prediction uses the past);
 - ``13.3`` positions: shuffling the context before ``t`` (the token at ``t`` kept) changes the
-  prediction at ``t``: a bag of tokens cannot tell the orders apart;
+  prediction at ``t`` (a bag of tokens cannot tell the orders apart), and swapping two
+  neighbours late in the context moves it about as much as swapping two early ones (a model
+  with no position encoding knows order only by counting, which fades like 1 / position);
 - ``13.4`` it learns: the course's loop (notebook 08's recipe of the profile) trains it on the
   corpus; its validation loss must come within :data:`~.recipe.BAR_MARGIN` of the course's own
   GPT trained the same way on the same text;
@@ -44,6 +46,7 @@ from course_utils.modeling import layers as course_layers
 from course_utils.modeling.models.gpt import GPT
 
 NOTEBOOK = LESSON.filename
+MEASURED = " (measured: "  # where a problem's own numbers begin (see _verdict)
 TOL = 1e-5  # relative to the largest logit: float32 rounding is ~1e-7, a real effect far more
 
 # The finished pieces a capstone may not call: the library's Transformer and attention
@@ -121,11 +124,12 @@ def _logits(model: nn.Module, ids: Tensor) -> Tensor:
 def _verdict(problems: Callable[[Case, Outputs], list[str]]):
     """A compare from a property list: ``problems(case, outputs)`` says what is wrong with
     one run. The candidate agrees with a run (the reference's, or a mistake's) when both have
-    the same problems; the message is the candidate's."""
+    the same problems (a problem's text up to :data:`MEASURED`, where its own numbers begin,
+    so a student's model is named by the mistake it shares); the message is the candidate's."""
 
     def compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
         mine, theirs = problems(case, got), problems(case, expected)
-        if mine == theirs:
+        if [m.split(MEASURED)[0] for m in mine] == [t.split(MEASURED)[0] for t in theirs]:
             return None
         return f"case '{case.name}': " + "; ".join(mine or ["behaves unlike the reference"])
 
@@ -381,20 +385,91 @@ CAUSAL = _exercise(
 
 # ============================================================================ 13.3 positions
 
+# Position information that fades with distance from the start is what a causal model gets from
+# its mask alone: with no position encoding, attention at every layer is a weighted average over
+# a *set* of earlier states, and the only thing the mask adds is how many there are. Swapping the
+# neighbours at i and i + 1 then changes one prefix's mix of tokens, by about 1 / (i + 1): the
+# effect on a later prediction falls like 1 / i, at any depth and with any weights (a 2- or
+# 4-layer position-less model measures ~0.15 at block 32, its 1 / i estimate 4 / 27). With
+# positions (learned, sinusoidal, RoPE) a late swap moves it about as much as an early one
+# (0.75-1.2 measured). A model passes when the late swap moves it at least this fraction of
+# the early swap's effect:
+FADE_MIN = 0.4
+EARLY = 3  # the early swap: positions 3 and 4; the late one: T - 6 and T - 5; read at T - 1
+N_SWAP_SEQUENCES = 8
+
+
+def _swaps(g: torch.Generator, V: int, T: int) -> Tensor:
+    """(3, B, T): random ids, the same with positions EARLY, EARLY + 1 swapped, and with
+    T - 6, T - 5 swapped (each pair drawn distinct, so a swap always changes the sequence)."""
+    base = torch.randint(0, V, (N_SWAP_SEQUENCES, T), generator=g)
+    for i in (EARLY, T - 6):
+        base[:, i + 1] = (base[:, i] + torch.randint(1, V, (len(base),), generator=g)) % V
+    out = [base]
+    for i in (EARLY, T - 6):
+        swapped = base.clone()
+        swapped[:, [i, i + 1]] = base[:, [i + 1, i]]
+        out.append(swapped)
+    return torch.stack(out)
+
 
 def _position_cases(seed: int) -> list[Case]:
     g = generator(seed)
-    cases = []
-    for name in ("shuffled context, last position", "shuffled context, middle position"):
-        i = _sizes(g)
-        V, T = i["vocab_size"], i["block_size"]
-        t = T - 1 if "last" in name else T // 2
-        base = torch.randint(0, V, (2, T), generator=g)
-        shuffled = base.clone()
-        shuffled[:, :t] = base[:, torch.randperm(t, generator=g)]
-        ids = torch.stack([base, shuffled])
-        cases.append(Case(name, {**i, "t": t, "ids": ids}))
-    return cases
+    i = _sizes(g)
+    V, T = i["vocab_size"], i["block_size"]
+    base = torch.randint(0, V, (2, T), generator=g)
+    shuffled = base.clone()
+    shuffled[:, : T - 1] = base[:, torch.randperm(T - 1, generator=g)]
+    j = _sizes(g)
+    return [
+        Case(
+            "shuffled context, last position",
+            {**i, "t": T - 1, "ids": torch.stack([base, shuffled])},
+        ),
+        Case(
+            "neighbours swapped near the start and near the end",
+            {**j, "t": j["block_size"] - 1, "ids": _swaps(g, j["vocab_size"], j["block_size"])},
+        ),
+    ]
+
+
+def _redraw(model: nn.Module, seed: int) -> nn.Module:
+    """The same architecture with standard weights: every submodule's ``reset_parameters``
+    (PyTorch's default initialisation), then every other matrix (a bare ``nn.Parameter``)
+    drawn N(0, 1 / its last dimension). A small initialisation (std 0.02, as nanoGPT) makes
+    attention nearly uniform at step 0, which hides what a relative encoding such as RoPE
+    adds; the architecture, not the first weights, is what 13.3 asks about."""
+    torch.manual_seed(seed)
+    covered = set()
+    for module in model.modules():
+        reset = getattr(module, "reset_parameters", None)
+        if callable(reset):
+            reset()
+            covered.update(id(p) for p in module.parameters(recurse=False))
+    with torch.no_grad():
+        for p in model.parameters():
+            if id(p) not in covered and p.dim() >= 2:
+                p.normal_(0.0, p.shape[-1] ** -0.5)
+    return model
+
+
+def _position_call(candidate, case: Case) -> Outputs:
+    """The logits on every sequence of the case, with the model's own weights and, for the
+    swap case, again with redrawn weights (:func:`_redraw`): (N, B, T, V) each."""
+    out = _many_logits(candidate, case)
+    if "neighbours" in case.name:
+        model = _redraw(_build(candidate, case.inputs), int(case.inputs["seed"]))
+        ids = case.inputs["ids"]
+        with torch.no_grad():
+            logits = _logits(model, ids.reshape(-1, ids.shape[-1]))
+        out["redrawn"] = logits.reshape(*ids.shape, -1).float()
+    return out
+
+
+def _swap_effects(L: Tensor, t: int) -> tuple[float, float]:
+    """The mean (over sequences) largest change of the logits at t: early swap, late swap."""
+    early, late = ((L[k, :, t] - L[0, :, t]).abs().amax(-1).mean() for k in (1, 2))
+    return float(early), float(late)
 
 
 def _position_problems(case: Case, out: Outputs) -> list[str]:
@@ -403,14 +478,34 @@ def _position_problems(case: Case, out: Outputs) -> list[str]:
         return [f"logits of shape {tuple(L.shape[1:])} per batch: see check 13.1 first"]
     t = int(case.inputs["t"])
     tol = TOL * float(L[0].abs().max()) + 1e-12
-    change = float((L[1, :, t] - L[0, :, t]).abs().max())
-    if change <= tol:
-        return [
-            f"shuffling the {t} tokens before position {t} (the token at {t} kept) left the "
-            f"prediction at {t} unchanged (largest change {change:.2g}): the model sees a bag "
-            "of tokens, not a sequence. See it: model(x)[:, t] for x and a shuffled x"
-        ]
-    return []
+    if "neighbours" not in case.name:
+        change = float((L[1, :, t] - L[0, :, t]).abs().max())
+        if change <= tol:
+            return [
+                f"shuffling the {t} tokens before position {t} (the token at {t} kept) left the "
+                f"prediction at {t} unchanged: the model sees a bag of tokens, not a sequence. "
+                f"See it: model(x)[:, t] for x and a shuffled x{MEASURED}largest change "
+                f"{change:.2g})"
+            ]
+        return []
+    fades = []
+    for key in ("logits", "redrawn"):
+        early, late = _swap_effects(out[key].double(), t)
+        if early <= tol:
+            return []  # no order effect at all: the shuffle case says so
+        fades.append(late / early)
+    if max(fades) >= FADE_MIN:
+        return []
+    T = int(case.inputs["block_size"])
+    return [
+        f"swapping the neighbours at {T - 6} and {T - 5} moves the prediction at {t} far less "
+        f"than swapping those at {EARLY} and {EARLY + 1}: the model knows the order only by "
+        "counting how many tokens the causal mask lets it see, which fades like 1 / position. "
+        "That is a model with no position information; add positions (notebook 04: learned, "
+        "sinusoidal or rotary). See it: the change of model(x)[:, -1] when two neighbours swap, "
+        f"early and late{MEASURED}late / early = {fades[0]:.2f} with your weights, "
+        f"{fades[1]:.2f} with standard ones; a model with positions gives at least {FADE_MIN})"
+    ]
 
 
 POSITIONS = _exercise(
@@ -418,7 +513,7 @@ POSITIONS = _exercise(
     "positions: the order of the context changes the prediction",
     2,
     make_cases=_position_cases,
-    call=_many_logits,
+    call=_position_call,
     compare=_verdict(_position_problems),
     mistakes=(
         Mistake(
@@ -426,6 +521,13 @@ POSITIONS = _exercise(
             "averaging the context forgets its order: attention with position information "
             "(notebook 04) lets each position weigh each earlier one differently",
             _mistake_model("bag"),
+        ),
+        Mistake(
+            "no position information (the causal mask alone)",
+            "token embeddings alone make every attention a weighted average over a set; a "
+            "deep model can count how many tokens it sees, and nothing more: add a position "
+            "embedding or rotate queries and keys by position (notebook 04)",
+            _mistake_model("no_positions"),
         ),
     ),
 )

@@ -15,7 +15,8 @@ is a property of those tensors, computed on the trusted side:
   with no position encoding knows order only by counting, which fades like 1 / position);
 - ``13.4`` it learns: the course's loop (notebook 08's recipe of the profile) trains it on the
   corpus; its validation loss must come within :data:`~.recipe.BAR_MARGIN` of the course's own
-  GPT trained the same way on the same text;
+  GPT trained the same way on the same text. Only a causal model is trained (13.2's leak test
+  runs first): a model that sees the token it must predict copies it, and its loss means nothing;
 - ``13.5`` it generates: the course's sampler (context cropped to ``block_size``) writes
   ``block_size + 8`` new tokens, all valid ids;
 - ``13.6`` written by you: every weight the forward uses is registered (the optimizer sees it).
@@ -548,6 +549,17 @@ def _learn_cases(seed: int) -> list[Case]:
 
 def _learn_call(candidate, case: Case) -> Outputs:
     i = case.inputs
+    leak = _causal_cases(int(i["seed"]))[0]  # 13.2's first case: a leak makes the loss void
+    causal = _many_logits(candidate, leak)["logits"]
+    if _leaks(leak, causal):  # no training: its validation loss would mean nothing
+        nan = torch.tensor(float("nan"))
+        return {
+            "causal": causal,
+            "init": nan,
+            "val": nan,
+            "vocab_size": torch.tensor(0),
+            "seconds": torch.tensor(0.0),
+        }
     data = rc.load_dataset()
     if candidate is CourseMakeModel:  # the bar: trained once per process (trusted code)
         res = rc.course_run(int(i["seed"]), int(i["steps"]))
@@ -558,6 +570,7 @@ def _learn_call(candidate, case: Case) -> Outputs:
             raise TypeError(f"make_model returned a {type(model).__name__}, not an nn.Module")
         res = rc.train_lm(model, data, seed=int(i["seed"]), steps=int(i["steps"]))
     return {
+        "causal": causal,
         "init": torch.tensor(res.init),
         "val": torch.tensor(res.val),
         "vocab_size": torch.tensor(data.vocab_size),
@@ -565,7 +578,23 @@ def _learn_call(candidate, case: Case) -> Outputs:
     }
 
 
+def _leaks(case: Case, logits: Tensor) -> list[str]:
+    """13.2's problems that are leaks of the future (not the 'ignores the past' one)."""
+    problems = _causal_problems(case, {"logits": logits})
+    return [p for p in problems if "ignores the earlier tokens" not in p]
+
+
 def _learn_compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
+    leak_case = _causal_cases(int(case.inputs["seed"]))[0]
+    leak = _leaks(leak_case, got["causal"])
+    if leak:
+        if _leaks(leak_case, expected["causal"]):
+            return None  # a leaking mistake: the candidate agrees with it
+        return (
+            f"case '{case.name}': not trained: the model sees the future ({leak[0]}). A model "
+            "that reads the token it must predict reaches a low validation loss by copying it, "
+            "so 13.4 is awarded only to a causal model: fix check 13.2 first"
+        )
     mine, bar = float(got["val"]), float(expected["val"]) + rc.BAR_MARGIN
     if math.isfinite(mine) and mine <= bar:
         return None
@@ -587,6 +616,12 @@ LEARN = _exercise(
     call=_learn_call,
     compare=_learn_compare,
     mistakes=(
+        Mistake(
+            "the model sees the future",
+            "13.4 trains only a causal model: the causal mask must hide every later token "
+            "(check 13.2 says where it leaks)",
+            _mistake_model("off_by_one"),
+        ),
         Mistake(
             "the context is not used (a one-token model)",
             "a loss in this range is what a model that sees only the current character "

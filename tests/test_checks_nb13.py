@@ -324,3 +324,32 @@ def test_the_budget_follows_the_profile():
 def test_it_learns_the_brief_model_passes_and_a_one_token_model_is_named():
     assert_passes("13.4", rope_gpt, seeds=(0,))
     assert_registered_mistakes_named("13.4", seeds=(0,))
+
+
+def _reference_learn_outputs(case, val: float = 1.5) -> dict:
+    """What the reference's 13.4 run returns, with a stand-in loss (no training here)."""
+    leak = nb13._causal_cases(int(case.inputs["seed"]))[0]
+    causal = nb13._many_logits(nb13.CourseMakeModel, leak)["logits"]
+    n = rc.count_params(rc.course_model(65, case.inputs["block_size"]))
+    return {"causal": causal, "n_params": torch.tensor(n), "val": torch.tensor(val)}
+
+
+@pytest.mark.parametrize("kind", ["off_by_one", "no_mask"])
+def test_it_learns_is_not_awarded_to_a_model_that_sees_the_future(kind):
+    """A leaking model is not trained (its loss would be a copy of the answer)."""
+    (case,) = nb13.LEARN.make_cases(0)
+    got = nb13.LEARN.call(nb13._mistake_model(kind), case)
+    assert torch.isnan(got["val"]) and torch.isnan(got["seconds"])  # no training was spent
+    message = nb13.LEARN.compare(case, got, _reference_learn_outputs(case))
+    assert "not trained: the model sees the future" in message and "13.2" in message
+    diagnosed = checks.core.diagnose(nb13.LEARN, case, got)
+    assert diagnosed.name == "the model sees the future"
+
+
+def test_it_learns_is_not_awarded_to_a_model_over_the_budget():
+    (case,) = nb13.LEARN.make_cases(0)
+    got = nb13.LEARN.call(nb13._mistake_model("wide"), case)
+    assert torch.isnan(got["val"]) and int(got["n_params"]) > rc.capstone().max_params
+    message = nb13.LEARN.compare(case, got, _reference_learn_outputs(case))
+    assert "not trained" in message and "over this profile's budget" in message
+    assert checks.core.diagnose(nb13.LEARN, case, got).name == "over the parameter budget"

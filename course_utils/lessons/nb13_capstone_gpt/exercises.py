@@ -15,8 +15,9 @@ is a property of those tensors, computed on the trusted side:
   with no position encoding knows order only by counting, which fades like 1 / position);
 - ``13.4`` it learns: the course's loop (notebook 08's recipe of the profile) trains it on the
   corpus; its validation loss must come within :data:`~.recipe.BAR_MARGIN` of the course's own
-  GPT trained the same way on the same text. Only a causal model is trained (13.2's leak test
-  runs first): a model that sees the token it must predict copies it, and its loss means nothing;
+  GPT trained the same way on the same text. Only a causal model within the budget is trained
+  (13.2's leak test and 13.1's count run first): a model that sees the token it must predict
+  copies it, and a bigger one buys its loss with parameters; either loss means nothing;
 - ``13.5`` it generates: the course's sampler (context cropped to ``block_size``) writes
   ``block_size + 8`` new tokens, all valid ids;
 - ``13.6`` written by you: every weight the forward uses is registered (the optimizer sees it).
@@ -542,35 +543,41 @@ def _learn_cases(seed: int) -> list[Case]:
     return [
         Case(
             f"{cap.steps} steps of the course's loop on the corpus",
-            {"seed": int(seed), "block_size": cap.block_size, "steps": cap.steps},
+            {
+                "seed": int(seed),
+                "block_size": cap.block_size,
+                "steps": cap.steps,
+                "max_params": cap.max_params,
+            },
         )
     ]
 
 
 def _learn_call(candidate, case: Case) -> Outputs:
+    """Trains the candidate only when it is causal (13.2's first case) and within the budget:
+    otherwise its loss would mean nothing (it can copy the answer, or it bought its loss with
+    parameters the brief does not allow) and the run is not spent."""
     i = case.inputs
-    leak = _causal_cases(int(i["seed"]))[0]  # 13.2's first case: a leak makes the loss void
-    causal = _many_logits(candidate, leak)["logits"]
-    if _leaks(leak, causal):  # no training: its validation loss would mean nothing
-        nan = torch.tensor(float("nan"))
-        return {
-            "causal": causal,
-            "init": nan,
-            "val": nan,
-            "vocab_size": torch.tensor(0),
-            "seconds": torch.tensor(0.0),
-        }
+    leak = _causal_cases(int(i["seed"]))[0]
+    out = {"causal": _many_logits(candidate, leak)["logits"], "n_params": torch.tensor(0)}
+    nan = torch.tensor(float("nan"))
+    untrained = {"init": nan, "val": nan, "vocab_size": torch.tensor(0), "seconds": nan}
+    if _leaks(leak, out["causal"]):
+        return {**out, **untrained}
     data = rc.load_dataset()
+    torch.manual_seed(int(i["seed"]))
+    model = candidate(data.vocab_size, int(i["block_size"]))
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"make_model returned a {type(model).__name__}, not an nn.Module")
+    out["n_params"] = torch.tensor(rc.count_params(model))
+    if int(out["n_params"]) > int(i["max_params"]):
+        return {**out, **untrained}
     if candidate is CourseMakeModel:  # the bar: trained once per process (trusted code)
         res = rc.course_run(int(i["seed"]), int(i["steps"]))
     else:
-        torch.manual_seed(int(i["seed"]))
-        model = candidate(data.vocab_size, int(i["block_size"]))
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"make_model returned a {type(model).__name__}, not an nn.Module")
         res = rc.train_lm(model, data, seed=int(i["seed"]), steps=int(i["steps"]))
     return {
-        "causal": causal,
+        **out,
         "init": torch.tensor(res.init),
         "val": torch.tensor(res.val),
         "vocab_size": torch.tensor(data.vocab_size),
@@ -594,6 +601,15 @@ def _learn_compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
             f"case '{case.name}': not trained: the model sees the future ({leak[0]}). A model "
             "that reads the token it must predict reaches a low validation loss by copying it, "
             "so 13.4 is awarded only to a causal model: fix check 13.2 first"
+        )
+    n, cap = int(got["n_params"]), int(case.inputs["max_params"])
+    if n > cap:
+        if int(expected["n_params"]) > cap:
+            return None  # an over-budget mistake: the candidate agrees with it
+        return (
+            f"case '{case.name}': not trained: {n:,} parameters, over this profile's budget of "
+            f"{cap:,} (check 13.1). More parameters buy a lower loss, so 13.4 trains only a "
+            "model within the budget"
         )
     mine, bar = float(got["val"]), float(expected["val"]) + rc.BAR_MARGIN
     if math.isfinite(mine) and mine <= bar:
@@ -621,6 +637,12 @@ LEARN = _exercise(
             "13.4 trains only a causal model: the causal mask must hide every later token "
             "(check 13.2 says where it leaks)",
             _mistake_model("off_by_one"),
+        ),
+        Mistake(
+            "over the parameter budget",
+            "13.4 trains only a model within the budget: make it narrower or shallower (check "
+            "13.1 counts the parameters)",
+            _mistake_model("wide"),
         ),
         Mistake(
             "the context is not used (a one-token model)",

@@ -435,8 +435,15 @@ def _position_cases(seed: int) -> list[Case]:
     ]
 
 
+# torch layers whose reset_parameters is PyTorch's default initialisation (a student's own
+# module may define a reset_parameters of its own: its matrices are drawn as bare parameters)
+_STANDARD_LAYERS = (nn.Linear, nn.Embedding, nn.LayerNorm, nn.Conv1d, nn.Bilinear)
+if hasattr(nn, "RMSNorm"):
+    _STANDARD_LAYERS += (nn.RMSNorm,)
+
+
 def _redraw(model: nn.Module, seed: int) -> nn.Module:
-    """The same architecture with standard weights: every submodule's ``reset_parameters``
+    """The same architecture with standard weights: every torch layer's ``reset_parameters``
     (PyTorch's default initialisation), then every other matrix (a bare ``nn.Parameter``)
     drawn N(0, 1 / its last dimension). A small initialisation (std 0.02, as nanoGPT) makes
     attention nearly uniform at step 0, which hides what a relative encoding such as RoPE
@@ -445,7 +452,7 @@ def _redraw(model: nn.Module, seed: int) -> nn.Module:
     covered = set()
     for module in model.modules():
         reset = getattr(module, "reset_parameters", None)
-        if callable(reset):
+        if isinstance(module, _STANDARD_LAYERS) and callable(reset):
             reset()
             covered.update(id(p) for p in module.parameters(recurse=False))
     with torch.no_grad():

@@ -323,6 +323,7 @@ def test_the_budget_follows_the_profile():
 @pytest.mark.slow
 def test_it_learns_the_brief_model_passes_and_a_one_token_model_is_named():
     assert_passes("13.4", rope_gpt, seeds=(0,))
+    assert_passes("13.4", handmade_gpt, seeds=(0,))
     assert_registered_mistakes_named("13.4", seeds=(0,))
 
 

@@ -44,8 +44,11 @@ __all__ = [
     "course_model",
     "course_run",
     "count_params",
+    "unigram_entropy",
     "gpu_summary",
 ]
+
+unigram_entropy = gpt_recipe.unigram_entropy  # nats/char of the character frequencies
 
 BAR_MARGIN = 0.15  # nats/char: a capstone model passes within this of the course's own GPT
 

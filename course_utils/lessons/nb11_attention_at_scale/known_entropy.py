@@ -202,9 +202,11 @@ SIZES = ProfileTable(
         warmup=20,
         eval_streams=256,
     ),
-    # about two minutes on one thread: six sizes over 700x in N, two seeds each
+    # about a minute on one thread: the ci sizes, two seeds each, 2.5x the steps. A 3x64 size
+    # (N = 148k) was tried at this budget and fell off the line (local slope 0.09 against about
+    # 0.5 below it): 500 steps are too few for it, so the sweep stops at 2x48.
     cpu=Sweep(
-        sizes=((1, 4, 1), (1, 8, 2), (1, 16, 2), (2, 24, 2), (2, 48, 4), (3, 64, 4)),
+        sizes=((1, 4, 1), (1, 8, 2), (1, 16, 2), (2, 24, 2), (2, 48, 4)),
         steps=500,
         seeds=(0, 1),
         block_size=16,
@@ -214,9 +216,9 @@ SIZES = ProfileTable(
         warmup=50,
         eval_streams=512,
     ),
-    # one GPU: seven sizes over 2000x in N, three seeds, three times the cpu steps
+    # one GPU: the same sizes, three seeds, three times the cpu steps on twice the batch
     gpu=Sweep(
-        sizes=((1, 4, 1), (1, 8, 2), (1, 16, 2), (2, 24, 2), (2, 48, 4), (3, 64, 4), (4, 96, 4)),
+        sizes=((1, 4, 1), (1, 8, 2), (1, 16, 2), (2, 24, 2), (2, 48, 4)),
         steps=1500,
         seeds=(0, 1, 2),
         block_size=16,

@@ -177,6 +177,25 @@ def test_every_course_subcommand_option_has_help_text():
     assert missing == []
 
 
+def test_course_subcommands_name_folders_dir_seconds_s_and_counts_n():
+    """Newcomer F17: metavars mixed S, TIMEOUT, THREADS and SOLUTIONS with DIR."""
+    import argparse
+    import importlib
+
+    from course_utils.cli import SUBCOMMANDS
+
+    expected = {"solutions": "DIR", "out": "DIR", "root": "DIR", "threads": "N"}
+    odd = []
+    for name, (module, _) in SUBCOMMANDS.items():
+        parser = argparse.ArgumentParser(prog=f"course {name}")
+        importlib.import_module(module).add_arguments(parser)
+        for a in parser._actions:
+            want = "S" if "timeout" in a.dest else expected.get(a.dest)
+            if a.option_strings and want and a.metavar != want:
+                odd.append(f"{name} {a.option_strings[0]} {a.metavar or a.dest.upper()}")
+    assert odd == []
+
+
 def test_course_claims_names_the_known_notebooks_when_one_is_missing(tmp_path, capsys):
     from course_utils import cli
 

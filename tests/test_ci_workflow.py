@@ -78,15 +78,21 @@ def test_every_python_runs_the_quick_tier_and_311_the_slow_tier():
     assert set(workflow()["jobs"]) == {"test"}
 
 
-def test_requires_python_starts_at_the_oldest_python_ci_tests():
+def test_requires_python_is_the_range_ci_tests():
+    """From the oldest Python the matrix tests to below the next one after the newest: pip
+    refuses an untested newer Python rather than installing it silently."""
+    from packaging.specifiers import SpecifierSet
+
     from course_utils import doctor
 
     matrix = workflow()["jobs"]["test"]["strategy"]["matrix"]["python"]
     text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
-    floor = re.search(r'^requires-python\s*=\s*">=(3\.\d+)"', text, re.MULTILINE)
-    oldest = min(matrix, key=lambda v: tuple(map(int, v.split("."))))
-    assert floor and floor.group(1) == oldest
+    spec = SpecifierSet(re.search(r'^requires-python\s*=\s*"([^"]+)"', text, re.MULTILINE).group(1))
+    minors = sorted(int(v.split(".")[1]) for v in matrix)
+    assert spec == SpecifierSet(f">=3.{minors[0]},<3.{minors[-1] + 1}")
+    assert all(f"3.{m}" in spec for m in range(minors[0], minors[-1] + 1))
     assert tuple(matrix) == doctor.TESTED_PYTHONS  # what course doctor calls "supported"
+    assert doctor.ALLOWED_PYTHONS == tuple(f"3.{m}" for m in range(minors[0], minors[-1] + 1))
 
 
 def test_ci_run_installs_into_a_venv_inside_the_clone_as_the_readme_says():

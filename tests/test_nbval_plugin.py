@@ -14,8 +14,9 @@ from course_utils.authoring import nbval_strict
 
 try:
     import tomllib
-except ImportError:  # Python 3.10
-    from pip._vendor import tomli as tomllib
+except ImportError:  # Python 3.10: pytest's own dependency (never pip's vendored copy:
+    # importing pip turns setuptools' distutils shim off, test_python_versions.py)
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 

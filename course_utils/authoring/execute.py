@@ -44,6 +44,9 @@ def run_notebook(
             km=km,
             timeout=timeout,
             record_timing=False,
+            # the kernel app's own log lines ("running over TCP without encryption", "Parent
+            # appears to have exited") are noise around an author's results; its errors stay
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],
             resources={"metadata": {"path": str(Path(folder).resolve())}},
         ).execute()
     return nb

@@ -133,8 +133,13 @@ def reference_keys(reference):
 def code_shape(code):
     """A hash of what a code object does, blind to its name, its local variables' names,
     comments, docstring and line numbers: a verbatim copy of a function pasted into a notebook
-    cell (and renamed) has the same shape as the original."""
-    skip = ("NOP", "CACHE", "RESUME", "EXTENDED_ARG", "PRECALL", "KW_NAMES")
+    cell (and renamed) has the same shape as the original.
+
+    ``PUSH_NULL`` is left out: Python 3.13 calls an attribute of a name the same compilation
+    unit imports (``import math`` ... ``math.sqrt(d)``) as a plain function (``LOAD_ATTR``
+    then ``PUSH_NULL``) and any other attribute as a method (no ``PUSH_NULL``), so a copy
+    pasted without the module's imports differed from its original by that instruction."""
+    skip = ("NOP", "CACHE", "RESUME", "EXTENDED_ARG", "PRECALL", "KW_NAMES", "PUSH_NULL")
     kept = [i for i in _dis.get_instructions(code) if i.opname not in skip]
     index = {ins.offset: n for n, ins in enumerate(kept)}
     jumps = set(_dis.hasjrel) | set(_dis.hasjabs)

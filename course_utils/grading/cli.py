@@ -212,9 +212,10 @@ def _limit_arguments(lim) -> None:
         "-j",
         "--jobs",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
-        help="grade N submissions in parallel (processes; default 1)",
+        help="grade N submissions in parallel (processes; default: one per CPU core, at most "
+        "as many as the machine's RAM holds at --memory-mb each)",
     )
     lim.add_argument(
         "--threads",
@@ -664,6 +665,20 @@ def strip_measurements(rep: dict[str, Any]) -> dict[str, Any]:
 MEASURED_SANDBOX_KEYS = ("uid", "peak_memory_mb", "peak_procs", "peak_disk_mb", "cpu_s")
 
 
+def default_jobs(memory_mb: int, max_procs: int = 256) -> int:
+    """``-j`` when not given: one grading process per CPU core this process may use, fewer
+    when :func:`host_problem` would refuse that many (RAM at ``memory_mb`` each, the host's
+    file table at ``max_procs`` processes each), and at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    for jobs in range(max(1, cores), 1, -1):
+        if not host_problem(jobs, memory_mb, max_procs, sandboxed=True):
+            return jobs
+    return 1
+
+
 def host_problem(jobs: int, memory_mb: int, max_procs: int, sandboxed: bool) -> str:
     """What makes a batch unsafe for the host it runs on ("" if nothing): ``-j`` memory
     limits adding up to more than the machine's RAM, or ``-j x --max-procs`` processes with
@@ -833,10 +848,38 @@ def _choose_sandbox(args: argparse.Namespace, options) -> int | None:
     return None
 
 
+def _grade_class(
+    args: argparse.Namespace, options, paths: list[str], missing: list[str]
+) -> list[dict[str, Any]] | int:
+    """Grade the class (or its ``--shard``) and name each student over the whole class;
+    the shard's record written. ``--dry-run``: its exit code, nothing graded."""
+    names = student_names(paths)  # over the whole class, shard or not
+    chosen = _shard_indices(args, names)
+    if args.dry_run:
+        return _dry_run(args, paths, names, chosen, missing)
+    mine = [paths[i] for i in chosen]
+    present = [p for p in mine if p not in missing]
+    graded = iter(grade_all(present, options, jobs=args.jobs, progress=not args.quiet))
+    reports = [_grade_one(p, options) if p in missing else next(graded) for p in mine]
+    for rep, i in zip(reports, chosen, strict=True):
+        if rep["notebook"] in missing:
+            rep["missing"] = True  # graded without a kernel: zero, one line in the summary
+        rep["student"] = names[i]
+    if args.shard:
+        from course_utils.grading import shard as sh
+
+        k, n = sh.parse_shard(args.shard)
+        fingerprint = sh.options_fingerprint(args, options)
+        sh.write_record(args.shard_dir, k, n, paths, chosen, reports, fingerprint, args)
+    return reports
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``course grade``; returns the exit code documented above."""
     from course_utils.grading.grader import GradeOptions
 
+    if args.jobs is None:
+        args.jobs = default_jobs(args.memory_mb, args.max_procs)
     problem = _usage_problem(args)
     if problem:
         print(f"course grade: {problem}", file=sys.stderr)
@@ -886,24 +929,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"course grade: {p}: no such file", file=sys.stderr)
     if missing and len(missing) == len(paths):
         return EXIT_BAD_INPUT
-    names = student_names(paths)  # over the whole class, shard or not
-    chosen = _shard_indices(args, names)
-    if args.dry_run:
-        return _dry_run(args, paths, names, chosen, missing)
-    mine = [paths[i] for i in chosen]
-    present = [p for p in mine if p not in missing]
-    graded = iter(grade_all(present, options, jobs=args.jobs, progress=not args.quiet))
-    reports = [_grade_one(p, options) if p in missing else next(graded) for p in mine]
-    for rep, i in zip(reports, chosen, strict=True):
-        if rep["notebook"] in missing:
-            rep["missing"] = True  # graded without a kernel: zero, one line in the summary
-        rep["student"] = names[i]
-    if args.shard:
-        from course_utils.grading import shard as sh
-
-        k, n = sh.parse_shard(args.shard)
-        fingerprint = sh.options_fingerprint(args, options)
-        sh.write_record(args.shard_dir, k, n, paths, chosen, reports, fingerprint, args)
+    reports = _grade_class(args, options, paths, missing)
+    if isinstance(reports, int):
+        return reports  # --dry-run
     problem = _reports_out(args, reports, options)
     if problem:
         return problem

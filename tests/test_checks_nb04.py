@@ -631,6 +631,22 @@ def test_C_04_1_an_inverted_mask_is_named():
     assert_rejected("04.1", Inverted, "mask inverted (True treated as blocked)")
 
 
+def test_C_04_1_a_bool_mask_added_as_a_float_is_named():
+    """Student C: 04.1 with the bool mask added to the scores got only the generic hint."""
+
+    class AddedAsFloat(SelfAttention):
+        def forward(self, x, context=None, attn_mask=None):
+            c = x if context is None else context
+            q, k, v = self.W_q(x), self.W_k(c), self.W_v(c)
+            s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+            if attn_mask is not None:
+                s = s + attn_mask.to(s.dtype)
+            w = s.softmax(-1)
+            return w @ v, w
+
+    assert_rejected("04.1", AddedAsFloat, "bool mask added to the scores as 0/1")
+
+
 # ----------------------------------------------------------------------------- every seed
 # What tests/test_same_verdict_every_seed.py sweeps over many seeds, by exercise: the correct
 # answers written differently, and the wrong ones by the name of the mistake they make.

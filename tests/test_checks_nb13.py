@@ -370,3 +370,13 @@ def test_it_learns_is_not_awarded_to_a_model_over_the_budget():
     message = nb13.LEARN.compare(case, got, _reference_learn_outputs(case))
     assert "not trained" in message and "over this profile's budget" in message
     assert checks.core.diagnose(nb13.LEARN, case, got).name == "over the parameter budget"
+
+
+def test_the_notebooks_brief_states_the_bar_the_check_uses():
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).parents[1] / "solutions" / nb13.NOTEBOOK).read_text())
+    brief = next("".join(c["source"]) for c in nb["cells"] if c.get("id") == "brief")
+    assert f"within {rc.BAR_MARGIN} nats" in brief
+    assert "only a\ncausal model within the budget is trained" in brief

@@ -28,7 +28,7 @@ from course_utils.modeling.models.gpt import GPT, GPTConfig
 
 @pytest.fixture(autouse=True)
 def ci_profile(monkeypatch):
-    """The ci brief (block 32, budget 150k, 400 steps): what CI grades in seconds."""
+    """The ci brief (block 32, budget 150k, 250 steps): what CI grades in seconds."""
     monkeypatch.setenv("COURSE_PROFILE", "ci")
 
 
@@ -321,10 +321,21 @@ def test_the_budget_follows_the_profile():
 
 
 @pytest.mark.slow
-def test_it_learns_the_brief_model_passes_and_a_one_token_model_is_named():
+def test_it_learns_models_from_the_brief_pass_and_a_bag_or_unigram_model_misses_the_bar():
+    """The ci bar (250 steps, BAR_MARGIN above the course's GPT) passes the models written
+    from the brief; a bag of tokens and a model that ignores its ids (the unigram frequencies)
+    miss it and are named (as are the leaking and over-budget models, never trained)."""
     assert_passes("13.4", rope_gpt, seeds=(0,))
     assert_passes("13.4", handmade_gpt, seeds=(0,))
     assert_registered_mistakes_named("13.4", seeds=(0,))
+
+
+def test_the_ci_brief_trains_fewer_steps_than_notebook_08_and_the_bar_rule_holds():
+    from course_utils.lessons.nb08_gpt import recipe as nb08
+
+    assert rc.capstone("ci").steps == 250 < nb08.config("ci").steps
+    assert rc.capstone("cpu").steps == nb08.config("cpu").steps
+    assert rc.BAR_MARGIN == 0.25  # 0.141 + 3 x 0.029 = 0.228, rounded up (recipe.py)
 
 
 def _reference_learn_outputs(case, val: float = 1.5) -> dict:
@@ -332,7 +343,12 @@ def _reference_learn_outputs(case, val: float = 1.5) -> dict:
     leak = nb13._causal_cases(int(case.inputs["seed"]))[0]
     causal = nb13._many_logits(nb13.CourseMakeModel, leak)["logits"]
     n = rc.count_params(rc.course_model(65, case.inputs["block_size"]))
-    return {"causal": causal, "n_params": torch.tensor(n), "val": torch.tensor(val)}
+    return {
+        "causal": causal,
+        "n_params": torch.tensor(n),
+        "val": torch.tensor(val),
+        "is_bar": torch.tensor(True),
+    }
 
 
 @pytest.mark.parametrize("kind", ["off_by_one", "no_mask"])
@@ -354,3 +370,13 @@ def test_it_learns_is_not_awarded_to_a_model_over_the_budget():
     message = nb13.LEARN.compare(case, got, _reference_learn_outputs(case))
     assert "not trained" in message and "over this profile's budget" in message
     assert checks.core.diagnose(nb13.LEARN, case, got).name == "over the parameter budget"
+
+
+def test_the_notebooks_brief_states_the_bar_the_check_uses():
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).parents[1] / "solutions" / nb13.NOTEBOOK).read_text())
+    brief = next("".join(c["source"]) for c in nb["cells"] if c.get("id") == "brief")
+    assert f"within {rc.BAR_MARGIN} nats" in brief
+    assert "only a\ncausal model within the budget is trained" in brief

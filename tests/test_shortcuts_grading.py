@@ -164,7 +164,7 @@ def test_the_solution_graded_for_the_default_identity_gets_full_marks(tmp_path):
         course_cli.main(
             ["grade", path, "--student", "(default)", "--sandbox", "none", "-q", "--json", str(out)]
         )
-    (report,) = json.loads(out.read_text(encoding="utf-8"))
+    report = json.loads(out.read_text(encoding="utf-8"))  # one submission: one report
     items = report["exercises"]
     assert any(e["id"] == "03.Q1" for e in items)
     assert all(e["points"] == e["max_points"] for e in items), items

@@ -104,3 +104,17 @@ def test_torch_benchmark_imports_after_the_test_modules_that_read_toml():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-2000:]
+
+
+def test_a_refusal_names_the_course_method_with_its_class_on_every_version():
+    """3.10's code objects have no ``co_qualname``: "the course's own implementation ran
+    (course_utils.modeling.positional.forward)" named no class (12 quick-tier failures on 3.10,
+    e.g. test_checks_nb04's RelativePositionBias.forward). Keys are unchanged; only the name
+    shown is looked up in the module."""
+    from course_utils.modeling import positional
+
+    code = positional.RelativePositionBias.forward.__code__
+    assert (
+        guard._shown_qualname(code, "course_utils.modeling.positional")
+        == "RelativePositionBias.forward"
+    )

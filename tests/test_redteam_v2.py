@@ -674,9 +674,10 @@ def make_probe_venv(venv: Path) -> None:
 
     Not ``--system-site-packages``: made from a venv, that chains to the *base* interpreter,
     which on a fresh machine has no torch or ipykernel (the newcomer report's F1)."""
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60
-    )
+    # from the real interpreter: Python 3.10's venv links to the running executable, which in
+    # a venv under /tmp (hidden by the sandbox's private /tmp) is not found inside the sandbox
+    base = os.path.realpath(sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
     inside = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
     (inside / "course-test-parent.pth").write_text("\n".join(running_site_packages()) + "\n")
 

@@ -69,6 +69,23 @@ def _course_path(filename):
     return name[at + 1 :]
 
 
+def _shown_qualname(code, module):
+    """The qualified name a message shows for ``code`` of ``module``: ``co_qualname`` (3.11+);
+    on 3.10, which has none, the ``__qualname__`` of the module's function or method whose
+    code it is (``RelativePositionBias.forward``, not ``forward``). For display only: keys
+    (:func:`code_key`) stay as they are on both sides of the grader."""
+    name = getattr(code, "co_qualname", None)
+    if name:
+        return name
+    for obj in list(vars(_sys.modules.get(module) or _types.SimpleNamespace()).values()):
+        for fn in [obj, *(vars(obj).values() if isinstance(obj, type) else ())]:
+            fn = getattr(fn, "__func__", fn)
+            fn = getattr(fn, "fget", fn)
+            if getattr(fn, "__code__", None) is code:
+                return fn.__qualname__
+    return code.co_name
+
+
 def code_key(code):
     """What identifies a code object of the course wherever it is installed:
     ``(path inside the package, qualified name, first line)``; None outside the package."""
@@ -405,7 +422,7 @@ class Watch:
                 key = code_key(code)
                 if key is not None and key in self.reference:
                     module = key[0][: -len(".py")].replace("/", ".").removesuffix(".__init__")
-                    found.add(module + "." + key[1].split(".<locals>")[0])
+                    found.add(module + "." + _shown_qualname(code, module).split(".<locals>")[0])
         return ", ".join(sorted(found)) or None
 
     def ran_copy(self):

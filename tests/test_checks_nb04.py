@@ -647,6 +647,18 @@ def test_C_04_1_a_bool_mask_added_as_a_float_is_named():
     assert_rejected("04.1", AddedAsFloat, "bool mask added to the scores as 0/1")
 
 
+def test_04_4_float32_angles_are_named_at_the_seeds_where_they_passed():
+    """The seed sweep's finding: with the seeded far-positions case's small D the float32
+    angles were within the tolerance at 22 of 200 seeds (10, 24, 90, 104, ...); the fixed far
+    case (D = 16) comes first at every seed."""
+    assert_rejected(
+        "04.4",
+        ROPE_WRONG["angles computed in float32"],
+        "angles computed in float32",
+        (10, 24, 90, 104),
+    )
+
+
 # ----------------------------------------------------------------------------- every seed
 # What tests/test_same_verdict_every_seed.py sweeps over many seeds, by exercise: the correct
 # answers written differently, and the wrong ones by the name of the mistake they make.

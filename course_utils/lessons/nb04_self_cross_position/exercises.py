@@ -715,6 +715,17 @@ PE = Exercise(
 # ----------------------------------------------------------------------------- 04.4 RoPE
 
 
+def _far_positions_case() -> Case:
+    """The same at every seed, and first: positions near 4000 with D = 16, where float32 angles
+    are off by ~1e-4 (with the seeded cases' small D, sometimes only by ~1e-6, within the
+    tolerance: "angles computed in float32" passed 22 of 200 seeds)."""
+    g = generator(4004)
+    return Case(
+        "fixed: far positions (4000 and more), D = 16",
+        {"x": randn(g, 2, 4, 16), "positions": torch.arange(4) + 4005},
+    )
+
+
 def _rope_cases(seed: int) -> list[Case]:
     g = generator(seed)
     T, D = size(g, 3, 8), 2 * size(g, 2, 6)
@@ -722,6 +733,7 @@ def _rope_cases(seed: int) -> list[Case]:
     offset = size(g, 3, 20)
     scattered = torch.randperm(40, generator=g)[:T].sort().values
     return [
+        _far_positions_case(),
         Case("(T, D), default positions", {"x": randn(g, T, D)}),
         Case("heads (B, H, T, D), default positions", {"x": randn(g, B, H, T, D)}),
         Case(
@@ -836,7 +848,7 @@ def _rope_compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
     """:func:`close`; on the far-positions case, an answer within 1e-3 is told it lost
     precision (angles in float32) whatever its float32 formula's rounding."""
     problem = close()(case, got, expected)
-    if problem and case.name.startswith("far positions"):
+    if problem and "far positions" in case.name:
         if close(rtol=1e-3, atol=1e-3)(case, got, expected) is None:
             problem += (
                 " (close, but not to float64 precision: compute the angles in float64, take cos "

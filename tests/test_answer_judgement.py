@@ -10,7 +10,7 @@ import linecache
 import pytest
 
 from course_utils import checks
-from course_utils.authoring.answers import read_answer
+from course_utils.checks.answers import read_answer
 from course_utils.checks.questions import check_answer
 from course_utils.grading.questions import submitted_answer
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from course_utils import checks, lessons
-from course_utils.authoring import answers, release, validate
+from course_utils.authoring import release, validate
 from course_utils.authoring.cells import ANSWER, cell_role, cell_source, exercise_id
-from course_utils.checks import CheckFailed
+from course_utils.checks import CheckFailed, answers
 from course_utils.checks.core import ERROR, FAILED, NOT_ATTEMPTED, PASSED
 from course_utils.checks.questions import Misconception, Question, check_answer
 from course_utils.grading.plan import id_key

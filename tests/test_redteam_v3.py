@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.authoring.answers import read_answer, stub_answer
+from course_utils.checks.answers import read_answer, stub_answer
 from course_utils.grading import cli as grade_cli
 from course_utils.grading import confine, launch
 from course_utils.grading import grader as gr

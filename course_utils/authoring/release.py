@@ -62,13 +62,14 @@ from typing import Any
 
 import nbformat
 
-from course_utils.authoring import answers, install_cell, student_work
+from course_utils.authoring import install_cell, student_work
 from course_utils.authoring.cells import ANSWER, EXERCISE, cell_role, cell_source, exercise_id
 from course_utils.authoring.leaks import Leak, find_leaks
 from course_utils.authoring.project import CourseSettings, read_settings
 from course_utils.authoring.regions import find_regions
 from course_utils.authoring.stubs import stub_source
 from course_utils.authoring.validate import Context, ReleaseError, load_registry, validate
+from course_utils.checks import answers
 
 SOLUTION_GLOB = "[0-9][0-9]_*.ipynb"
 VOLATILE_CELL_METADATA = ("execution",)

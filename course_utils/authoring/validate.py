@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from course_utils.authoring import answers
 from course_utils.authoring.cells import (
     ANSWER,
     CHECK,
@@ -35,6 +34,7 @@ from course_utils.authoring.cells import (
 from course_utils.authoring.project import CourseSettings
 from course_utils.authoring.regions import BEGIN, END, find_regions
 from course_utils.authoring.stubs import stub_source
+from course_utils.checks import answers
 
 EXERCISE_TAG, CHECK_TAG = EXERCISE, CHECK  # the tags are the role names (authoring.cells)
 ID_PATTERN = re.compile(r"^(\d\d)\.(\d+)$")

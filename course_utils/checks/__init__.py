@@ -212,7 +212,7 @@ def _source_problem(question_id: str, depth: int = 2) -> str:
     import linecache
     import sys
 
-    from course_utils.authoring.answers import read_answer
+    from course_utils.checks.answers import read_answer
 
     frame = sys._getframe(depth)
     if frame.f_code.co_name != "<module>":

@@ -5,7 +5,7 @@
                  [--class-report DIR] [--roster F] [--adjust F] [--deadline WHEN] [-j N] [--reference-dir DIR] [--assignment NAME]
                  [--cell-timeout S] [--timeout S] [--memory-mb M] [--max-output-kb K]
                  [--fail-under P] [--seed N] [--checks MODULE] [--executed DIR]
-                 [--shard K/N --shard-dir DIR] [--threads T] [--reproducible] [--dry-run]
+                 [--shard K/N --shard-dir DIR] [--threads N] [--reproducible] [--dry-run]
 
 Each submission runs in a fresh, resource-limited kernel; verdicts are decided in the grading
 process (see :mod:`course_utils.grading`). Exit codes (the highest that applies):
@@ -225,7 +225,7 @@ def _limit_arguments(lim) -> None:
         "--threads",
         type=int,
         default=0,
-        metavar="T",
+        metavar="N",
         help="CPUs (and torch threads) of one submission (default: cores / -j, at most 4); "
         "give it on every shard of a class, whose machines may differ",
     )

@@ -2,7 +2,7 @@
 
 A question (:mod:`course_utils.checks.questions`) is graded without the kernel: the answer is
 the literal of the last ``answer("NN.Qk", value)`` call in the submission's code cells (in the
-answer cell, or wherever the student moved it), read by :mod:`course_utils.authoring.answers`
+answer cell, or wherever the student moved it), read by :mod:`course_utils.checks.answers`
 and judged by :func:`course_utils.checks.questions.check_answer` in the grader's own process.
 So an answer cannot be forged from inside the notebook, a kernel that crashes or times out
 loses no answer, and answer cells are not executed by the grader (the plan drops them, like
@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from course_utils.authoring.answers import NO_ANSWER, read_answer
 from course_utils.authoring.cells import cell_source
+from course_utils.checks.answers import NO_ANSWER, read_answer
 from course_utils.checks.core import ERROR, NOT_ATTEMPTED, CheckResult
 from course_utils.checks.questions import Question, check_answer, student_seed
 

@@ -17,10 +17,14 @@ from course_utils.fast_nbformat import skip_iri_parser
 SUBCOMMANDS = {
     "doctor": ("course_utils.doctor", "print versions, device, profile and optional data"),
     "release": (
-        "course_utils.authoring.release",
+        "course_utils.authoring.release_cli",
         "write notebooks/ (student versions) from solutions/",
     ),
     "grade": ("course_utils.grading.cli", "grade submitted notebooks (the official grader)"),
+    "grade-merge": (
+        "course_utils.grading.merge",
+        "join the shards of course grade --shard K/N into one gradebook",
+    ),
     "bench": ("course_utils.bench", "run the benchmarks and print ratios against references"),
     "claims": (
         "course_utils.authoring.claims",

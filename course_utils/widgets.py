@@ -8,7 +8,7 @@ An explorer is displayed as **one** output holding two representations of the sa
 * ``image/png`` (and a one-line ``text/plain`` note): the static preview at the starting
   values. A stored notebook cannot replay a widget, so GitHub, nbviewer, an untrusted
   notebook and every text-only reader show this image. ``course release --execute`` drops
-  the widget view from stored solution outputs (:func:`course_utils.authoring.release.execute_solution`),
+  the widget view from stored solution outputs (:func:`course_utils.authoring.execute.execute_solution`),
   so a reopened solution shows the image, not "model not found" or a widget's text repr.
 
 Controls follow the values they choose from: ``(min, max[, step])`` is an int or float

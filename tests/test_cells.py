@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.authoring import cells, release, student_work
+from course_utils.authoring import cells, release, student_work, validate
 from course_utils.grading import plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,7 +135,7 @@ def _load(path: Path) -> dict:
 
 def roles_seen_by_release(nb: dict) -> dict[int, str]:
     """Cell index -> role, for the cells release handled as exercise, check or answer cells."""
-    scan = release._scan(nb, release.Context("00_x.ipynb", {}))
+    scan = validate._scan(nb, validate.Context("00_x.ipynb", {}))
     out = {i: "exercise" for ids in scan.exercise_cells.values() for i in ids}
     out.update({i: "check" for ids in scan.check_cells.values() for i in ids})
     out.update({i: "answer" for ids in scan.answer_cells.values() for i in ids})

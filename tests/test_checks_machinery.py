@@ -9,37 +9,29 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_utils import checks
+from course_utils import checks, lessons
 from course_utils.checks.core import Case, Exercise, Mistake, generator, randn
 
-# id -> (function or class name, notebook, points)
-FOUNDATION = {
-    "00.1": ("softmax", "00_start_here.ipynb", 2),
-    "02.1": ("additive_scores", "02_additive_attention.ipynb", 2),
-    "02.2": ("additive_attention", "02_additive_attention.ipynb", 3),
-    "03.1": ("scaled_dot_product_attention", "03_scaled_dot_product.ipynb", 3),
-    "04.3": ("sinusoidal_positional_encoding", "04_self_cross_position.ipynb", 2),
-    "04.4": ("apply_rope", "04_self_cross_position.ipynb", 3),
-    "05.2": ("causal_mask", "05_masked_attention.ipynb", 1),
-    "05.3": ("masked_softmax", "05_masked_attention.ipynb", 3),
-    "06.1": ("multi_head_loop", "06_multi_head.ipynb", 2),
-    "06.2": ("split_heads", "06_multi_head.ipynb", 1),
-    "06.3": ("merge_heads", "06_multi_head.ipynb", 1),
-    "06.4": ("MultiHeadAttention", "06_multi_head.ipynb", 4),
-    "07.1": ("layer_norm", "07_transformer_block.ipynb", 2),
-    "07.2": ("MLP", "07_transformer_block.ipynb", 2),
-    "07.3": ("TransformerBlock", "07_transformer_block.ipynb", 4),
-    "08.1": ("GPTModel", "08_gpt.ipynb", 4),
-    "09.1": ("patchify", "09_vit.ipynb", 2),
-    "10.1": ("DecoderLayer", "10_full_transformer.ipynb", 4),
-    "10.2": ("Transformer", "10_full_transformer.ipynb", 4),
-    "10.3": ("greedy_decode", "10_full_transformer.ipynb", 3),
-    "10.4": ("translation_loss", "10_full_transformer.ipynb", 2),
-    "11.1": ("tiled_attention", "11_attention_at_scale.ipynb", 4),
-    "12.1": ("caption_forward", "12_image_captioning.ipynb", 4),
-    "12.2": ("beam_search", "12_image_captioning.ipynb", 4),
+# Every registered exercise (``checks.EXERCISES``, gathered from ``lessons.discover()``) meets
+# the machinery's contract below; a new exercise is covered without being listed anywhere. The
+# only exceptions are named here, per contract, with the reason.
+EXERCISES = {ex.id: ex for ex in checks.EXERCISES}
+IDS = sorted(EXERCISES, key=lambda i: tuple(int(p) for p in i.split(".")))
+# checks that grade properties of one object the student builds (several checks of one function,
+# the capstone): no stub of a function to call, no shaped output, cases from the student's model
+PROPERTY_GRADED = {
+    e.id
+    for e in checks.EXERCISES
+    if sum(o.function == e.function and o.notebook == e.notebook for o in checks.EXERCISES) > 1
 }
-IDS = sorted(FOUNDATION)
+# outputs that are not tensors of a fixed shape: decoded token lists, a bool, a Python number,
+# a training run's losses
+NOT_SHAPED = {"01.2", "01.3", "04.2", "07.4", "08.2", "08.3", "08.4", "08.5", "08.6"}
+# cases that carry modules or data sets (a seq2seq model, a training set), not plain tensors
+NOT_PLAIN = {"01.1", "01.2", "01.3", "02.3", "04.1", "04.2", "04.5", "08.2", "08.4", "08.5"}
+CALLABLE_IDS = [i for i in IDS if i not in PROPERTY_GRADED]
+SHAPED_IDS = [i for i in CALLABLE_IDS if i not in NOT_SHAPED]
+PLAIN_IDS = [i for i in CALLABLE_IDS if i not in NOT_PLAIN]
 
 
 def is_class(exercise: Exercise) -> bool:
@@ -95,12 +87,22 @@ def wrong_shape_for(exercise: Exercise):
     return lambda *args, **kwargs: _grow(exercise.reference(*args, **kwargs))
 
 
-def test_foundation_exercises_are_registered_with_their_ids_names_and_points():
-    for exercise_id, (function, notebook, points) in FOUNDATION.items():
-        ex = checks.get(exercise_id)
-        assert (ex.function, ex.notebook, ex.points) == (function, notebook, points)
-        assert ex.title and ex.hint and len(ex.mistakes) >= 4
-        assert ex in checks.EXERCISES
+def test_every_exercise_is_registered_with_its_lessons_notebook_a_hint_and_named_mistakes():
+    notebooks = {lesson.number: lesson.filename for lesson in lessons.discover()}
+    for exercise_id, ex in EXERCISES.items():
+        assert checks.get(exercise_id) is ex
+        assert ex.notebook == notebooks[exercise_id[:2]] and ex.function and ex.points > 0
+        assert ex.title and ex.mistakes
+        if exercise_id not in PROPERTY_GRADED:  # the capstone has no hint ladder by design
+            assert ex.hint and len(ex.mistakes) >= 4, exercise_id
+
+
+def test_the_contract_exceptions_name_registered_exercises():
+    """An exception that outlives its exercise (renamed, removed) is an error, not a no-op."""
+    assert (NOT_SHAPED | NOT_PLAIN | MOVES_THE_RANDOM_STREAM) <= set(EXERCISES)
+
+
+def test_exercise_ids_are_in_course_order():
     ids = [ex.id for ex in checks.EXERCISES]
     assert ids == sorted(ids, key=lambda i: tuple(int(p) for p in i.split(".")))
 
@@ -109,24 +111,24 @@ def test_foundation_exercises_are_registered_with_their_ids_names_and_points():
 def test_reference_passes_with_full_points(exercise_id):
     result = checks.run(exercise_id, checks.get(exercise_id).reference)
     assert result.passed, result.message
-    assert result.points == result.max_points == FOUNDATION[exercise_id][2]
+    assert result.points == result.max_points == EXERCISES[exercise_id].points
 
 
-@pytest.mark.parametrize("exercise_id", IDS)
+@pytest.mark.parametrize("exercise_id", CALLABLE_IDS)
 def test_stub_is_not_attempted(exercise_id):
     result = checks.run(exercise_id, stub_for(checks.get(exercise_id)))
     assert result.status == "not_attempted"
     assert result.points == 0 and "not attempted" in result.message
 
 
-@pytest.mark.parametrize("exercise_id", IDS)
+@pytest.mark.parametrize("exercise_id", CALLABLE_IDS)
 def test_other_exceptions_are_errors_with_the_message(exercise_id):
     result = checks.run(exercise_id, raising_for(checks.get(exercise_id)))
     assert result.status == "error"
     assert "ValueError: boom from the student" in result.message
 
 
-@pytest.mark.parametrize("exercise_id", IDS)
+@pytest.mark.parametrize("exercise_id", SHAPED_IDS)
 def test_a_wrong_shape_fails_naming_the_shape(exercise_id):
     result = checks.run(exercise_id, wrong_shape_for(checks.get(exercise_id)))
     assert result.status == "failed"
@@ -145,7 +147,7 @@ def _same(x, y) -> bool:
     return x == y
 
 
-@pytest.mark.parametrize("exercise_id", IDS)
+@pytest.mark.parametrize("exercise_id", PLAIN_IDS)
 def test_cases_are_seeded_plain_data(exercise_id):
     exercise = checks.get(exercise_id)
     a, b = exercise.make_cases(7), exercise.make_cases(7)
@@ -165,7 +167,16 @@ def test_cases_are_seeded_plain_data(exercise_id):
     ), "other seeds should draw other inputs"
 
 
-@pytest.mark.parametrize("exercise_id", IDS)
+# Found when this contract went registry-wide, reported, not held to it yet: the capstone's
+# checks build and train the student's model from the global stream, and 04.1's call builds
+# the candidate layer outside torch.random.fork_rng (fixing it changes notebook 04's stored
+# random draws after its check cell: a re-execution that belongs with the fix).
+MOVES_THE_RANDOM_STREAM = {"04.1"}
+
+
+@pytest.mark.parametrize(
+    "exercise_id", [i for i in CALLABLE_IDS if i not in MOVES_THE_RANDOM_STREAM]
+)
 def test_checks_leave_the_global_random_stream_alone(exercise_id):
     torch.manual_seed(5)
     expected = torch.rand(2)
@@ -367,3 +378,37 @@ def test_formula_only_refuses_big_tensors_before_and_after_they_are_built():
         torch.zeros(1000, 1000)  # refused before the factory allocates
     with pytest.raises(ValueError, match=r"built \(20, 20\)"), guard():
         torch.ones(20, 1) @ torch.ones(1, 20)  # any op's big result
+
+
+# ----------------------------------------------------------------------------- shared catalogues
+
+
+def test_a_catalogue_entry_makes_the_mistake_with_its_shared_name_and_hint():
+    from course_utils.checks import mistakes
+
+    def impl(s, m):
+        return s
+
+    made = mistakes.MASK_INVERTED(impl)
+    assert (made.name, made.hint, made.impl) == (
+        mistakes.MASK_INVERTED.name,
+        mistakes.MASK_INVERTED.hint,
+        impl,
+    )
+    own = mistakes.MISSING_SCALE(impl, hint="divide q @ k^T by sqrt(d_k)")
+    assert own.name == "missing 1/sqrt(d_k) scaling" and own.hint == "divide q @ k^T by sqrt(d_k)"
+
+
+def test_the_mask_catalogue_is_used_by_every_lesson_that_masks_scores():
+    """03, 04, 05 and 06 diagnose the same mask mistakes with one wording (checks.mistakes),
+    not by importing each other's exercises."""
+    from course_utils.checks import mistakes
+
+    inverted = mistakes.MASK_INVERTED
+    users = {
+        ex.id[:2]
+        for ex in checks.EXERCISES
+        for m in ex.mistakes
+        if (m.name, m.hint) == (inverted.name, inverted.hint)
+    }
+    assert {"03", "04", "05", "06"} <= users

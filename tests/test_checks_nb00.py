@@ -181,3 +181,13 @@ def test_logsumexp_cases_include_overflow_and_an_empty_row():
     assert any(torch.isinf(torch.exp(x)).any() for x in xs)
     assert any(torch.isneginf(x).all(dim=-1).any() for x in xs)  # a row of only -inf
     assert any(x.ndim == 4 for x in xs)
+
+
+# ----------------------------------------------------------------------------- every seed
+# What tests/test_same_verdict_every_seed.py sweeps over many seeds, by exercise: the correct
+# answers written differently, and the wrong ones by the name of the mistake they make.
+SWEEP_CORRECT = {
+    ID: [softmax_logsumexp, softmax_in_float64],
+    LSE: [lse_by_hand, lse_from_softmax_denominator],
+}
+SWEEP_WRONG = {ID: WRONG, LSE: LSE_WRONG}

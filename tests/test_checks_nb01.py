@@ -492,3 +492,22 @@ def test_train_loop_check_can_tell_a_stub():
         raise NotImplementedError
 
     assert checks.run("01.3", stub).status == "not_attempted"
+
+
+# ----------------------------------------------------------------------------- every seed
+# What tests/test_same_verdict_every_seed.py sweeps over many seeds, by exercise: the correct
+# answers written differently, and the wrong ones by the name of the mistake they make.
+SWEEP_CORRECT = {
+    "01.1": [forward_loop, forward_gru_equations, forward_fused_gru, forward_returning_pair],
+    "01.2": [greedy_fixed_steps, greedy_post_processed, greedy_own_step],
+    "01.3": [loop_written_differently, loop_returning_tuples],
+}
+SWEEP_WRONG = {
+    "01.1": FORWARD_WRONG,
+    "01.2": GREEDY_WRONG,
+    "01.3": {
+        "gradients never zeroed (they accumulate over the steps)": _loop_without_zero_grad,
+        "padding counted in the loss": _loop_padding_in_loss,
+        "validation run in training mode (eval mode missing)": _loop_without_eval_mode,
+    },
+}

@@ -339,3 +339,18 @@ def test_attention_decoder_step_reference_equals_the_model_decode_step():
     got = checks.get("02.3").reference(model, prev, c, enc, mask)
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e)
+
+
+# ----------------------------------------------------------------------------- every seed
+# What tests/test_same_verdict_every_seed.py sweeps over many seeds, by exercise: the correct
+# answers written differently, and the wrong ones by the name of the mistake they make.
+SWEEP_CORRECT = {
+    "02.1": [scores_einsum, scores_linear, scores_loop],
+    "02.2": {
+        "fill -inf": attn_fill(float("-inf")),
+        "fill -1e9": attn_fill(-1e9),
+        "mask then renormalise": attn_renormalised,
+    },
+    "02.3": [step_with_module, step_by_hand, step_as_list],
+}
+SWEEP_WRONG = {"02.1": SCORES_WRONG, "02.2": ATTN_WRONG, "02.3": WRONG}

@@ -338,3 +338,13 @@ def test_the_spread_question_reads_a_row_every_profile_prints_the_same():
     assert check_answer(q, std).status == "failed"  # the std itself
     assert check_answer(q, float(row[1])).status == "failed"  # the variance column
     assert check_answer(q, float(row[4])).status == "failed"  # the scaled column
+
+
+# ----------------------------------------------------------------------------- every seed
+# What tests/test_same_verdict_every_seed.py sweeps over many seeds, by exercise: the correct
+# answers written differently, and the wrong ones by the name of the mistake they make.
+SWEEP_CORRECT = {
+    ID: [sdpa_einsum, sdpa_where, sdpa_float_mask],
+    QKV: [qkv_einsum, qkv_torch_sdpa, qkv_linear],
+}
+SWEEP_WRONG = {ID: WRONG, QKV: QKV_WRONG}

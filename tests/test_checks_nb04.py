@@ -629,3 +629,58 @@ def test_C_04_1_an_inverted_mask_is_named():
             return w @ v, w
 
     assert_rejected("04.1", Inverted, "mask inverted (True treated as blocked)")
+
+
+def test_C_04_1_a_bool_mask_added_as_a_float_is_named():
+    """Student C: 04.1 with the bool mask added to the scores got only the generic hint."""
+
+    class AddedAsFloat(SelfAttention):
+        def forward(self, x, context=None, attn_mask=None):
+            c = x if context is None else context
+            q, k, v = self.W_q(x), self.W_k(c), self.W_v(c)
+            s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+            if attn_mask is not None:
+                s = s + attn_mask.to(s.dtype)
+            w = s.softmax(-1)
+            return w @ v, w
+
+    assert_rejected("04.1", AddedAsFloat, "bool mask added to the scores as 0/1")
+
+
+def test_04_4_float32_angles_are_named_at_the_seeds_where_they_passed():
+    """The seed sweep's finding: with the seeded far-positions case's small D the float32
+    angles were within the tolerance at 22 of 200 seeds (10, 24, 90, 104, ...); the fixed far
+    case (D = 16) comes first at every seed."""
+    assert_rejected(
+        "04.4",
+        ROPE_WRONG["angles computed in float32"],
+        "angles computed in float32",
+        (10, 24, 90, 104),
+    )
+
+
+# ----------------------------------------------------------------------------- every seed
+# What tests/test_same_verdict_every_seed.py sweeps over many seeds, by exercise: the correct
+# answers written differently, and the wrong ones by the name of the mistake they make.
+SWEEP_CORRECT = {
+    "04.1": [SelfAttentionManual, SelfAttentionTorchSDPA],
+    "04.2": [equivariance_with_inverse_on_the_input_side, equivariance_with_permutation_matrices],
+    "04.3": [pe_loops, pe_stack, pe_float32_exp],
+    "04.4": [rope_complex, rope_matrices],
+    "04.5": [rel_bias_loops],
+}
+SWEEP_WRONG = {
+    "04.2": {
+        "yes as soon as one permutation agrees (any instead of all)": _c_any,
+        "one fixed swap of tokens 0 and 1": _c_swap01,
+    },
+    "04.3": PE_WRONG,
+    "04.4": ROPE_WRONG,
+    "04.5": {
+        "absolute distance |j - i| (keys before and after the query share a bias)": _rel_unsigned,
+        "distance taken as i - j instead of j - i": _rel_flipped,
+        "returned (H, S, T) instead of (H, T, S)": lambda table, T, S=None: (
+            checks.get("04.5").reference(table, T, S).transpose(-2, -1)
+        ),
+    },
+}

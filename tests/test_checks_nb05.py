@@ -329,3 +329,18 @@ def test_the_reference_masked_softmax_never_computes_a_nan_and_the_watch_sees_on
     with watch:
         ms_nan_to_num(torch.zeros(2, 3, dtype=torch.float64), torch.zeros(2, 3, dtype=torch.bool))
     assert watch.seen
+
+
+# ----------------------------------------------------------------------------- every seed
+# What tests/test_same_verdict_every_seed.py sweeps over many seeds, by exercise: the correct
+# answers written differently, and the wrong ones by the name of the mistake they make.
+SWEEP_CORRECT = {
+    "05.1": [average_loop, average_matmul, average_list],
+    "05.2": {
+        "arange comparison": causal_arange,
+        "python lists": causal_lists,
+        "not triu(1)": lambda T: ~torch.ones(T, T, dtype=torch.bool).triu(1),
+    },
+    "05.3": [ms_logsumexp_safe, ms_manual, ms_large_fill_times_mask, ms_min_fill_then_zero],
+}
+SWEEP_WRONG = {"05.1": AVERAGE_WRONG, "05.2": CAUSAL_WRONG, "05.3": MS_WRONG}

@@ -586,3 +586,15 @@ def test_block_that_updates_the_callers_x_in_place_is_rejected_saying_so():
     result = run(ID, _InPlacePreNorm)
     assert result.status != PASSED and result.points == 0, result.message
     assert "in place" in result.message.lower(), result.message
+
+
+# ----------------------------------------------------------------------------- every seed
+# What tests/test_same_verdict_every_seed.py sweeps over many seeds, by exercise: the correct
+# answers written differently, and the wrong ones by the name of the mistake they make.
+SWEEP_CORRECT = {
+    LN: [ln_var_unbiased_false, ln_mean_of_squares, ln_var_mean_correction0],
+    MLP_ID: [MLPSequential, MLPClamp],
+    ID: [BlockSublayers, BlockFunctionalNorm],
+    "07.4": [_per_head, _float_arithmetic, _numpy_int, _tensor_scalar],
+}
+SWEEP_WRONG = {LN: LN_WRONG, MLP_ID: MLP_WRONG, ID: WRONG}

@@ -704,18 +704,19 @@ def test_a_time_budget_stops_training_and_still_ends_the_schedule():
 # ----------------------------------------------------------------------------- 08.5 variants
 
 
-def test_train_step_written_differently_passes():
-    def step(model, opt, x, y, lr, grad_clip):
-        for g in opt.param_groups:
-            g.update(lr=lr)
-        opt.zero_grad()  # zeros instead of None: the same step
-        _, loss = model(x, targets=y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm=grad_clip)
-        opt.step()
-        return float(loss)
+def _step_zeros(model, opt, x, y, lr, grad_clip):
+    for g in opt.param_groups:
+        g.update(lr=lr)
+    opt.zero_grad()  # zeros instead of None: the same step
+    _, loss = model(x, targets=y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm=grad_clip)
+    opt.step()
+    return float(loss)
 
-    result = run("08.5", step)
+
+def test_train_step_written_differently_passes():
+    result = run("08.5", _step_zeros)
     assert result.status == PASSED, result.message
 
 
@@ -822,3 +823,21 @@ def test_question_08_q2_names_every_distractor_and_hides_the_answer():
         assert "(c)" not in result.message and q.choices["c"][:30] not in result.message
     assert check_answer(q, None).status == NOT_ATTEMPTED
     assert check_answer(q, "e").status == FAILED
+
+
+# ----------------------------------------------------------------------------- every seed
+# What tests/test_same_verdict_every_seed.py sweeps over many seeds, by exercise: the correct
+# answers written differently (the wrong ones here are the registered mistakes themselves).
+SWEEP_CORRECT = {
+    "08.1": [_Handwritten, _Subclass],
+    "08.2": [_topk_scatter, _power_of_probs, _row_by_row],
+    "08.3": [_lr_linear_space, _lr_sin_squared],
+    "08.4": [_groups_by_module, _groups_three],
+    "08.5": [_step_zeros],
+    "08.6": [_flops_by_parts, _flops_tensor],
+}
+SWEEP_WRONG = {
+    "08.1": {
+        "final LayerNorm with a bias although config.bias is False": _FinalNormWithBias,
+    },
+}

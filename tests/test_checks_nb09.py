@@ -349,3 +349,13 @@ def test_D_09_2_no_projection_keeps_its_named_diagnosis_when_a_later_case_raises
     impl = next(m.impl for m in VIT_MISTAKES if m.name.startswith(name))
     result = run("09.2", impl, seed=4)
     assert result.status == "failed" and f"Likely mistake: {name}" in result.message
+
+
+# ----------------------------------------------------------------------------- every seed
+# What tests/test_same_verdict_every_seed.py sweeps over many seeds, by exercise: the correct
+# answers written differently, and the wrong ones by the name of the mistake they make.
+SWEEP_CORRECT = {
+    ID: [patch_tensor_unfold, patch_loops],
+    "09.2": [forward_by_hand, forward_head_on_every_token],
+}
+SWEEP_WRONG = {ID: WRONG}

@@ -635,3 +635,52 @@ def test_no_failure_message_prints_a_solution_line(exercise_id):
         text = _squash(result.message)
         leaked = [n for n in needles if n in text]
         assert not leaked, f"{exercise_id}: {result.message!r} prints {leaked}"
+
+
+# ----------------------------------------------------------------------------- every seed
+# What tests/test_same_verdict_every_seed.py sweeps over many seeds, by exercise: the correct
+# answers written differently, and the wrong ones by the name of the mistake they make.
+SWEEP_CORRECT = {
+    "10.1": [LayerExplicitMasks, LayerSpelledOut],
+    "10.2": [ModelWritten],
+    "10.3": [greedy_all_steps, greedy_topk_list, greedy_by_forward],
+    "10.4": [loss_written, loss_longer_input],
+}
+SWEEP_WRONG = {
+    "10.1": {**LAYER_MISTAKES, "memory padding mask ignored": MaskIgnored},
+    "10.2": MODEL_MISTAKES,
+    "10.3": GREEDY_MISTAKES,
+    "10.4": LOSS_MISTAKES,
+}
+
+
+def test_10_4_each_mistake_is_named_on_the_fixed_case_alone():
+    """The fixed case comes first at every seed and separates every mistake (the loss is one
+    number, so a random draw can make two mistakes agree): the verdict on each is decided there."""
+    from course_utils import checks
+    from course_utils.checks import core
+    from course_utils.lessons.nb10_full_transformer import exercises as nb10
+
+    ex = checks.get("10.4")
+    fixed = ex.make_cases(0)[:1]
+    assert fixed[0].name.startswith("fixed: ")
+    assert all(
+        torch.equal(
+            ex.make_cases(s)[0].inputs["tgt"],
+            nb10._loss_draw(nb10.LOSS_FIXED_SEED)[0].inputs["tgt"],
+        )
+        for s in (1, 62)
+    )
+    for mistake in ex.mistakes:
+        _, outputs, _ = core.collect_outputs(ex, mistake.impl, fixed)
+        result = core.judge(ex, fixed, outputs)
+        assert result.status == "failed" and result.mistake == mistake.name, mistake.name
+
+
+def test_10_4_loss_averaged_per_sentence_is_named_at_seed_62():
+    """At seed 62 its loss matched "target shifted the wrong way" within the tolerance."""
+    from course_utils import checks
+
+    name = "loss averaged per sentence first"
+    impl = next(m.impl for m in checks.get("10.4").mistakes if m.name == name)
+    assert_rejected("10.4", impl, name, seeds=(62,))

@@ -360,3 +360,13 @@ def test_reference_rejects_a_token_without_its_time_axis():
 @pytest.mark.parametrize("exercise_id", ["11.1", "11.2"])
 def test_no_hint_prints_a_solution_line(exercise_id):
     assert_no_hint_prints_a_solution_line(exercise_id)
+
+
+# ----------------------------------------------------------------------------- every seed
+# What tests/test_same_verdict_every_seed.py sweeps over many seeds, by exercise: the correct
+# answers written differently, and the wrong ones by the name of the mistake they make.
+SWEEP_CORRECT = {
+    ID: [tiled_loop, tiled_query_blocks, tiled_lse_merge],
+    KV_ID: [decode_einsum, decode_torch_sdpa_no_mask, decode_bottom_right_mask],
+}
+SWEEP_WRONG = {ID: WRONG}

@@ -330,3 +330,30 @@ def test_the_beam_search_verdict_is_the_same_at_200_seeds():
             status, outputs, message = core.collect_outputs(ex, candidate, drawn)
             assert status == "passed", (seed, message)
             assert core.judge(ex, drawn, outputs).passed, (seed, candidate)
+
+
+# ----------------------------------------------------------------------------- every seed
+# What tests/test_same_verdict_every_seed.py sweeps over many seeds, by exercise: the correct
+# answers written differently, and the wrong ones by the name of the mistake they make.
+SWEEP_CORRECT = {
+    "12.1": {
+        "whole blocks": forward_by_blocks,
+        "manual mask": forward_manual_mask,
+        "PAD inputs masked (student D's FR-1)": lambda m, i, c: _solution_forward(
+            m, i, c, kpm=True
+        ),
+    },
+    "12.2": {"heapq": beam_with_heaps, "student D's lists": _student("")},
+}
+SWEEP_WRONG = {
+    "12.1": {
+        "target not shifted": forward_unshifted,
+        "no causal mask in the decoder's self attention": forward_not_causal,
+        "queries from the image instead of the words": forward_image_queries,
+    },
+    "12.2": {
+        "scores not length-normalised": beam_unnormalised,
+        "finished beams extended": beam_extends_everything,
+        **{name: _student(switch) for switch, name in D_BEAM_MISTAKES.items()},
+    },
+}

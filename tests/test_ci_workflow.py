@@ -45,16 +45,17 @@ def test_ci_run_has_the_steps_the_workflow_must_mirror():
     assert {"ruff format --check .", "ruff check ."} <= set(steps)
 
 
-def test_workflow_runs_ci_runs_steps_in_order_on_ubuntu_with_python_311():
+def test_workflow_runs_ci_runs_steps_in_order_on_ubuntu_on_every_tested_python():
     wf = workflow()
     assert {"push", "pull_request"} <= set(
         wf[True] if True in wf else wf["on"]
     )  # "on" is YAML 1.1 True
-    job = wf["jobs"]["test"]  # the gating job; "python-versions" runs the quick tier on 3.10/3.13
+    job = wf["jobs"]["test"]
     assert job["runs-on"] == "ubuntu-latest"
     assert job["env"]["COURSE_PROFILE"] == "ci"
+    assert "continue-on-error" not in job  # every Python gates
     setup = [s for s in job["steps"] if s.get("uses", "").startswith("actions/setup-python")]
-    assert setup and str(setup[0]["with"]["python-version"]) == "3.11"
+    assert setup and setup[0]["with"]["python-version"] == "${{ matrix.python }}"
     runs = [s["run"].strip() for s in job["steps"] if "run" in s]
     position = -1
     for step in ci_run_steps():
@@ -65,11 +66,33 @@ def test_workflow_runs_ci_runs_steps_in_order_on_ubuntu_with_python_311():
         position = found[0]
 
 
-def test_the_other_python_versions_run_the_quick_tier():
-    job = workflow()["jobs"]["python-versions"]
-    assert job["strategy"]["matrix"]["python"] == ["3.10", "3.13"]
-    runs = [s["run"].strip() for s in job["steps"] if "run" in s]
-    assert 'python -m pytest -n 2 -m "not slow"' in runs
+def test_every_python_runs_the_quick_tier_and_311_the_slow_tier():
+    """Newcomer F5: requires-python admitted 3.10 while only 3.11 was tested."""
+    job = workflow()["jobs"]["test"]
+    assert job["strategy"]["matrix"]["python"] == ["3.10", "3.11", "3.13"]
+    assert job["strategy"]["fail-fast"] is False  # one version's failure hides no other's
+    steps = {s["run"].strip(): s for s in job["steps"] if "run" in s}
+    assert "if" not in steps['python -m pytest -n 2 -m "not slow"']
+    assert steps["python -m pytest -n 2 -m slow"]["if"] == "matrix.python == '3.11'"
+    assert not any(s.get("continue-on-error") for s in job["steps"])
+    assert set(workflow()["jobs"]) == {"test"}
+
+
+def test_requires_python_is_the_range_ci_tests():
+    """From the oldest Python the matrix tests to below the next one after the newest: pip
+    refuses an untested newer Python rather than installing it silently."""
+    from packaging.specifiers import SpecifierSet
+
+    from course_utils import doctor
+
+    matrix = workflow()["jobs"]["test"]["strategy"]["matrix"]["python"]
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    spec = SpecifierSet(re.search(r'^requires-python\s*=\s*"([^"]+)"', text, re.MULTILINE).group(1))
+    minors = sorted(int(v.split(".")[1]) for v in matrix)
+    assert spec == SpecifierSet(f">=3.{minors[0]},<3.{minors[-1] + 1}")
+    assert all(f"3.{m}" in spec for m in range(minors[0], minors[-1] + 1))
+    assert tuple(matrix) == doctor.TESTED_PYTHONS  # what course doctor calls "supported"
+    assert doctor.ALLOWED_PYTHONS == tuple(f"3.{m}" for m in range(minors[0], minors[-1] + 1))
 
 
 def test_ci_run_installs_into_a_venv_inside_the_clone_as_the_readme_says():

@@ -132,6 +132,70 @@ def test_course_claims_runs_a_notebook_and_reports_each_claim(tmp_path, capsys, 
     assert cli.main(["claims", "--profile", "cpu", str(ok)]) == 0
 
 
+@pytest.mark.slow
+def test_course_claims_prints_no_kernel_log_lines(tmp_path, capfd):
+    """Newcomer F15: ``course claims`` printed the kernel app's "[IPKernelApp] WARNING | Kernel
+    is running over TCP without encryption" and "Parent appears to have exited" around its
+    result. The kernel inherits this process's stderr, so capfd sees whatever it logs."""
+    from course_utils import cli
+
+    path = _notebook(
+        tmp_path, ["from course_utils.authoring.claims import claim", "claim('quiet', True)"]
+    )
+    assert cli.main(["claims", "--profile", "ci", str(path)]) == 0
+    out, err = capfd.readouterr()
+    assert "✓ quiet" in out
+    assert "IPKernelApp" not in out + err, err
+
+
+def test_course_claims_help_explains_every_option_and_the_exit_codes():
+    """Newcomer F17: ``--solutions DIR`` had no help text and ``--timeout`` read TIMEOUT while
+    ``course grade`` says S for seconds."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="course claims")
+    claims.add_arguments(parser)
+    options = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+    assert options and all(a.help for a in options), [a.dest for a in options if not a.help]
+    text = parser.format_help()
+    assert "--solutions DIR" in text and "--timeout S" in text
+    assert "Exit codes: 0" in " ".join(text.split())
+
+
+def test_every_course_subcommand_option_has_help_text():
+    """Newcomer F17, across the ``course`` command: no option without a sentence."""
+    import argparse
+    import importlib
+
+    from course_utils.cli import SUBCOMMANDS
+
+    missing = []
+    for name, (module, _) in SUBCOMMANDS.items():
+        parser = argparse.ArgumentParser(prog=f"course {name}")
+        importlib.import_module(module).add_arguments(parser)
+        missing += [f"{name} {a.dest}" for a in parser._actions if a.dest != "help" and not a.help]
+    assert missing == []
+
+
+def test_course_subcommands_name_folders_dir_seconds_s_and_counts_n():
+    """Newcomer F17: metavars mixed S, TIMEOUT, THREADS and SOLUTIONS with DIR."""
+    import argparse
+    import importlib
+
+    from course_utils.cli import SUBCOMMANDS
+
+    expected = {"solutions": "DIR", "out": "DIR", "root": "DIR", "threads": "N"}
+    odd = []
+    for name, (module, _) in SUBCOMMANDS.items():
+        parser = argparse.ArgumentParser(prog=f"course {name}")
+        importlib.import_module(module).add_arguments(parser)
+        for a in parser._actions:
+            want = "S" if "timeout" in a.dest else expected.get(a.dest)
+            if a.option_strings and want and a.metavar != want:
+                odd.append(f"{name} {a.option_strings[0]} {a.metavar or a.dest.upper()}")
+    assert odd == []
+
+
 def test_course_claims_names_the_known_notebooks_when_one_is_missing(tmp_path, capsys):
     from course_utils import cli
 

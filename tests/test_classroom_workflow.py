@@ -282,6 +282,9 @@ def test_the_workflow_says_what_editing_it_can_do_and_names_the_authoritative_pa
     assert "can make it report any points" in text
     readme = (WORKFLOW.parent / "README.md").read_text(encoding="utf-8")
     assert "course grade" in readme and "authoritative" in readme
+    # what the student controls (their own check run) and where the grade comes from instead
+    assert "controls their own check run" in readme and "**trusted re-run**" in readme
+    assert "--zero-flagged" in readme and "never the workflow" in readme
 
 
 FAKE_SUDO = """#!/bin/sh

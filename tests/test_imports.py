@@ -138,6 +138,8 @@ FORBIDDEN_IMPORTS = {
         "course_utils.grading",
         "course_utils.lessons",
     ),
+    # the kernel-side checks never need the authoring tools (STRICT_ENV: strict_checks)
+    "course_utils.checks": ("course_utils.authoring",),
 }
 
 

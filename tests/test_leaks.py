@@ -121,7 +121,7 @@ def test_needles_drop_comments_but_keep_hashes_inside_strings():
 @pytest.fixture
 def dirs(tmp_path, monkeypatch):
     """solutions/ with the toy notebook, an empty notebooks/; the fake registry stands in."""
-    monkeypatch.setattr(release, "_load_registry", lambda: REGISTRY)
+    monkeypatch.setattr(release, "load_registry", lambda: REGISTRY)
     write_nb(tmp_path / "solutions" / NAME, toy_notebook())
     return tmp_path / "solutions", tmp_path / "notebooks"
 

@@ -10,6 +10,7 @@ lands, and fails here when a piece the registry expects is missing.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import re
 from pathlib import Path
@@ -200,20 +201,30 @@ PROPERTY_GRADED = {
     if sum(o.function == e.function and o.notebook == e.notebook for o in checks.EXERCISES) > 1
 }
 
-NO_FLOAT_OUTPUT = {
-    "01.2": "greedy_decode returns token ids",
-    "01.3": "train_loop's losses are Python numbers it records",
-    "04.2": "a bool per test function",
-    "05.2": "a bool mask",
-    "07.4": "a parameter count (int)",
-    "08.2": "generate returns token ids",
-    "08.3": "a learning rate (float)",
-    "08.4": "parameter groups (names)",
-    "08.5": "the loss as a Python number",
-    "08.6": "a FLOP count (int)",
-    "10.3": "greedy_decode returns token ids",
-    "12.2": "token ids and a score (a Python number is allowed)",
-}
+# The dtype contract applies where the reference returns floating tensors: found by running it
+# (a bool mask, token ids, a count or a Python number is exempt by itself, so a new exercise
+# needs no entry here). The one exception: a float the prompt allows as a Python number.
+DTYPE_FREE = {"12.2": "token ids and a score (a Python number is allowed)"}
+
+
+def _has_float(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.is_floating_point()
+    if isinstance(value, (tuple, list)):
+        return any(_has_float(v) for v in value)
+    return False
+
+
+def returns_floats(exercise_id: str) -> bool:
+    """Whether the exercise's reference returns a floating tensor (run through its check)."""
+    ex, seen = checks.get(exercise_id), []
+
+    def record(result):
+        seen.append(_has_float(result))
+        return result
+
+    checks.run(exercise_id, _wrapped(ex.reference, after=record))
+    return any(seen)
 
 
 def _map_tensors(value, fn):
@@ -260,7 +271,7 @@ def test_the_contract_machinery_rejects_each_broken_promise(exercise_id):
     assert checks.run(exercise_id, ex.reference).passed
     if exercise_id in PROPERTY_GRADED:
         return  # a model, not a tensor: see PROPERTY_GRADED
-    if exercise_id not in NO_FLOAT_OUTPUT:
+    if exercise_id not in DTYPE_FREE and returns_floats(exercise_id):
         cast = _wrapped(ex.reference, after=lambda r: _map_tensors(r, _other_float))
         result = checks.run(exercise_id, cast)
         assert not result.passed, "an answer in the other float dtype passes"
@@ -408,9 +419,9 @@ def test_the_prompt_agreement_test_fails_when_a_promise_is_not_checked(monkeypat
     assert not _float32_is_checked(ex)
 
 
-# the notebooks whose generic hints were rewritten to teach (students C and D read the old ones
-# as the full solution outline); the other notebooks' generic hints are still outlines
-TEACHING_HINTS = [e.id for e in checks.EXERCISES if e.id[:2] in ("04", "06", "09", "12")]
+# Every generic hint teaches (students C and D read the old ones as the full solution outline);
+# the capstone has no fallback hint by design (PROPERTY_GRADED).
+TEACHING_HINTS = [e.id for e in checks.EXERCISES if e.id not in PROPERTY_GRADED]
 
 
 @pytest.mark.parametrize("exercise_id", TEACHING_HINTS)
@@ -420,3 +431,49 @@ def test_a_generic_hint_asks_the_student_to_look_it_does_not_outline_the_solutio
     hint = checks.get(exercise_id).hint
     assert "?" in hint, hint
     assert hint.count(";") <= 1 and hint.lower().count(" then ") <= 2, hint
+
+
+# One of the generic hints before issue 31 (08.3's): the schedule's formulas, clause by clause.
+OUTLINE_HINT_08_3 = (
+    "warmup: max_lr * (step + 1) / warmup; then progress p = (step - warmup) / (steps - warmup), "
+    "capped at 1; min_lr + 0.5 * (1 + cos(pi p)) * (max_lr - min_lr)"
+)
+
+
+def reference_statements(exercise) -> tuple[list[str], set[str]]:
+    """The statements of an exercise's reference (its solution region in the notebook and the
+    source of its reference function or class), and the reference's parameter names."""
+    from course_utils.authoring.leaks import _statements, parameter_names, source_statements
+
+    nb = json.loads((ROOT / "solutions" / exercise.notebook).read_text())
+    found = list(_statements(nb).get(exercise.id, []))
+    try:
+        source = inspect.getsource(exercise.reference)
+    except (OSError, TypeError):
+        return found, set()
+    return found + source_statements(source), parameter_names(source)
+
+
+@pytest.mark.parametrize("exercise_id", TEACHING_HINTS)
+def test_a_generic_hint_does_not_map_onto_the_references_statements(exercise_id):
+    """The no-answer rule of the hint ladders (leaks.translating_ladders), for the one hint a
+    failure without a named mistake shows: its clauses do not map onto the reference's
+    statements one by one."""
+    from course_utils.authoring.leaks import hint_outline
+
+    exercise = checks.get(exercise_id)
+    statements, parameters = reference_statements(exercise)
+    assert statements, f"{exercise_id}: no reference statement read"
+    mapped = hint_outline(exercise.hint, statements, parameters)
+    assert not mapped, mapped
+
+
+def test_the_outline_detector_catches_a_generic_hint_of_before_issue_31():
+    """08.3's old generic hint gave the schedule formula by formula: the detector names the
+    statements it maps onto (the warmup, the progress, the cosine); today's hint maps onto none."""
+    from course_utils.authoring.leaks import hint_outline
+
+    statements, parameters = reference_statements(checks.get("08.3"))
+    mapped = {stmt for _, stmt in hint_outline(OUTLINE_HINT_08_3, statements, parameters)}
+    assert len(mapped) >= 3 and any("warmup" in m for m in mapped), mapped
+    assert not hint_outline(checks.get("08.3").hint, statements, parameters)

@@ -14,8 +14,9 @@ from course_utils.authoring import nbval_strict
 
 try:
     import tomllib
-except ImportError:  # Python 3.10
-    from pip._vendor import tomli as tomllib
+except ImportError:  # Python 3.10: pytest's own dependency (never pip's vendored copy:
+    # importing pip turns setuptools' distutils shim off, test_python_versions.py)
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,6 +80,6 @@ def test_a_check_cell_passes_only_with_its_passed_verdict_in_its_output():
 
 def test_only_pytests_own_environment_turns_the_verdicts_off(monkeypatch):
     monkeypatch.setenv(nbval_strict.STRICT_ENV, "1")
-    assert nbval_strict.strict_here()
+    assert nbval_strict.is_strict()
     monkeypatch.setenv(nbval_strict.STRICT_ENV, "0")
-    assert not nbval_strict.strict_here()
+    assert not nbval_strict.is_strict()

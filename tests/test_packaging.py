@@ -17,8 +17,9 @@ from packaging.specifiers import SpecifierSet
 
 try:
     import tomllib
-except ImportError:  # Python 3.10
-    from pip._vendor import tomli as tomllib
+except ImportError:  # Python 3.10: pytest's own dependency (never pip's vendored copy:
+    # importing pip turns setuptools' distutils shim off, test_python_versions.py)
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 # conda package name -> pip name, where they differ

@@ -206,11 +206,12 @@ def test_notebook_01_and_02s_recipe_is_the_tables_row(monkeypatch, profile):
 
 def test_notebook_09s_data_set_preference_ends_with_the_bundled_digits(monkeypatch):
     from course_utils.lessons.nb09_vit import recipe as nb09
+    from course_utils.lessons.nb09_vit import sizes
 
     assert all(row[-1] == "digits" for _, row in nb09.DATASET_PREFERENCE.items())
-    monkeypatch.setattr(nb09, "find_cifar10", lambda: "cifar.tar.gz")
-    monkeypatch.setattr(nb09, "find_mnist", lambda: None)
+    monkeypatch.setattr(sizes, "find_cifar10", lambda: "cifar.tar.gz")
+    monkeypatch.setattr(sizes, "find_mnist", lambda: None)
     assert [nb09.default_dataset(p) for p in profiles.PROFILES] == ["digits", "digits", "cifar10"]
-    monkeypatch.setattr(nb09, "find_cifar10", lambda: None)
-    monkeypatch.setattr(nb09, "find_mnist", lambda: "mnist/")
+    monkeypatch.setattr(sizes, "find_cifar10", lambda: None)
+    monkeypatch.setattr(sizes, "find_mnist", lambda: "mnist/")
     assert [nb09.default_dataset(p) for p in profiles.PROFILES] == ["digits", "mnist", "mnist"]

@@ -46,3 +46,17 @@ def test_the_virtual_environment_is_ignored_by_git():
 
 def test_instructors_see_the_nbval_command():
     assert "pytest --nbval-lax" in _section("Instructors")
+
+
+def test_the_nbval_paragraph_calls_it_a_self_check_and_sends_grading_to_course_grade():
+    """Newcomer F12: the paragraph said both that a notebook patching the checks "still fails"
+    and that it can print a forged verdict. Both are true of different attacks; it now says
+    which, and that nbval is a self-check while grades come from ``course grade``."""
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    start = text.index("nbval is a **self-check**")
+    paragraph = text[start : text.index("Grade a batch of submissions", start)]
+    assert "never a grade" in paragraph and "Grades come from `course grade`" in paragraph
+    assert (
+        "a forged `PASSED` verdict" in paragraph and "a check patched to stay silent" in paragraph
+    )
+    assert "still fails" not in paragraph

@@ -1,12 +1,16 @@
 """The README's measured figures come from ``benchmarks/results`` (issue 35, newcomer F16):
 every row of a benchmark table in the README is a row of ``benchmarks/results/cpu.md`` (the
 README may show fewer columns), and the notebooks' summary line states ``cpu.json``'s count,
-total and slowest notebook. Re-run ``course bench`` and copy the tables when they move."""
+total and slowest notebook, and covers every notebook of ``solutions/``. Re-run ``course bench``
+and copy the tables when they move. The test counts the README gives for the quick and the slow
+tier ("about N tests") are within 10% of what pytest collects (slow: it collects the suite)."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,3 +65,50 @@ def test_the_notebooks_summary_line_is_the_measured_one():
     )
     assert expected in README
     assert len(README_TABLES["notebooks"]) == len(rows) + 1  # and TOTAL
+
+
+def test_every_solution_notebook_has_a_measured_row():
+    data = json.loads((RESULTS / "cpu.json").read_text(encoding="utf-8"))["benchmarks"]
+    measured = {r["notebook"] for r in data["notebooks"]["rows"]} - {"TOTAL"}
+    notebooks = {p.stem for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")}
+    assert notebooks - measured == set(), "not in benchmarks/results (re-run course bench)"
+
+
+def _stated_counts() -> tuple[int, int]:
+    """(quick, slow): the "about N tests" of README step 5, in that order."""
+    text = " ".join(README[README.index("**5. Run the tests**") :].split())
+    found = [int(n.replace(",", "")) for n in re.findall(r"about ([\d,]+) tests", text)[:2]]
+    assert len(found) == 2, "README step 5 gives no 'about N tests' for each tier"
+    return found[0], found[1]
+
+
+@pytest.mark.slow
+def test_the_readme_test_counts_are_within_ten_percent_of_the_collected_ones():
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-m",
+            "slow",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    m = re.search(r"(\d+)/(\d+) tests collected \((\d+) deselected\)", run.stdout)
+    assert m, run.stdout[-2000:] + run.stderr[-2000:]
+    slow, quick = int(m.group(1)), int(m.group(3))
+    stated_quick, stated_slow = _stated_counts()
+    assert abs(quick - stated_quick) <= 0.1 * stated_quick, (quick, stated_quick)
+    assert abs(slow - stated_slow) <= 0.1 * stated_slow, (slow, stated_slow)
+
+
+def test_the_readme_states_a_count_for_each_tier():
+    quick, slow = _stated_counts()
+    assert quick > slow > 0

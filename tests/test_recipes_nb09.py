@@ -16,6 +16,7 @@ import torch
 from course_utils.data import images
 from course_utils.data.images import CIFAR10_FILE, ImageSplit, load_digits_split
 from course_utils.lessons.nb09_vit import recipe as nb09
+from course_utils.lessons.nb09_vit import train as nb09_train
 from course_utils.modeling.layers import record_attention
 from course_utils.modeling.models import ViT, ViTConfig
 
@@ -125,7 +126,7 @@ def test_train_vit_digits_uses_the_profile_recipe(monkeypatch):
         captured.update(cfg=cfg, data=data, seed=seed)
         return "run"
 
-    monkeypatch.setattr(nb09, "train_vit", fake_train_vit)
+    monkeypatch.setattr(nb09_train, "train_vit", fake_train_vit)
     assert nb09.train_vit_digits(nb09.config("cpu"), seed=4) == "run"
     assert captured["cfg"].profile == "cpu" and captured["seed"] == 4
     assert captured["data"].x_train.shape[1:] == (1, 8, 8)

@@ -27,7 +27,7 @@ from types import SimpleNamespace
 import pytest
 
 from course_utils.grading import cli as grade_cli
-from course_utils.grading import confine
+from course_utils.grading import confine, runner
 from course_utils.grading import grader as gr
 from course_utils.grading import sandbox as sb
 
@@ -371,7 +371,7 @@ def test_a_kernel_that_does_not_start_is_retried_then_not_blamed_on_the_student_
             if len(starts) < 2 or never:
                 raise gr.KernelStartError("could not start: Kernel didn't respond in 120 seconds")
 
-    monkeypatch.setattr(gr, "GradingKernel", SlowKernel)
+    monkeypatch.setattr(runner, "GradingKernel", SlowKernel)  # where _start_kernel lives
     run = _run_for_start(tmp_path, gr.GradeOptions())
     assert gr._start_kernel(run, {}) and len(starts) == 2  # the second try started
 
@@ -651,7 +651,7 @@ def test_bwrap_without_namespaces_falls_back_to_none_with_a_warning(tmp_path, mo
     fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setattr(sb, "_BWRAP_PROBLEM", [])
-    monkeypatch.setattr(gr, "_PROBLEMS", {})
+    monkeypatch.setattr(runner, "_PROBLEMS", {})
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     assert "cannot create namespaces" in sb.bwrap_problem()
     assert sb.resolve_backend("auto") == "none"
@@ -674,9 +674,10 @@ def make_probe_venv(venv: Path) -> None:
 
     Not ``--system-site-packages``: made from a venv, that chains to the *base* interpreter,
     which on a fresh machine has no torch or ipykernel (the newcomer report's F1)."""
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60
-    )
+    # from the real interpreter: Python 3.10's venv links to the running executable, which in
+    # a venv under /tmp (hidden by the sandbox's private /tmp) is not found inside the sandbox
+    base = os.path.realpath(sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
     inside = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
     (inside / "course-test-parent.pth").write_text("\n".join(running_site_packages()) + "\n")
 

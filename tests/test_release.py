@@ -18,7 +18,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from course_utils import cli
-from course_utils.authoring import install_cell, release
+from course_utils.authoring import execute, install_cell, release
 from course_utils.authoring.project import CourseSettings, read_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -142,7 +142,7 @@ def write_nb(path: Path, nb) -> Path:
 def dirs(tmp_path, monkeypatch):
     """A solutions/ folder holding the toy notebook, and an empty notebooks/ path; the fake
     registry stands in for course_utils.checks."""
-    monkeypatch.setattr(release, "_load_registry", lambda: REGISTRY)
+    monkeypatch.setattr(release, "load_registry", lambda: REGISTRY)
     write_nb(tmp_path / "solutions" / NAME, toy_notebook())
     (tmp_path / "solutions" / "scratch.ipynb").write_text("not a course notebook")
     return tmp_path / "solutions", tmp_path / "notebooks"
@@ -382,6 +382,43 @@ def test_release_force_overwrites_a_students_answer(dirs, capsys):
     assert (notebooks / NAME).read_text() == release.render(released())
 
 
+def test_RELEASE_TMP_a_planted_temporary_link_is_never_written_through(dirs, capsys):
+    """Red-team v3 RELEASE-TMP: a committed ``notebooks/.NAME.tmp`` link to a file outside
+    the checkout; release wrote the notebook into the link's target, then renamed the link over
+    the notebook. The temporary file is now created with O_EXCL|O_NOFOLLOW under a fresh name."""
+    solutions, notebooks = dirs
+    notebooks.mkdir()
+    canary = solutions.parent / "canary.txt"
+    canary.write_text("canary")
+    (notebooks / f".{NAME}.tmp").symlink_to(canary)
+    assert run_cli("--solutions", solutions, "--notebooks", notebooks) == 0
+    assert canary.read_text() == "canary"
+    assert not (notebooks / NAME).is_symlink()
+    assert (notebooks / NAME).read_text() == release.render(released())
+    assert (notebooks / f".{NAME}.tmp").is_symlink()  # left alone, never followed
+    assert [p.name for p in notebooks.glob(".*.tmp") if not p.is_symlink()] == []
+
+
+def test_RELEASE_TMP_a_symlinked_notebook_is_refused_and_its_target_untouched(dirs, capsys):
+    solutions, notebooks = dirs
+    notebooks.mkdir()
+    canary = solutions.parent / "canary.txt"
+    canary.write_text("canary")
+    (notebooks / NAME).symlink_to(canary)
+    assert run_cli("--solutions", solutions, "--notebooks", notebooks, "--force") == 2
+    assert canary.read_text() == "canary"
+    assert "a symbolic link, not a notebook" in capsys.readouterr().err
+
+
+def test_RELEASE_TMP_an_existing_temporary_file_is_never_reused(tmp_path):
+    """``replace_file`` refuses to open any existing path (O_EXCL): each write gets its own."""
+    target = tmp_path / "n.ipynb"
+    release.replace_file(target, b"one")
+    release.replace_file(target, b"two")
+    assert target.read_bytes() == b"two"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["n.ipynb"]
+
+
 def test_release_replaces_a_notebook_that_was_only_run(dirs, capsys):
     """Outputs and the course's own prose are not the student's work: no --force needed."""
     solutions, notebooks = dirs
@@ -425,7 +462,7 @@ def test_force_and_check_cannot_be_combined(dirs, capsys):
 
 
 def test_empty_solutions_folder_is_a_clear_error(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(release, "_load_registry", lambda: REGISTRY)
+    monkeypatch.setattr(release, "load_registry", lambda: REGISTRY)
     (tmp_path / "solutions").mkdir()
     assert run_cli("--solutions", tmp_path / "solutions", "--notebooks", tmp_path / "nb") == 2
     assert "no solution notebooks" in capsys.readouterr().err
@@ -683,7 +720,7 @@ def test_execute_solution_stores_outputs_in_the_profile_asked_for(tmp_path, monk
     path = tmp_path / "sol" / "00_x.ipynb"
     path.parent.mkdir()
     nbformat.write(nb, path)
-    release.execute_solution(path, profile="ci")
+    execute.execute_solution(path, profile="ci")
     cells = nbformat.read(path, as_version=4).cells
     assert cells[1].outputs[0].text == "ci\nsol\n"  # the profile given, the notebook's folder
     assert cells[2].outputs[0].data["text/plain"] == "42"
@@ -735,15 +772,15 @@ def test_stored_solution_outputs_keep_the_static_image_not_the_widget_view():
     nb.cells[0].outputs = [
         new_output(
             "display_data",
-            data={release.WIDGET_VIEW: view, "image/png": "iVBOR", "text/plain": "(static)"},
+            data={execute.WIDGET_VIEW: view, "image/png": "iVBOR", "text/plain": "(static)"},
         )
     ]
     nb.cells[1].outputs = [
         new_output("stream", name="stdout", text="note\n"),
-        new_output("display_data", data={release.WIDGET_VIEW: view, "text/plain": "VBox(...)"}),
+        new_output("display_data", data={execute.WIDGET_VIEW: view, "text/plain": "VBox(...)"}),
     ]
     nb.metadata["widgets"] = {"state": {}}
-    release.strip_widget_views(nb)
+    execute.strip_widget_views(nb)
     assert nb.cells[0].outputs[0]["data"] == {"image/png": "iVBOR", "text/plain": "(static)"}
     assert [o["output_type"] for o in nb.cells[1].outputs] == ["stream"]  # a text repr only: gone
     assert "widgets" not in nb.metadata

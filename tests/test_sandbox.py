@@ -72,6 +72,27 @@ def test_unknown_backend_is_refused():
         sb.resolve_backend("chroot")
 
 
+def test_each_backend_is_one_class_chosen_once_by_the_factory(tmp_path):
+    """``Sandbox(backend, ...)`` returns that backend's class; an unknown one is refused."""
+    chosen = {b: type(sb.Sandbox(b, tmp_path / b)) for b in ("bwrap", "docker", "podman", "none")}
+    assert chosen == {
+        "bwrap": sb.BwrapSandbox,
+        "docker": sb.ContainerSandbox,
+        "podman": sb.ContainerSandbox,
+        "none": sb.PlainSandbox,
+    }
+    assert not sb.Sandbox("none", tmp_path / "n").isolated
+    assert sb.Sandbox("bwrap", tmp_path / "b").isolated
+    with pytest.raises(sb.SandboxError, match="choose from"):
+        sb.Sandbox("chroot", tmp_path / "c")
+
+
+def test_no_backend_name_is_branched_on_inside_the_sandbox_classes():
+    """The backends differ by overriding methods, never by comparing ``self.backend``."""
+    source = Path(sb.__file__).read_text(encoding="utf-8")
+    assert not re.search(r"self\.backend\s*(==|!=|in\b|not in\b)", source)
+
+
 # ----------------------------------------------------------------------------- commands
 
 
@@ -129,7 +150,7 @@ def test_docker_without_a_daemon_is_one_clear_error(tmp_path, monkeypatch, capsy
     fake.write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr("course_utils.grading.grader._PROBLEMS", {})
+    monkeypatch.setattr("course_utils.grading.runner._PROBLEMS", {})
     assert "daemon is not reachable" in sb.container_problem("docker")
     from course_utils import cli as course_cli
 

@@ -48,11 +48,13 @@ ATTACKS_03 = {
         "_C.REGISTRY['03.1'] = replace(_C.REGISTRY['03.1'], reference=lambda *a, **k: None)\n",
         SDPA_SIG + "    return _ref1(q, k, v, attn_mask)\n",
     ),
-    "a5_copy_elsewhere": (
-        "<solution renamed _impl1>",
-        SDPA_SIG + "    return _impl1(q, k, v, attn_mask)\n",
-    ),
 }
+# A5: the solution pasted into another cell. Its shape is the solution's, as an honest helper's
+# can be (HELPER-FP): judged as the check cell judges it, flagged for review, never zeroed.
+ATTACK_A5 = (
+    "<solution renamed _impl1>",
+    SDPA_SIG + "    return _impl1(q, k, v, attn_mask)\n",
+)
 ATTACKS_00 = {
     # A6/A7 on notebook 00: softmax hidden from torch functions, logsumexp called directly
     "a7_hidden_softmax": {
@@ -108,7 +110,7 @@ def graded(tmp_path_factory):
     sol03 = json.loads((SOLUTIONS / name03).read_text(encoding="utf-8"))
     sol00 = json.loads((SOLUTIONS / name00).read_text(encoding="utf-8"))
     paths = [_write(base, "control", sol03, name03)]
-    for student, (above, cell) in ATTACKS_03.items():
+    for student, (above, cell) in {**ATTACKS_03, "a5_copy_elsewhere": ATTACK_A5}.items():
         paths.append(_write(base, student, _attack_03(sol03, above, cell), name03))
     for student, cells in ATTACKS_00.items():
         nb = copy.deepcopy(sol00)
@@ -177,6 +179,14 @@ def test_the_course_implementation_earns_nothing_however_it_is_reached(graded, s
     assert "not accepted" in ex["message"] and "course's own" in ex["message"], ex["message"]
     if student != "a4_import_elsewhere":  # (a4's patched registry breaks its own fallback)
         assert _ex(by[student], "03.2")["status"] == "passed"  # only that exercise
+
+
+@pytest.mark.slow
+def test_a_copy_of_the_solution_elsewhere_is_flagged_for_review_not_zeroed(graded):
+    _, by = graded
+    ex = _ex(by["a5_copy_elsewhere"], "03.1")
+    assert ex["status"] == "passed" and ex["points"] == ex["max_points"], ex
+    assert any(f.startswith("review: solution_shape") for f in ex["flags"]), ex
 
 
 @pytest.mark.slow

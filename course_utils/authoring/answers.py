@@ -76,8 +76,9 @@ def read_answer(source: str, question_id: str) -> AnswerRead:
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return AnswerRead(
             NO_ANSWER,
-            f'write your answer as a plain value, e.g. answer("{question_id}", "b") or '
-            f'answer("{question_id}", 2.5), not an expression',
+            f'write your answer as a plain value, answer("{question_id}", "<letter>") or '
+            f'answer("{question_id}", <number>) with the letter or number itself, not an '
+            "expression or a name (the grader reads the cell, not the kernel)",
         )
 
 

@@ -365,8 +365,25 @@ def add_arguments(parser) -> None:
         help="report every claim of a run instead of stopping at the first that fails "
         "(outputs of such a run are never stored)",
     )
-    parser.add_argument("--solutions", default="solutions", metavar="DIR")
-    parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    parser.add_argument(
+        "--solutions",
+        default="solutions",
+        metavar="DIR",
+        help="the folder a notebook number or name is looked up in (default: solutions)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=int,
+        default=1800,
+        metavar="S",
+        help="seconds per cell (default 1800)",
+    )
+    parser.epilog = (
+        "The stored notebook is never changed (course release --execute stores outputs). "
+        "Example: course claims --profile cpu --keep-going 03. "
+        "Exit codes: 0 every claim held; 1 a claim failed or a cell raised; "
+        "2 a notebook not found or usage error."
+    )
 
 
 def main(args) -> int:

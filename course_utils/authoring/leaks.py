@@ -310,3 +310,87 @@ def translating_ladders(
         if len(found) >= MAX_MAPPED_PROSE or (len(found) >= 3 and 3 * len(found) >= 2 * n):
             bad.setdefault(ex, list(found.values()))
     return bad
+
+
+# A generic hint (``Exercise.hint``: the message when no named mistake matches) is one string,
+# not a ladder: it outlines the solution when its clauses map onto :data:`MAX_MAPPED_HINT`
+# statements of the reference (the exercise's solution region and its reference function's
+# source), or onto half of them (at least 2). A clause that is code (an assignment, a call, or
+# arithmetic between names) maps onto a statement as pseudo-code does (half of its words, and
+# two or more); a prose clause as a ladder's prose does (:data:`PROSE_SHARE` of its words, three
+# words or more), and only through a word other than the parameters' names (the signature is in
+# the prompt: "does the warmup reach max_lr at its last step?" asks, it does not outline).
+
+MAX_MAPPED_HINT = 3
+_TRY_VALUE = re.compile(r"\b[A-Za-z_]\w*\s*=\s*-?[\d.]+\b(?!\s*[-+*/(])")
+_CODE_CLAUSE = re.compile(r"(?<![<>=!])=(?!=)|\w\(|[\w)\]]\s*[-+*/@]\s*[\w(]")
+
+
+def source_statements(source: str) -> list[str]:
+    """The statements of a function's or class's ``source``, one per logical line (two or more
+    words of what they compute), docstrings, comments, ``def``/``class`` lines and bare names
+    left out."""
+    import textwrap
+
+    text = textwrap.dedent(source)
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.stmt) or isinstance(
+            node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef, ast.If, ast.For, ast.While)
+        ):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # a docstring
+        code = ast.get_source_segment(text, node) or ""
+        code = " ".join(strip_comment(ln) for ln in code.splitlines())
+        if len(_words(_operation(code))) >= 2:
+            out.append(code)
+    return out
+
+
+def parameter_names(source: str) -> set[str]:
+    """The names of every parameter of the functions (methods) defined in ``source``."""
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            names.update(x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs])
+    return names
+
+
+def _clause_maps(clause: str, need: set[str], given: set[str]) -> bool:
+    if _CODE_CLAUSE.search(_TRY_VALUE.sub(" ", clause)):
+        shared = need & _words(clause)
+        return len(shared) >= 2 and len(shared) >= MAP_SHARE * len(need)
+    shared = need & _words(_TRY_VALUE.sub(" ", clause))
+    return len(need) >= 3 and len(shared) >= PROSE_SHARE * len(need) and bool(shared - given)
+
+
+def hint_outline(
+    hint: str, statements: list[str], parameters: set[str] = frozenset()
+) -> list[tuple[str, str]]:
+    """``(hint clause, statement)`` for each statement a clause of ``hint`` maps onto when the
+    hint outlines ``statements`` (see the comment above), else empty. ``parameters``: the
+    reference's parameter names."""
+    given = _words(" ".join(parameters))
+    clauses = [c.strip() for c in re.split(r"[\n;:?]\s*|[.,]\s+", hint) if _words(c)]
+    found: dict[str, str] = {}
+    for stmt in dict.fromkeys(statements):
+        need = _words(_operation(stmt))
+        clause = next((c for c in clauses if _clause_maps(c, need, given)), None)
+        if clause is not None:
+            found[stmt] = clause
+    n = len(set(statements))
+    if len(found) >= MAX_MAPPED_HINT or (len(found) >= 2 and 2 * len(found) >= n):
+        return [(clause, stmt) for stmt, clause in found.items()]
+    return []

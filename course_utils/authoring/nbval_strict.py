@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import re
 
-STRICT_ENV = "COURSE_STRICT_CHECKS"
+from course_utils.strict_checks import STRICT_ENV, is_strict
 
 _SET_BY_US = "_course_strict_set"
 
@@ -55,11 +55,6 @@ def pytest_unconfigure(config) -> None:
 
 
 _CHECK_CALL = re.compile(r"""^\s*(?:check|answer)\(\s*["'](\d+\.(?:\d+|Q\d+))["']""", re.M)
-
-
-def strict_here() -> bool:
-    """Whether this pytest process (not the kernel) asks for strict check cells."""
-    return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def check_ids(source: str) -> list[str]:
@@ -101,7 +96,7 @@ def _verdict_plugin():
         def pytest_runtest_makereport(self, item, call):
             outcome = yield
             report = outcome.get_result()
-            if call.when != "call" or not report.passed or not strict_here():
+            if call.when != "call" or not report.passed or not is_strict():
                 return
             cell = getattr(item, "cell", None)
             if cell is None or not hasattr(item, "test_outputs"):

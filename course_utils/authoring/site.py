@@ -8,7 +8,7 @@ no answers. Student versions carry no outputs, so every cell that is neither an 
 check takes the **stored outputs of the solution run**, cell by cell, by cell id (figures,
 tables, the claims' printed numbers); exercise and check cells stay as the student version has
 them (a check's PASSED line would only say the answer worked). Stored widget views are
-replaced by their static picture (:func:`course_utils.authoring.release.strip_widget_views`).
+replaced by their static picture (:func:`course_utils.authoring.execute.strip_widget_views`).
 The index lists the notebooks with their lecture slides (README's notebook table) and has a
 search box; each page links "Download notebook" (a copy of the student version in the site)
 and, when ``[tool.course] repository`` names a GitHub repository
@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from course_utils.authoring import release
+from course_utils.authoring import execute, release, validate
 from course_utils.authoring.cells import cell_role, cell_source
 from course_utils.authoring.project import CourseSettings, read_settings
 
@@ -145,7 +145,7 @@ def site_notebook(solution: Mapping[str, Any], student: Mapping[str, Any]) -> di
         if source_cell is not None:
             cell["outputs"] = _without_fallback_lines(source_cell.get("outputs", []))
             cell["execution_count"] = source_cell.get("execution_count")
-    return release.strip_widget_views(page)
+    return execute.strip_widget_views(page)
 
 
 def _is_install_cell(cell: Mapping[str, Any]) -> bool:
@@ -421,7 +421,7 @@ def build(root: str | Path, out: str | Path, only: list[str] | None = None) -> B
     (out / "notebooks").mkdir(exist_ok=True)
     exporter = _exporter()
     entries = entries_for(root)
-    registry = release._load_registry()
+    registry = validate.load_registry()
     search: list[dict[str, str]] = []
     for i, (entry, path) in enumerate(entries):
         if only and not any(entry.stem.startswith(p) for p in only):

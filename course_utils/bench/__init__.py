@@ -66,12 +66,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--threads",
         type=int,
         default=None,
+        metavar="N",
         help="torch threads (default: all cores); pinned for every benchmark",
     )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: the profile's)")
     parser.add_argument(
         "--solutions",
         default="solutions",
+        metavar="DIR",
         help="folder of solution notebooks for the notebooks benchmark",
     )
 

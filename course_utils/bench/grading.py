@@ -58,6 +58,8 @@ def run(opts: argparse.Namespace) -> dict:
     solutions = getattr(opts, "solutions", "solutions")
     wall, reports = batch(copies, jobs=2, solutions=solutions)
     per = [r["runtime_s"] for r in reports]
+    # the submission's own CPU (all its processes, from the sandbox): what -j cores share
+    kernel_cpu = [float((r.get("sandbox") or {}).get("cpu_s") or 0.0) for r in reports]
     full = sum(1 for r in reports if r["max"] and r["total"] == r["max"] and not r["error"])
     none_wall, none_reports = batch(1, jobs=1, sandbox="none", solutions=solutions)
     per_min = 60.0 * copies / wall
@@ -67,6 +69,7 @@ def run(opts: argparse.Namespace) -> dict:
             "wall_s": wall,
             "per_minute": per_min,
             "median_s": statistics.median(per),
+            "kernel_cpu_s": statistics.median(kernel_cpu),
             "full_marks": f"{full}/{copies}",
         },
         {
@@ -74,6 +77,7 @@ def run(opts: argparse.Namespace) -> dict:
             "wall_s": none_wall,
             "per_minute": 60.0 / none_wall,
             "median_s": none_reports[0]["runtime_s"],
+            "kernel_cpu_s": float((none_reports[0].get("sandbox") or {}).get("cpu_s") or 0.0),
             "full_marks": f"{int(none_reports[0]['total'] == none_reports[0]['max'])}/1",
         },
     ]

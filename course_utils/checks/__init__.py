@@ -9,9 +9,7 @@ See :mod:`course_utils.checks.core` for how a check works.
 from __future__ import annotations
 
 import functools
-import os
 
-from course_utils.authoring.nbval_strict import STRICT_ENV
 from course_utils.checks.core import (
     ERROR,
     FAILED,
@@ -43,15 +41,11 @@ from course_utils.checks.questions import (
     student_identity,
     student_seed,
 )
+from course_utils.strict_checks import STRICT_ENV, is_strict
 
 
 class CheckFailed(AssertionError):
     """Raised by a check cell in a strict kernel when the exercise is not solved."""
-
-
-def is_strict() -> bool:
-    """True when check cells must fail on anything but ``PASSED`` (``COURSE_STRICT_CHECKS``)."""
-    return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _discover(piece: str, attribute: str) -> dict:
@@ -190,6 +184,11 @@ def answer(question_id: str, value):
     question is judged for the seed of ``COURSE_STUDENT`` (the default seed without it).
     """
     q = get_question(question_id)
+    problem = _source_problem(question_id)
+    if problem:  # the grader reads the cell's source and refuses it: say so here too
+        result = CheckResult(q.id, q.title, ERROR, 0, q.points, problem)
+        print(result.verdict_line())
+        return _settle(result)
     if is_sealed(q):
         result, line = recorded_answer(q, value)
         print(line)
@@ -203,6 +202,23 @@ def answer(question_id: str, value):
         shown = normalise_choice(predicted)
         print(f"Your prediction before the run: ({shown}) {q.choices.get(shown, '')}".rstrip())
     return _settle(result)
+
+
+def _source_problem(question_id: str, depth: int = 2) -> str:
+    """What the grader would refuse in the answer cell that called :func:`answer` (it reads the
+    value from the cell's source, as a literal: ``2 * 64`` or a variable is refused there), so
+    the notebook gives the same judgement; "" when the call is a literal or its cell's source
+    cannot be read (a call from a function, a test)."""
+    import linecache
+    import sys
+
+    from course_utils.authoring.answers import read_answer
+
+    frame = sys._getframe(depth)
+    if frame.f_code.co_name != "<module>":
+        return ""
+    source = "".join(linecache.getlines(frame.f_code.co_filename))
+    return read_answer(source, question_id).problem if source else ""
 
 
 def personal_seed() -> int:

@@ -58,7 +58,8 @@ class Contract:
     tensor fails. ``masked``: the name of
     the mask input; a case is added whose first query row is fully masked, and its output
     must be ``masked_output`` (as the prompt states it, e.g. "zeros").
-    Every output tensor must sit on the inputs' device.
+    Every tensor the candidate returns (a module: its forward) must sit on the inputs'
+    device (the check's own records, Python numbers it wraps, are not the candidate's).
     """
 
     float32: bool = False
@@ -252,7 +253,11 @@ def contract_call(
             case.inputs[name] = leaves[name] * 1  # a non-leaf: in-place edits stay legal
     returned: list[Any] = []
     run = candidate
-    if c.returns is not None and not isinstance(candidate, type):
+    # The candidate's return values, for the returns and device promises (the reference, trusted
+    # and recognised by identity in some calls, runs as itself unless a return type is promised)
+    if not isinstance(candidate, type) and (
+        c.returns is not None or candidate is not exercise.reference
+    ):
 
         def run(*args: Any, **kwargs: Any) -> Any:
             value = candidate(*args, **kwargs)
@@ -260,10 +265,20 @@ def contract_call(
             return value
 
     BUILT_MODULES.clear()
+    hook = None
+    if isinstance(candidate, type) and issubclass(candidate, torch.nn.Module):
+
+        def record(module: torch.nn.Module, _args: Any, value: Any) -> None:
+            if isinstance(module, candidate):  # the candidate's forward, not its submodules'
+                returned.append(value)
+
+        hook = torch.nn.modules.module.register_module_forward_hook(record)
     try:
         with torch.enable_grad():
             out = call(run, case)
     finally:
+        if hook is not None:
+            hook.remove()
         for name, original in originals.items():
             used = case.inputs[name]
             if not _same(original, used):  # an in-place edit: the caller's copy shows it
@@ -292,7 +307,7 @@ def _contract_problem(
     if "raised" in out:  # an error carried as data: judged as such
         return None
     wanted = c.returns if isinstance(c.returns, tuple) else (c.returns,)
-    for value in returned:
+    for value in returned if c.returns is not None else ():
         if not isinstance(value, wanted) or (isinstance(value, bool) and bool not in wanted):
             names = " or ".join(t.__name__ for t in wanted)
             shown = "" if isinstance(value, torch.Tensor) else f" {value!r}"
@@ -302,9 +317,14 @@ def _contract_problem(
                 f"{wanted[0].__name__}(...) or .item()"
             )
     device = _case_device(case.inputs)
-    for key, value in out.items():
-        if isinstance(value, torch.Tensor) and device is not None and value.device != device:
-            return f"{fn} returned '{key}' on {value.device}, its inputs are on {device}"
+    for value in _tensors_in(returned) if device is not None else ():
+        if value.device != device:  # what the candidate returned; the check's own records
+            # (Python numbers it wrapped, counts) are the check's business
+            return (
+                f"{fn} returned a tensor of shape {tuple(value.shape)} on {value.device}, its "
+                f"inputs are on {device}: create new tensors on the inputs' device "
+                "(device=x.device, torch.zeros_like(...)), never move the result"
+            )
     if not leaves and not any(k.startswith("w:") for k in c.differentiable):
         return None
     keys = c.grad_outputs or [
@@ -319,6 +339,19 @@ def _contract_problem(
                 "numpy or torch.no_grad() on the way (training needs the gradient)"
             )
     return None
+
+
+def _tensors_in(values: Any, depth: int = 0) -> list[torch.Tensor]:
+    """The tensors in ``values`` (nested tuples, lists and dicts, a few levels deep)."""
+    if isinstance(values, torch.Tensor):
+        return [values]
+    if depth > 3:
+        return []
+    if isinstance(values, dict):
+        values = list(values.values())
+    if isinstance(values, (tuple, list)):
+        return [t for v in values for t in _tensors_in(v, depth + 1)]
+    return []
 
 
 def _changed_weights(fn: str) -> str | None:

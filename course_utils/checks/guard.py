@@ -69,6 +69,23 @@ def _course_path(filename):
     return name[at + 1 :]
 
 
+def _shown_qualname(code, module):
+    """The qualified name a message shows for ``code`` of ``module``: ``co_qualname`` (3.11+);
+    on 3.10, which has none, the ``__qualname__`` of the module's function or method whose
+    code it is (``RelativePositionBias.forward``, not ``forward``). For display only: keys
+    (:func:`code_key`) stay as they are on both sides of the grader."""
+    name = getattr(code, "co_qualname", None)
+    if name:
+        return name
+    for obj in list(vars(_sys.modules.get(module) or _types.SimpleNamespace()).values()):
+        for fn in [obj, *(vars(obj).values() if isinstance(obj, type) else ())]:
+            fn = getattr(fn, "__func__", fn)
+            fn = getattr(fn, "fget", fn)
+            if getattr(fn, "__code__", None) is code:
+                return fn.__qualname__
+    return code.co_name
+
+
 def code_key(code):
     """What identifies a code object of the course wherever it is installed:
     ``(path inside the package, qualified name, first line)``; None outside the package."""
@@ -133,8 +150,13 @@ def reference_keys(reference):
 def code_shape(code):
     """A hash of what a code object does, blind to its name, its local variables' names,
     comments, docstring and line numbers: a verbatim copy of a function pasted into a notebook
-    cell (and renamed) has the same shape as the original."""
-    skip = ("NOP", "CACHE", "RESUME", "EXTENDED_ARG", "PRECALL", "KW_NAMES")
+    cell (and renamed) has the same shape as the original.
+
+    ``PUSH_NULL`` is left out: Python 3.13 calls an attribute of a name the same compilation
+    unit imports (``import math`` ... ``math.sqrt(d)``) as a plain function (``LOAD_ATTR``
+    then ``PUSH_NULL``) and any other attribute as a method (no ``PUSH_NULL``), so a copy
+    pasted without the module's imports differed from its original by that instruction."""
+    skip = ("NOP", "CACHE", "RESUME", "EXTENDED_ARG", "PRECALL", "KW_NAMES", "PUSH_NULL")
     kept = [i for i in _dis.get_instructions(code) if i.opname not in skip]
     index = {ins.offset: n for n, ins in enumerate(kept)}
     jumps = set(_dis.hasjrel) | set(_dis.hasjabs)
@@ -400,7 +422,7 @@ class Watch:
                 key = code_key(code)
                 if key is not None and key in self.reference:
                     module = key[0][: -len(".py")].replace("/", ".").removesuffix(".__init__")
-                    found.add(module + "." + key[1].split(".<locals>")[0])
+                    found.add(module + "." + _shown_qualname(code, module).split(".<locals>")[0])
         return ", ".join(sorted(found)) or None
 
     def ran_copy(self):

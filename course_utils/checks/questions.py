@@ -47,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -287,6 +288,12 @@ def normalise_choice(value: Any) -> str:
     return str(value).strip().lower().strip("()")
 
 
+# a number with words around it: "128 tokens", "T=128", "about 128"
+_WITH_WORDS = re.compile(
+    r"^\s*(?:[A-Za-z_][\w ]*[=:]?\s*)?[-+]?\d[\d_.]*(?:e[-+]?\d+)?\s*[A-Za-z%]*\s*$"
+)
+
+
 def _as_number(value: Any) -> float:
     """``value`` as a float (``nan`` when it is not a number; a bool is not one)."""
     if isinstance(value, bool):
@@ -302,8 +309,15 @@ def _as_number(value: Any) -> float:
 def _check_number(q: Question, value: Any, seed: int = DEFAULT_SEED) -> CheckResult:
     number = _as_number(value)
     if not math.isfinite(number):
+        extra = ""
+        if isinstance(value, str) and _WITH_WORDS.match(value):
+            extra = (
+                " alone: leave out the unit and any name (a number, not 'T = ...' or '... tokens')"
+            )
         return _result(
-            q, FAILED, f"{value!r} is not a number: answer with the number you read in {q.evidence}"
+            q,
+            FAILED,
+            f"{value!r} is not a number: answer with the number you read in {q.evidence}{extra}",
         )
     for truth in q.truths(seed):
         if abs(number - truth) <= max(q.abs_tolerance, q.tolerance * abs(truth)):

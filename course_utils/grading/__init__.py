@@ -45,6 +45,16 @@ review. ``--zero-flagged`` turns such passes into failures with zero points inst
 *other* course blocks (for example what ``fallback`` returns for an earlier exercise) is not
 flagged.
 
+The trusted side also reviews the source before anything runs (:mod:`~course_utils.grading.policy`):
+IPython hooks, tracers, threads, code rewriting, torch's private dispatch, fx/jit, local modules,
+numpy round trips and computed lookups are flagged ``policy: <kind>`` (per exercise, or on
+every exercise when they change the kernel for everything) and zeroed by ``--zero-flagged``;
+a helper shaped like the solution is flagged ``review: solution_shape`` and never zeroed.
+The modules: :mod:`~.grader` (entry point), :mod:`~.intake` (admit, read, copy),
+:mod:`~.runner` (kernel, cells, limits, teardown), :mod:`~.judge` (harvest, verdict, flags,
+entry), :mod:`~.measure` (11.1's memory from the sandbox's cgroup). The README's "Threat
+model" section says what is guaranteed and what is best effort.
+
 Threat model, honestly: the sandbox keeps a submission away from the grading machine, the
 other submissions and the reports (see :mod:`~course_utils.grading.sandbox`); inside its own
 kernel, code runs with the student's privileges, so

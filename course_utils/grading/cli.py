@@ -5,6 +5,7 @@
                  [--class-report DIR] [--roster F] [--adjust F] [--deadline WHEN] [-j N] [--reference-dir DIR] [--assignment NAME]
                  [--cell-timeout S] [--timeout S] [--memory-mb M] [--max-output-kb K]
                  [--fail-under P] [--seed N] [--checks MODULE] [--executed DIR]
+                 [--shard K/N --shard-dir DIR] [--threads T] [--reproducible] [--dry-run]
 
 Each submission runs in a fresh, resource-limited kernel; verdicts are decided in the grading
 process (see :mod:`course_utils.grading`). Exit codes (the highest that applies):
@@ -62,6 +63,8 @@ examples:
   course grade submissions/*/00_start_here.ipynb --roster students.csv \
       --adjust regrades.csv --deadline 2026-03-01T23:59Z --late-penalty 10 \
       --canvas canvas.csv --csv gradebook.csv --bom --class-report class/   # the LMS, the class
+  course grade submissions/*/00_start_here.ipynb --shard 2/8 --shard-dir shards/2 \
+      --seed 4242 --threads 1 --reproducible    # one of 8 machines; then: course grade-merge
 """
 
 
@@ -78,6 +81,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _limit_arguments(parser.add_argument_group("limits"))
     _sandbox_arguments(parser.add_argument_group("sandbox"))
     _policy_arguments(parser.add_argument_group("policy"))
+    _scale_arguments(parser.add_argument_group("a class on many machines (shards)"))
+
+
+def _scale_arguments(scale) -> None:
+    """Shards (``--shard K/N``), what makes two runs comparable, and a dry run."""
+    scale.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="grade only shard K of N (1 <= K <= N) of the submissions given: every shard gets "
+        "the same command line and the whole class; students are split by a stable hash of "
+        "their name; needs --shard-dir and --seed; join with course grade-merge",
+    )
+    scale.add_argument(
+        "--shard-dir",
+        metavar="DIR",
+        help="where the shard writes its record for course grade-merge (DIR/shard.json)",
+    )
+    scale.add_argument(
+        "--reproducible",
+        action="store_true",
+        help="leave out of every report what is measured rather than decided (wall times, "
+        "peak memory, processes and disk, CPU seconds, the sandbox's uid, the grader's "
+        "memory): two gradings with the same --seed, or shards and their merge, then write "
+        "the same bytes",
+    )
+    scale.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the command line and print which submissions this run (or shard) would "
+        "grade, then stop: nothing is graded or written",
+    )
 
 
 def _report_arguments(out) -> None:
@@ -182,9 +216,18 @@ def _limit_arguments(lim) -> None:
         "-j",
         "--jobs",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
-        help="grade N submissions in parallel (processes; default 1)",
+        help="grade N submissions in parallel (processes; default: one per CPU core, at most "
+        "as many as the machine's RAM holds at --memory-mb each)",
+    )
+    lim.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        metavar="T",
+        help="CPUs (and torch threads) of one submission (default: cores / -j, at most 4); "
+        "give it on every shard of a class, whose machines may differ",
     )
     lim.add_argument(
         "--cell-timeout",
@@ -384,7 +427,8 @@ def _grade_isolated(paths: list[str], options, jobs: int, bar) -> list[dict[str,
     # server that imports the grader (and torch) once, or are spawned.
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["course_utils.grading.grader"])
+        # and whatever a worker imports after it (preload: 1.7 s of CPU per submission saved)
+        ctx.set_forkserver_preload(["course_utils.grading.grader", "course_utils.grading.preload"])
     else:
         ctx = mp.get_context("spawn")
     results: dict[int, dict[str, Any]] = {}
@@ -474,29 +518,34 @@ def display_name(rep: dict[str, Any]) -> str:
     return name
 
 
-def name_students(reports: list[dict[str, Any]]) -> None:
-    """Name each report's student: the notebook's stem, or, when stems repeat (one folder
+def student_names(notebooks: list[str]) -> list[str]:
+    """Each submission's student: the notebook's stem, or, when stems repeat (one folder
     per student, every notebook named alike), the folder; ``folder/stem`` if those repeat too.
-    Names are one line (control characters shown as ``?``)."""
+    Names are one line (control characters shown as ``?``). They depend on the whole list, so
+    a shard computes them over the whole class (:mod:`course_utils.grading.shard`)."""
+    from collections import Counter
+
     from course_utils.grading.grader import terminal_name
 
-    def counts(names: list[str]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for n in names:
-            out[n] = out.get(n, 0) + 1
-        return out
-
-    paths = [Path(os.path.abspath(r["notebook"])) for r in reports]
-    stems = counts([p.stem for p in paths])
-    folders = counts([p.parent.name for p in paths])
-    for rep, p in zip(reports, paths, strict=True):
+    paths = [Path(os.path.abspath(nb)) for nb in notebooks]
+    stems = Counter(p.stem for p in paths)
+    folders = Counter(p.parent.name for p in paths)
+    names = []
+    for p in paths:
         if stems[p.stem] == 1:
             name = p.stem
         elif folders[p.parent.name] == 1:
             name = p.parent.name
         else:
             name = f"{p.parent.name}/{p.stem}"
-        rep["student"] = terminal_name(name)
+        names.append(terminal_name(name))
+    return names
+
+
+def name_students(reports: list[dict[str, Any]]) -> None:
+    """Name each report's student (:func:`student_names` over the reports' notebooks)."""
+    for rep, name in zip(reports, student_names([r["notebook"] for r in reports]), strict=True):
+        rep["student"] = name
 
 
 def _summary(rep: dict[str, Any], detailed: bool) -> str:
@@ -544,11 +593,94 @@ def _usage_problem(args: argparse.Namespace) -> str:
         return "--max-procs, --disk-mb and --cpu-seconds must be >= 0"
     if args.jobs < 1 or args.memory_mb < 0 or args.max_output_kb < 0:
         return "-j must be >= 1, --memory-mb and --max-output-kb >= 0"
+    if getattr(args, "threads", 0) < 0:
+        return "--threads must be >= 1 (0: cores / -j)"
     if args.reference_dir and not Path(args.reference_dir).is_dir():
         return f"--reference-dir {args.reference_dir}: no such folder"
     if getattr(args, "student", None) and len(args.submissions) > 1:
         return "--student names one submission's student (in a batch: each folder's name)"
+    return _shard_problem(args)
+
+
+def _shard_problem(args: argparse.Namespace) -> str:
+    """What is wrong with ``--shard``/``--shard-dir`` ("" if nothing)."""
+    from course_utils.grading.shard import ShardError, parse_shard
+
+    shard = getattr(args, "shard", None)
+    if not shard:
+        return "--shard-dir needs --shard K/N" if getattr(args, "shard_dir", None) else ""
+    try:
+        parse_shard(shard)
+    except ShardError as exc:
+        return str(exc)
+    if not args.shard_dir:
+        return "--shard needs --shard-dir DIR (where course grade-merge finds the shard)"
+    if args.seed is None:
+        return (
+            "--shard needs --seed N, the same in every shard (each shard would otherwise draw "
+            "its own check inputs): e.g. the job array's id"
+        )
     return ""
+
+
+def _shard_indices(args: argparse.Namespace, names: list[str]) -> list[int]:
+    """The submissions this run grades: all of them, or those of ``--shard K/N``."""
+    if not getattr(args, "shard", None):
+        return list(range(len(names)))
+    from course_utils.grading.shard import parse_shard, select
+
+    return select(names, *parse_shard(args.shard))
+
+
+def _dry_run(
+    args: argparse.Namespace, paths: list[str], names: list[str], chosen: list[int], missing
+) -> int:
+    """``--dry-run``: what would be graded, one line each; exit 2 when a file is missing."""
+    where = f"shard {args.shard}" if getattr(args, "shard", None) else "this run"
+    print(f"{where}: {len(chosen)} of {len(paths)} submissions")
+    for i in chosen:
+        print(f"  {names[i]}: {terminal_safe_path(paths[i])}")
+    return EXIT_BAD_INPUT if any(paths[i] in missing for i in chosen) else EXIT_OK
+
+
+def terminal_safe_path(path: str) -> str:
+    from course_utils.grading.reports import terminal_safe
+
+    return terminal_safe(path)
+
+
+def strip_measurements(rep: dict[str, Any]) -> dict[str, Any]:
+    """``rep`` without what is measured rather than decided (``--reproducible``): wall
+    times become 0, the sandbox's peaks, CPU seconds and uid and the grader's own memory are
+    left out. What remains depends only on the notebook, the options and the seed."""
+    rep = dict(rep)
+    rep["runtime_s"] = 0.0
+    rep["exercises"] = [
+        {**e, "runtime_s": 0.0} if "runtime_s" in e else e for e in rep.get("exercises") or []
+    ]
+    rep.pop("grader_peak_rss_mb", None)
+    if isinstance(rep.get("sandbox"), dict):
+        box = rep["sandbox"]
+        rep["sandbox"] = {k: v for k, v in box.items() if k not in MEASURED_SANDBOX_KEYS}
+    return rep
+
+
+#: the sandbox's measurements (``--reproducible`` leaves them out)
+MEASURED_SANDBOX_KEYS = ("uid", "peak_memory_mb", "peak_procs", "peak_disk_mb", "cpu_s")
+
+
+def default_jobs(memory_mb: int, max_procs: int = 256) -> int:
+    """``-j`` when not given: one grading process per CPU core this process may use, fewer
+    when :func:`host_problem` would refuse that many (RAM at ``memory_mb`` each, the host's
+    file table at ``max_procs`` processes each), and at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    for jobs in range(max(1, cores), 1, -1):
+        if not host_problem(jobs, memory_mb, max_procs, sandboxed=True):
+            return jobs
+    return 1
 
 
 def host_problem(jobs: int, memory_mb: int, max_procs: int, sandboxed: bool) -> str:
@@ -677,6 +809,8 @@ def _reports_out(args: argparse.Namespace, reports: list[dict], options) -> int:
     from course_utils.grading.grader import clean_text
 
     reports[:] = [clean_text(rep) for rep in reports]  # SURROGATE: writers get clean str only
+    if getattr(args, "reproducible", False):
+        reports[:] = [strip_measurements(rep) for rep in reports]
     context = _apply_gradebook(args, reports)
     if isinstance(context, str):
         print(f"course grade: {context}", file=sys.stderr)
@@ -718,10 +852,38 @@ def _choose_sandbox(args: argparse.Namespace, options) -> int | None:
     return None
 
 
+def _grade_class(
+    args: argparse.Namespace, options, paths: list[str], missing: list[str]
+) -> list[dict[str, Any]] | int:
+    """Grade the class (or its ``--shard``) and name each student over the whole class;
+    the shard's record written. ``--dry-run``: its exit code, nothing graded."""
+    names = student_names(paths)  # over the whole class, shard or not
+    chosen = _shard_indices(args, names)
+    if args.dry_run:
+        return _dry_run(args, paths, names, chosen, missing)
+    mine = [paths[i] for i in chosen]
+    present = [p for p in mine if p not in missing]
+    graded = iter(grade_all(present, options, jobs=args.jobs, progress=not args.quiet))
+    reports = [_grade_one(p, options) if p in missing else next(graded) for p in mine]
+    for rep, i in zip(reports, chosen, strict=True):
+        if rep["notebook"] in missing:
+            rep["missing"] = True  # graded without a kernel: zero, one line in the summary
+        rep["student"] = names[i]
+    if args.shard:
+        from course_utils.grading import shard as sh
+
+        k, n = sh.parse_shard(args.shard)
+        fingerprint = sh.options_fingerprint(args, options)
+        sh.write_record(args.shard_dir, k, n, paths, chosen, reports, fingerprint, args)
+    return reports
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``course grade``; returns the exit code documented above."""
     from course_utils.grading.grader import GradeOptions
 
+    if args.jobs is None:
+        args.jobs = default_jobs(args.memory_mb, args.max_procs)
     problem = _usage_problem(args)
     if problem:
         print(f"course grade: {problem}", file=sys.stderr)
@@ -740,7 +902,7 @@ def main(args: argparse.Namespace) -> int:
         memory_mb=args.memory_mb,
         max_output_kb=args.max_output_kb,
         seed=args.seed,
-        threads=max(1, min(4, cpus // args.jobs)),
+        threads=args.threads or max(1, min(4, cpus // args.jobs)),
         gpu=args.gpu,
         zero_flagged=args.zero_flagged,
         executed_dir=args.executed,
@@ -771,13 +933,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"course grade: {p}: no such file", file=sys.stderr)
     if missing and len(missing) == len(paths):
         return EXIT_BAD_INPUT
-    present = [p for p in paths if p not in missing]
-    graded = iter(grade_all(present, options, jobs=args.jobs, progress=not args.quiet))
-    reports = [_grade_one(p, options) if p in missing else next(graded) for p in paths]
-    for rep in reports:
-        if rep["notebook"] in missing:
-            rep["missing"] = True  # graded without a kernel: zero, one line in the summary
-    name_students(reports)
+    reports = _grade_class(args, options, paths, missing)
+    if isinstance(reports, int):
+        return reports  # --dry-run
     problem = _reports_out(args, reports, options)
     if problem:
         return problem

@@ -25,7 +25,7 @@ flagged ``tampered``.
 Shortcuts (see :mod:`course_utils.checks.guard`): while ``collect_outputs`` runs the candidate,
 a watch built from :data:`GUARD_SOURCE` (sent as text, run in a private namespace) records the
 code that runs and the torch calls made; the rules (the exercise's ``forbids``, the reference's
-code objects and shapes, the solution's shapes) are computed here by :func:`guard_params` from
+code objects and shapes, the same rules as the check cell's) are computed here by :func:`guard_params` from
 the grader's own modules and sent as plain data. A candidate that calls a forbidden op, runs the
 course's implementation (or a copy of it from another cell) or switches the watch off gets
 status ``error`` with a "not accepted: ..." message and a ``shortcut:`` flag: no points.
@@ -38,7 +38,6 @@ for classes, their methods) reaches the reference through its globals or closure
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -100,6 +99,8 @@ def guard_params(exercise_id: str, module: str | None = None) -> dict[str, Any]:
     (or checks ``module``): ``forbids``, ``reference`` (code keys), ``shapes``, ``where``."""
     import importlib
 
+    from course_utils.checks.core import own_work_keys
+
     if module:
         exercise = {e.id: e for e in importlib.import_module(module).EXERCISES}[exercise_id]
     else:
@@ -108,12 +109,15 @@ def guard_params(exercise_id: str, module: str | None = None) -> dict[str, Any]:
         exercise = checks.get(exercise_id)
     ref = exercise.reference
     where = f"{getattr(ref, '__module__', '')}.{getattr(ref, '__qualname__', '')}".strip(".")
+    # The same rules as the check cell's watch (core.make_watch): the reference's shapes only.
+    # The solution notebook's shapes are not sent (a hash oracle of the solution) nor used
+    # (an honest helper has the solution's shape: HELPER-FP).
     return {
         "forbids": list(exercise.forbids),
-        "reference": [list(k) for k in guard.reference_keys(ref)],
-        "shapes": sorted(
-            set(guard.reference_shapes(ref)) | set(solution_shapes(exercise.notebook, exercise.id))
-        ),
+        # the reference and every course implementation of the exercise's concepts: the
+        # check cell's watch uses the same keys (core.make_watch), so both refuse the same code
+        "reference": [list(k) for k in own_work_keys(exercise)],
+        "shapes": sorted(set(guard.reference_shapes(ref))),
         "where": where,
     }
 
@@ -128,31 +132,6 @@ def _rules_or_none(exercise_id: str, module: str | None) -> dict[str, Any]:
 
         print(f"course grade: no run-time rules for {exercise_id}: {exc}", file=sys.stderr)
         return {"forbids": [], "reference": [], "shapes": [], "where": ""}
-
-
-@functools.lru_cache(maxsize=128)
-def solution_shapes(notebook: str, exercise_id: str) -> tuple[str, ...]:
-    """Shapes (:func:`~course_utils.checks.guard.code_shape`) of the functions that the
-    course's solution notebook defines in the exercise's cell: a student's notebook function
-    with one of them, other than the answer itself, is the solution pasted elsewhere. Read
-    from the course checkout's ``solutions/`` (none when the course is installed without it)."""
-    from course_utils.grading import plan as pl
-
-    path = Path(__file__).resolve().parents[2] / "solutions" / notebook
-    try:
-        nb = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return ()
-    shapes: set[str] = set()
-    for cell in nb.get("cells", []):
-        if pl.course_meta(cell) == (exercise_id, "exercise"):
-            try:
-                raw = cell.get("source", "")
-                source = pl.python_source("".join(raw) if isinstance(raw, list) else str(raw))
-            except Exception:
-                continue
-            shapes.update(guard.source_shapes(source))
-    return tuple(sorted(shapes))
 
 
 def trusted_namespace() -> dict[str, Any]:

@@ -45,7 +45,10 @@ from course_utils.authoring.cells import cell_role, cell_source, exercise_id
 from course_utils.checks.core import Exercise, item_key
 from course_utils.checks.questions import Question
 
-MAX_NOTEBOOK_BYTES = 256 << 20
+# The one size cap of a notebook the grader reads (submissions are also refused by
+# grader.admit before parsing, with the same number): 32 MB, far above any notebook of the
+# course with its outputs, far below what would cost the grader's memory (issue 29).
+MAX_NOTEBOOK_BYTES = 32 << 20
 
 
 class BadSubmission(ValueError):

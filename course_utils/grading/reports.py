@@ -170,6 +170,8 @@ def feedback_markdown(rep: dict[str, Any]) -> str:
     rep = _dicts([rep])[0]
     title = rep.get("assignment") or md_code(Path(rep["notebook"]).stem)
     lines = [f"# Feedback: {title}", ""]
+    if rep.get("student"):  # the file says whose it is (FEEDBACK-NAMES)
+        lines.append(f"**Student:** {md_code(rep['student'])}  ")
     lines.append(f"**Notebook:** {md_code(Path(rep['notebook']).name)}  ")
     lines.append(
         f"**Score:** {_num(rep['total'])} / {_num(rep['max'])} points"

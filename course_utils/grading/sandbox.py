@@ -177,6 +177,12 @@ class Sandbox:
 
     ``box`` is a fresh host folder holding ``work``, ``tmp``, ``home`` and ``run`` (the
     writable parts of the sandbox) and the grader's private files next to them.
+
+    ``Sandbox(backend, box, ...)`` is the factory: it returns the class of that backend
+    (:class:`BwrapSandbox`, :class:`ContainerSandbox` for ``docker`` and ``podman``,
+    :class:`PlainSandbox` for ``none``; :data:`BACKEND_CLASSES`). Everything a backend does
+    differently is one of the methods those classes override; the grader calls only this
+    interface.
     """
 
     backend: str
@@ -190,6 +196,16 @@ class Sandbox:
     gid: int | None = None
     usage: Usage = field(default_factory=Usage)
     kill_reason: str | None = None
+
+    isolated = True  # the kernel runs in its own namespaces or container
+
+    def __new__(cls, backend: str = "none", *args: Any, **kwargs: Any) -> Sandbox:
+        if cls is Sandbox:
+            if backend not in BACKEND_CLASSES:
+                known = ", ".join(BACKEND_CLASSES)
+                raise SandboxError(f"unknown sandbox backend {backend!r}; choose from {known}")
+            cls = BACKEND_CLASSES[backend]
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         self.box = Path(self.box)
@@ -205,10 +221,6 @@ class Sandbox:
 
     # -- layout ------------------------------------------------------------------------
     @property
-    def isolated(self) -> bool:
-        return self.backend != "none"
-
-    @property
     def work(self) -> Path:
         return self.box / "work"
 
@@ -220,43 +232,36 @@ class Sandbox:
     def results(self) -> Path:
         return self.box / "run" / "results"
 
+    @property
+    def nproc_by_uid(self) -> bool:
+        """Whether ``RLIMIT_NPROC`` counts only this submission's processes (its own uid)."""
+        return False
+
     def inside(self, host: str | Path) -> str:
-        """The path the kernel sees for a host path under ``box`` (identity for ``none``)."""
-        if not self.isolated:
-            return str(host)
+        """The path the kernel sees for a host path under ``box``."""
         rel = Path(host).relative_to(self.box)
         top, rest = rel.parts[0], rel.parts[1:]
         base = {"work": INSIDE_WORK, "home": INSIDE_HOME, "run": INSIDE_RUN, "tmp": "/tmp"}[top]
         return str(Path(base, *rest))
 
     def prepare(self) -> None:
-        """Create the folders, the uid lease and the cgroups (before copying files in).
-
-        As root with bubblewrap the box is first mounted as a tmpfs of ``--disk-mb``: every
-        writable folder of the sandbox together can never take more of the host's disk
-        (``posix_fallocate`` included), and removing it is an unmount, never a walk.
-        """
+        """Create the folders, the uid lease and the cgroups (before copying files in)."""
         self.box.mkdir(parents=True, exist_ok=True)
-        if self.backend == "bwrap" and os.geteuid() == 0 and self.limits.disk_mb:
-            self._tmpfs = mount_tmpfs(self.box, self.limits.disk_mb)
+        self._mount_box()
         self._lock = hold_lock(self.box)
         for sub in ("work", "tmp", "home", "run", "run/ipc", "run/results"):
             (self.box / sub).mkdir(mode=0o755, exist_ok=True)
-        if self.backend == "bwrap" and os.geteuid() == 0:
-            try:
-                self._lease = UidLease()
-            except ConfineError as exc:
-                raise SandboxError(str(exc)) from exc
-            self.uid = self.gid = self._lease.uid
-        elif self.backend in ("docker", "podman"):
-            self.uid = self.gid = 65534 if os.geteuid() == 0 else None
-        if self.backend != "docker" and self.backend != "podman":
-            self.cgroups = Cgroups(
-                self.name,
-                self.limits.memory_mb,
-                self.limits.max_procs,
-                cpus=self.cpus if self.isolated else 0,
-            )
+        self._take_uid()
+        self.cgroups = self._make_cgroups()
+
+    def _mount_box(self) -> None:
+        """Make the box its own file system where the backend can (see :class:`BwrapSandbox`)."""
+
+    def _take_uid(self) -> None:
+        """Choose the uid the kernel runs as (``None``: the grader's own)."""
+
+    def _make_cgroups(self) -> Cgroups | None:
+        return Cgroups(self.name, self.limits.memory_mb, self.limits.max_procs, cpus=self.cpus)
 
     def hand_over(self) -> None:
         """Give the writable folders to the sandbox's uid (after the files are copied in).
@@ -276,14 +281,14 @@ class Sandbox:
             for sub in ("work", "tmp", "home", "run/ipc"):
                 fd = open_dir(sub, dir_fd=box)
                 try:
-                    if self.uid is not None and self.backend == "bwrap":
-                        chown_tree(fd, self.uid, self.gid)
-                    elif self.backend in ("docker", "podman"):
-                        os.fchmod(fd, 0o777)
+                    self._give(fd)
                 finally:
                     os.close(fd)
         finally:
             os.close(box)
+
+    def _give(self, fd: int) -> None:
+        """Let the kernel write in the folder ``fd`` (one writable folder of the box)."""
 
     def result_dir(self, name: str) -> Path:
         """A fresh result folder ``run/results/NAME`` the kernel may write, made through a
@@ -291,17 +296,21 @@ class Sandbox:
         sandbox plants and no rename it races can redirect it."""
         results = open_dir(self.results)
         try:
-            owner = self.uid if self.backend == "bwrap" else None
-            make_owned_dir(results, name, owner, self.gid)
-            if self.backend in ("docker", "podman"):
-                fd = open_dir(name, dir_fd=results)
-                try:
-                    os.fchmod(fd, 0o777)
-                finally:
-                    os.close(fd)
+            make_owned_dir(results, name, self._result_owner(), self.gid)
+            fd = open_dir(name, dir_fd=results)
+            try:
+                self._give_result(fd)
+            finally:
+                os.close(fd)
         finally:
             os.close(results)
         return self.results / name
+
+    def _result_owner(self) -> int | None:
+        return None
+
+    def _give_result(self, fd: int) -> None:
+        """Let the kernel write its result into the fresh folder ``fd``."""
 
     def remove_box(self) -> None:
         """Remove the box (after :meth:`close`): unmount its tmpfs, or remove it file by file
@@ -320,9 +329,6 @@ class Sandbox:
     def kernel_env(self, env: dict[str, str]) -> dict[str, str]:
         """The kernel's environment with the paths it sees inside."""
         env = dict(env)
-        if not self.isolated:
-            env["TMPDIR"] = str(self.box / "tmp")
-            return env
         env["HOME"] = INSIDE_HOME
         env["IPYTHONDIR"] = INSIDE_HOME + "/.ipython"
         env["TMPDIR"] = "/tmp"
@@ -387,68 +393,28 @@ class Sandbox:
         return binds
 
     def _spec(self, connection_file: str, rlimits: dict[str, int | None]) -> dict[str, Any]:
+        """The launcher's instructions (``launch.json``): limits, cgroups, the wrapper."""
         kernel_conn = self.run_dir / "kernel.json"
         spec: dict[str, Any] = {
             "backend": self.backend,
             "cgroups": self.cgroups.procs_files if self.cgroups else [],
             "rlimits": rlimits,
-            "uid": self.uid if self.backend == "bwrap" else None,
-            "gid": self.gid if self.backend == "bwrap" else None,
+            "uid": None,
+            "gid": None,
         }
-        if self.isolated:
-            spec["unset_env"] = ["JPY_PARENT_PID"]  # the grader's pid means nothing inside
-            spec["connection"] = {
-                "host": connection_file,
-                "kernel": str(kernel_conn),
-                "inside": self.inside(kernel_conn),
-                "ip": INSIDE_RUN + "/ipc/k",
-                "owner": [self.uid, self.gid] if self.uid is not None else None,
-            }
-        if self.backend == "bwrap":
-            root = self.uid is not None
-            spec["wrapper"] = bwrap_head(privileged=root)
-            if root:
-                launcher = str(Path(__file__).with_name("launch.py"))
-                spec["become"] = [
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    launcher,
-                    "--become",
-                    str(self.uid),
-                    str(self.gid),
-                    str(self.limits.max_procs),
-                    "--",
-                ]
-                spec["uid"] = spec["gid"] = None
-            spec["binds"] = ordered_binds(
-                self.system_binds(),
-                [
-                    ["rw", str(self.work), INSIDE_WORK],
-                    ["rw", str(self.box / "tmp"), "/tmp"],
-                    ["rw", str(self.box / "home"), INSIDE_HOME],
-                    ["rw", str(self.run_dir), INSIDE_RUN],
-                ],
-            )
-            bpf = seccomp_filter()
-            if bpf is not None:  # no user namespaces, no keyrings inside
-                (self.box / "seccomp.bpf").write_bytes(bpf)
-                spec["seccomp"] = str(self.box / "seccomp.bpf")
-            shm = str((self.limits.disk_mb or 1024) << 20)
-            spec["wrapper_tail"] = ["--size", shm, "--perms", "1777", "--tmpfs", "/dev/shm"]
-            spec["wrapper_tail"] += ["--remount-ro", "/", "--chdir", INSIDE_WORK]
-        elif self.backend in ("docker", "podman"):
-            spec["wrapper"] = container_command(
-                self.backend,
-                name=self.name,
-                image=self.image,
-                box=self.box,
-                limits=self.limits,
-                env=self.env,
-                cpus=self.cpus,
-                user=self.uid,
-            )
+        spec["unset_env"] = ["JPY_PARENT_PID"]  # the grader's pid means nothing inside
+        spec["connection"] = {
+            "host": connection_file,
+            "kernel": str(kernel_conn),
+            "inside": self.inside(kernel_conn),
+            "ip": INSIDE_RUN + "/ipc/k",
+            "owner": [self.uid, self.gid] if self.uid is not None else None,
+        }
+        self._wrap(spec)
         return spec
+
+    def _wrap(self, spec: dict[str, Any]) -> None:
+        """Add the backend's wrapper command (and what it needs) to the launcher's spec."""
 
     def command(
         self, kernel_cmd: list[str], connection_file: str, rlimits: dict[str, int | None]
@@ -457,9 +423,11 @@ class Sandbox:
         spec_path = self.box / "launch.json"
         spec_path.write_text(json.dumps(self._spec(connection_file, rlimits)), encoding="utf-8")
         launcher = str(Path(__file__).with_name("launch.py"))
-        if self.backend in ("docker", "podman"):
-            kernel_cmd = ["python", "-m", "ipykernel_launcher", "-f", connection_file]
         return [sys.executable, "-I", "-S", launcher, str(spec_path), "--", *kernel_cmd]
+
+    def exit_code(self, code: int) -> int:
+        """The kernel's own exit code from the code of the process the grader started."""
+        return code
 
     # -- watching and ending -----------------------------------------------------------
     def watch(self, root_pid: int, on_limit) -> None:
@@ -485,8 +453,96 @@ class Sandbox:
 
     def sample(self, disk: bool = True) -> str | None:
         """Measure once; the reason to stop the submission, or ``None``."""
+        return None
+
+    def disk_usage(self) -> tuple[int, int]:
+        """(bytes, files) in the writable folders: the tmpfs's own count when the box is one
+        (no walk through folders the sandbox controls), else a walk that follows no link."""
+        if self._tmpfs:
+            st = os.statvfs(self.box)
+            return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_files - st.f_ffree
+        size = entries = 0
+        for sub in ("work", "tmp", "home", "run"):
+            b, n = tree_size(self.box / sub)
+            size, entries = size + b, entries + n
+        try:  # KERNEL_LOG: the kernel's stderr, which it writes, counts as its disk too
+            st = os.lstat(self.box / "kernel.log")
+            size, entries = size + (st.st_blocks * 512 or st.st_size), entries + 1
+        except OSError:
+            pass
+        return size, entries
+
+    def kill_all(self) -> None:
+        """Kill every process of the submission (idempotent; nothing outlives this)."""
+        if self._root_pid is not None:
+            for pid in process_tree(self._root_pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        self._kill_rest()
+        if self.cgroups is not None:
+            self.cgroups.kill_all()
+        if self._lease is not None:
+            self._lease.kill_all()
+
+    def _kill_rest(self) -> None:
+        """Kill what the process tree does not reach (a container's own processes)."""
+
+    def oom_killed(self) -> bool:
+        return bool(self.cgroups and self.cgroups.oom_killed())
+
+    def close(self) -> None:
+        """Stop the watchdog, kill everything, remove the cgroups and give the uid back."""
+        self._stop.set()
+        if self._watch is not None and self._watch is not threading.current_thread():
+            self._watch.join(timeout=5)
+        try:
+            self.sample(disk=True)
+        except Exception:
+            pass
+        self.kill_all()
+        if self.cgroups is not None:
+            mem = self.cgroups.memory_bytes()
+            if mem is not None:
+                self.usage.peak_memory_mb = max(self.usage.peak_memory_mb, mem[1] / 2**20)
+            self.cgroups.remove()
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+
+    def describe(self) -> dict[str, Any]:
+        """What isolated this submission and what enforced each limit (for the report)."""
+        return {
+            "backend": self.backend,
+            "isolated": self.isolated,
+            "uid": self.uid,
+            "limits": {
+                "memory_mb": self.limits.memory_mb,
+                "max_procs": self.limits.max_procs,
+                "disk_mb": self.limits.disk_mb,
+                "cpu_s": self.limits.cpu_s,
+            },
+            "enforced_by": self.enforced_by(),
+            "peak_memory_mb": round(self.usage.peak_memory_mb, 1),
+            "peak_procs": self.usage.peak_procs,
+            "peak_disk_mb": round(self.usage.peak_disk_mb, 1),
+            "cpu_s": round(self.usage.cpu_s, 2),
+            "killed_for": self.kill_reason,
+        }
+
+    def enforced_by(self) -> dict[str, str]:
+        """Limit -> the mechanism that enforced it for this submission."""
+        raise NotImplementedError
+
+
+class _HostSandbox(Sandbox):
+    """A kernel that runs as host processes (bubblewrap, or none): cgroups where the machine
+    has them, and a watchdog on the process tree for what they do not cover."""
+
+    def sample(self, disk: bool = True) -> str | None:
         lim, use = self.limits, self.usage
-        if self._root_pid is None or self.backend in ("docker", "podman"):
+        if self._root_pid is None:
             return None
         table = proc_table()
         tree = process_tree(self._root_pid, table)
@@ -520,124 +576,200 @@ class Sandbox:
                 return "it created more than 100000 files"
         return None
 
-    def disk_usage(self) -> tuple[int, int]:
-        """(bytes, files) in the writable folders: the tmpfs's own count when the box is one
-        (no walk through folders the sandbox controls), else a walk that follows no link."""
-        if self._tmpfs:
-            st = os.statvfs(self.box)
-            return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_files - st.f_ffree
-        size = entries = 0
-        for sub in ("work", "tmp", "home", "run"):
-            b, n = tree_size(self.box / sub)
-            size, entries = size + b, entries + n
-        return size, entries
-
-    def kill_all(self) -> None:
-        """Kill every process of the submission (idempotent; nothing outlives this)."""
-        if self._root_pid is not None:
-            for pid in process_tree(self._root_pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-        if self.backend in ("docker", "podman"):
-            try:
-                subprocess.run(
-                    [self.backend, "rm", "-f", self.name],
-                    capture_output=True,
-                    timeout=60,
-                )
-            except (OSError, subprocess.SubprocessError):
-                pass
-        if self.cgroups is not None:
-            self.cgroups.kill_all()
-        if self._lease is not None:
-            self._lease.kill_all()
-
-    def oom_killed(self) -> bool:
-        return bool(self.cgroups and self.cgroups.oom_killed())
-
-    def close(self) -> None:
-        """Stop the watchdog, kill everything, remove the cgroups and give the uid back."""
-        self._stop.set()
-        if self._watch is not None and self._watch is not threading.current_thread():
-            self._watch.join(timeout=5)
-        try:
-            self.sample(disk=True)
-        except Exception:
-            pass
-        self.kill_all()
-        if self.cgroups is not None:
-            mem = self.cgroups.memory_bytes()
-            if mem is not None:
-                self.usage.peak_memory_mb = max(self.usage.peak_memory_mb, mem[1] / 2**20)
-            self.cgroups.remove()
-        if self._lease is not None:
-            self._lease.release()
-            self._lease = None
-
-    def describe(self) -> dict[str, Any]:
-        """What isolated this submission and what enforced each limit (for the report)."""
+    def enforced_by(self) -> dict[str, str]:
         dirs = self.cgroups.dirs if self.cgroups else {}
-        root = os.geteuid() == 0
-        if self.backend in ("docker", "podman"):
-            enforced = {k: f"{self.backend} --{k}" for k in ("memory", "pids-limit", "cpus")}
-        else:
-            enforced = {
-                "memory": (
-                    "cgroup v2 memory.max"
-                    if "v2" in dirs
-                    else "cgroup v1 memory.limit_in_bytes"
-                    if "memory" in dirs
-                    else "watchdog: resident memory of the process tree, sampled every 0.25 s"
-                )
-                + "; RLIMIT_AS per process",
-                "processes": (
-                    "cgroup pids.max"
-                    if "pids" in dirs
-                    else "RLIMIT_NPROC on the submission's own uid"
-                    if (root and self.backend == "bwrap")
-                    else "watchdog: process count of the tree, sampled every 0.25 s"
-                ),
-                "bytes_written": (
-                    "a tmpfs of --disk-mb holding every writable folder"
-                    if self._tmpfs
-                    else "RLIMIT_FSIZE per file; watchdog on the writable folders (1 s)"
-                )
-                + "; /dev/shm tmpfs of --disk-mb"
-                if self.isolated
-                else "RLIMIT_FSIZE per file only (unsandboxed: it can write wherever you can)",
-                "cpu_time": "watchdog: user+system time of the process tree"
-                if self.limits.cpu_s
-                else "none (wall-time limits only)",
-                "cpu_share": (
-                    f"cgroup cpu: an equal share and at most {self.cpus} CPU(s)"
-                    if "cpu" in dirs
-                    else "none (no cpu cgroup here)"
-                ),
-                "kernel_surface": "seccomp: no new user namespaces, no keyrings"
-                if self.backend == "bwrap" and seccomp_filter() is not None
-                else "not restricted",
-                "wall_time": "grader: per-cell and total limits",
-            }
         return {
-            "backend": self.backend,
-            "isolated": self.isolated,
-            "uid": self.uid,
-            "limits": {
-                "memory_mb": self.limits.memory_mb,
-                "max_procs": self.limits.max_procs,
-                "disk_mb": self.limits.disk_mb,
-                "cpu_s": self.limits.cpu_s,
-            },
-            "enforced_by": enforced,
-            "peak_memory_mb": round(self.usage.peak_memory_mb, 1),
-            "peak_procs": self.usage.peak_procs,
-            "peak_disk_mb": round(self.usage.peak_disk_mb, 1),
-            "cpu_s": round(self.usage.cpu_s, 2),
-            "killed_for": self.kill_reason,
+            "memory": (
+                "cgroup v2 memory.max"
+                if "v2" in dirs
+                else "cgroup v1 memory.limit_in_bytes"
+                if "memory" in dirs
+                else "watchdog: resident memory of the process tree, sampled every 0.25 s"
+            )
+            + "; RLIMIT_AS per process",
+            "processes": (
+                "cgroup pids.max"
+                if "pids" in dirs
+                else "RLIMIT_NPROC on the submission's own uid"
+                if self._procs_on_own_uid()
+                else "watchdog: process count of the tree, sampled every 0.25 s"
+            ),
+            "bytes_written": self._bytes_written(),
+            "cpu_time": "watchdog: user+system time of the process tree"
+            if self.limits.cpu_s
+            else "none (wall-time limits only)",
+            "cpu_share": (
+                f"cgroup cpu: an equal share and at most {self.cpus} CPU(s)"
+                if "cpu" in dirs
+                else "none (no cpu cgroup here)"
+            ),
+            "kernel_surface": self._kernel_surface(),
+            "wall_time": "grader: per-cell and total limits",
         }
 
+    def _procs_on_own_uid(self) -> bool:
+        """Whether the submission runs as its own uid, so ``RLIMIT_NPROC`` bounds it."""
+        return False
+
+    def _bytes_written(self) -> str:
+        return (
+            "a tmpfs of --disk-mb holding every writable folder"
+            if self._tmpfs
+            else "RLIMIT_FSIZE per file; watchdog on the writable folders (1 s)"
+        ) + "; /dev/shm tmpfs of --disk-mb"
+
+    def _kernel_surface(self) -> str:
+        return "not restricted"
+
+
+class PlainSandbox(_HostSandbox):
+    """``none``: the kernel runs as the grader's own user, seeing what the grader sees (a
+    student's self-check on macOS or Windows); every report says it was not sandboxed."""
+
+    isolated = False
+
+    def inside(self, host: str | Path) -> str:
+        return str(host)
+
+    def _make_cgroups(self) -> Cgroups | None:
+        return Cgroups(self.name, self.limits.memory_mb, self.limits.max_procs, cpus=0)
+
+    def kernel_env(self, env: dict[str, str]) -> dict[str, str]:
+        env = dict(env)
+        env["TMPDIR"] = str(self.box / "tmp")
+        return env
+
+    def _spec(self, connection_file: str, rlimits: dict[str, int | None]) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "cgroups": self.cgroups.procs_files if self.cgroups else [],
+            "rlimits": rlimits,
+            "uid": None,
+            "gid": None,
+        }
+
+    def _bytes_written(self) -> str:
+        return "RLIMIT_FSIZE per file only (unsandboxed: it can write wherever you can)"
+
+
+class BwrapSandbox(_HostSandbox):
+    """``bwrap``: bubblewrap namespaces; as root, a tmpfs box, a fresh uid per submission and
+    the ``--become`` step of the launcher; a seccomp filter on the kernel's system calls."""
+
+    @property
+    def nproc_by_uid(self) -> bool:
+        return self.uid is not None
+
+    def _mount_box(self) -> None:
+        """As root the box is a tmpfs of ``--disk-mb``: every writable folder of the sandbox
+        together can never take more of the host's disk (``posix_fallocate`` included), and
+        removing it is an unmount, never a walk."""
+        if os.geteuid() == 0 and self.limits.disk_mb:
+            self._tmpfs = mount_tmpfs(self.box, self.limits.disk_mb)
+
+    def _take_uid(self) -> None:
+        if os.geteuid() == 0:
+            try:
+                self._lease = UidLease()
+            except ConfineError as exc:
+                raise SandboxError(str(exc)) from exc
+            self.uid = self.gid = self._lease.uid
+
+    def _give(self, fd: int) -> None:
+        if self.uid is not None:
+            chown_tree(fd, self.uid, self.gid)
+
+    def _result_owner(self) -> int | None:
+        return self.uid
+
+    def _wrap(self, spec: dict[str, Any]) -> None:
+        root = self.uid is not None
+        spec["wrapper"] = bwrap_head(privileged=root)
+        if root:
+            launcher = str(Path(__file__).with_name("launch.py"))
+            spec["become"] = [sys.executable, "-I", "-S", launcher, "--become"]
+            spec["become"] += [str(self.uid), str(self.gid), str(self.limits.max_procs), "--"]
+        else:
+            spec["uid"], spec["gid"] = self.uid, self.gid
+        spec["binds"] = ordered_binds(
+            self.system_binds(),
+            [
+                ["rw", str(self.work), INSIDE_WORK],
+                ["rw", str(self.box / "tmp"), "/tmp"],
+                ["rw", str(self.box / "home"), INSIDE_HOME],
+                ["rw", str(self.run_dir), INSIDE_RUN],
+            ],
+        )
+        bpf = seccomp_filter()
+        if bpf is not None:  # no user namespaces, no keyrings inside
+            (self.box / "seccomp.bpf").write_bytes(bpf)
+            spec["seccomp"] = str(self.box / "seccomp.bpf")
+        shm = str((self.limits.disk_mb or 1024) << 20)
+        spec["wrapper_tail"] = ["--size", shm, "--perms", "1777", "--tmpfs", "/dev/shm"]
+        spec["wrapper_tail"] += ["--remount-ro", "/", "--chdir", INSIDE_WORK]
+
+    def exit_code(self, code: int) -> int:
+        return 128 - code if code > 128 else code  # bwrap: 128 + signal
+
+    def _procs_on_own_uid(self) -> bool:
+        return os.geteuid() == 0
+
+    def _kernel_surface(self) -> str:
+        if seccomp_filter() is not None:
+            return "seccomp: no new user namespaces, no keyrings"
+        return "not restricted"
+
+
+class ContainerSandbox(Sandbox):
+    """``docker`` / ``podman``: the same layout in a container; the engine enforces the
+    limits, so there is no cgroup and no watchdog of the grader's own."""
+
+    def _take_uid(self) -> None:
+        self.uid = self.gid = 65534 if os.geteuid() == 0 else None
+
+    def _make_cgroups(self) -> Cgroups | None:
+        return None
+
+    def _give(self, fd: int) -> None:
+        os.fchmod(fd, 0o777)
+
+    def _give_result(self, fd: int) -> None:
+        os.fchmod(fd, 0o777)
+
+    def _wrap(self, spec: dict[str, Any]) -> None:
+        spec["wrapper"] = container_command(
+            self.backend,
+            name=self.name,
+            image=self.image,
+            box=self.box,
+            limits=self.limits,
+            env=self.env,
+            cpus=self.cpus,
+            user=self.uid,
+        )
+
+    def command(
+        self, kernel_cmd: list[str], connection_file: str, rlimits: dict[str, int | None]
+    ) -> list[str]:
+        kernel_cmd = ["python", "-m", "ipykernel_launcher", "-f", connection_file]
+        return super().command(kernel_cmd, connection_file, rlimits)
+
+    def _kill_rest(self) -> None:
+        try:
+            subprocess.run([self.backend, "rm", "-f", self.name], capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            pass
+
+    def enforced_by(self) -> dict[str, str]:
+        return {k: f"{self.backend} --{k}" for k in ("memory", "pids-limit", "cpus")}
+
+
+BACKEND_CLASSES: dict[str, type[Sandbox]] = {
+    "bwrap": BwrapSandbox,
+    "docker": ContainerSandbox,
+    "podman": ContainerSandbox,
+    "none": PlainSandbox,
+}
 
 WRITABLE_INSIDE = (INSIDE_WORK, "/tmp", INSIDE_HOME, INSIDE_RUN)
 

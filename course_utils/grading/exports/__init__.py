@@ -3,8 +3,9 @@
 
 Shared rules: one row per student; identities from the ``--roster`` (see
 :mod:`course_utils.grading.roster`), the student's name where the roster has none; a
-submission whose notebook never ran has a blank score (the LMS leaves the grade as it was,
-rather than recording 0); every text cell goes through :func:`reports.csv_safe`.
+submission whose notebook never ran has a blank score, not 0 (a notebook that never ran is
+not a zero; where the LMS already holds a grade for that student, its import preview shows
+the change); every text cell goes through :func:`reports.csv_safe`.
 """
 
 from __future__ import annotations

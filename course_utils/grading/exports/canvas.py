@@ -1,14 +1,23 @@
 """Canvas: the gradebook import CSV (Grades > Import).
 
-Format, as Canvas documents it (Canvas Instructor Guide, "How do I import grades in the
-Gradebook?", and the gradebook export it mirrors): the header row is ``Student``, ``ID``,
-``SIS User ID``, ``SIS Login ID``, ``Section``, then one column per assignment. An
-assignment column named ``Name (123)`` updates assignment 123; a column whose name has no
-id creates a new assignment on import. Canvas matches rows by ``ID`` (the Canvas user id),
-else ``SIS User ID`` / ``SIS Login ID``. A second row whose ``Student`` cell is
-``Points Possible`` gives each assignment's maximum (the export writes it; the import reads
-it). Blank cells leave a grade unchanged. UTF-8, with or without a byte-order mark.
+Format, from Canvas's own importer and a Canvas guide (read for this module):
 
+- https://github.com/instructure/canvas-lms/blob/master/app/models/gradebook_importer.rb
+  (the code that reads the file): the header must start ``Student``, ``ID``, then
+  ``SIS User ID``, ``SIS Login ID`` (optional, in that order), and the student columns must
+  end with ``Section``; every later column is an assignment, ``Name (123)`` updating
+  assignment 123 and a name without an id creating a new assignment; a row whose first cell
+  contains ``Points Possible`` sets each assignment's maximum; a student is found by ``ID``
+  (the Canvas user id), else by ``SIS User ID`` / ``SIS Login ID``, else by the ``Student``
+  cell equal to their name or sortable name; each grade is compared with the one Canvas
+  has, so a blank cell for a student without a grade is no change. ``,`` or ``;`` separated; a UTF-8 byte-order mark does not break the header (it is matched, not compared).
+- https://teaching.resources.osu.edu/toolsets/carmencanvas/guides/calculating-final-grades/import-csv-file-carmen-grades
+  (a university's guide to the same import): Student Name, ID, SIS User ID, SIS Login ID,
+  Section, then one column per assignment; a new assignment column creates an assignment.
+- Canvas Instructor Guide, "How do I import grades in the Gradebook?" (by name: its page was
+  not among what could be retrieved for this check).
+
+``tests/test_lms_formats.py`` reads what this module writes the way the importer above does.
 The assignment column is the assignment's name, plus `` (id)`` when the roster has a
 ``canvas_assignment_id`` column holding one value (then Canvas updates that assignment).
 """

@@ -1,10 +1,19 @@
 """Gradescope: the score upload of an offline assignment.
 
-Format, as Gradescope documents it (Gradescope Help, "Uploading scores for an offline
-assignment" / the CSV template it offers there): one row per student with ``Name``,
-``SID``, ``Email`` and ``Total Score``; Gradescope matches a row to a roster member by
-``Email`` (else ``SID``), and a blank ``Total Score`` leaves the student without a score.
-Students not on the Gradescope roster are reported by Gradescope and skipped.
+Format, from what Gradescope documents and writes (read for this module):
+
+- https://help.gradescope.com/article/w59nl02vyt-instructor-course-add-members (the course
+  roster, which score uploads are matched against): a member is a name (one full-name
+  column, or first and last) and an email, unique per member; an SID column is optional.
+- Gradescope's own score export names its columns ``Name``, ``SID``, ``Email`` and
+  ``Total Score`` (scripts that read it rely on exactly these, e.g.
+  https://gist.github.com/havron/554d0ffaec20a466a7f8ecca4d76c5da).
+- Gradescope Help, "Uploading scores for an offline assignment" (by name: its page was not
+  among what could be retrieved for this check).
+
+So one row per student with ``Name``, ``SID``, ``Email``, ``Total Score``: matched by
+``Email`` (unique on the roster), else ``SID``; a blank ``Total Score`` leaves the student
+without a score. ``tests/test_lms_formats.py`` reads the file back with those rules.
 """
 
 from __future__ import annotations

@@ -147,8 +147,12 @@ SOFTMAX = Exercise(
         "aten::_log_softmax",
         "aten::_safe_softmax",
     ),
-    hint="softmax(x) = exp(x - m) / sum(exp(x - m)) with m each row's maximum, everything along "
-    "the last dimension (keeping it so it broadcasts); each row of the result sums to 1",
+    hint=(
+        "Try the row [1000, 1001] by hand: what does exp give, and what changes if you subtract "
+        "the same number from every entry of a row (the softmax should not)? Then run a batch "
+        "with extra dims and print result.sum(-1): does every row sum to 1, or did a row "
+        "statistic line up with the wrong axis?"
+    ),
 )
 
 # ----------------------------------------------------------------------------- 00.2 logsumexp
@@ -287,8 +291,12 @@ LOGSUMEXP = Exercise(
         "aten::logsumexp",
         "aten::_log_softmax",
     ),
-    hint="log sum_j exp(x_j) = m + log sum_j exp(x_j - m) with m each row's maximum (shift by 0 "
-    "where m = -inf); the result has one number per row, shape (...,)",
+    hint=(
+        "Compare with hand-worked rows: [0, 0] gives log 2, [1e4, 1e4] gives 1e4 + log 2. Where "
+        "does yours overflow or lose the answer? Which number can come out of the sum so that "
+        "every exp stays at most 1, and how does it go back in? What does a row of only -inf give"
+        " in yours, and is the result one number per row?"
+    ),
 )
 
 EXERCISES = [SOFTMAX, LOGSUMEXP]

@@ -352,10 +352,12 @@ FORWARD = Exercise(
     call=_forward_call,
     mistakes=FORWARD_MISTAKES,
     compare=close(),
-    hint="encode the source once to get c; the decoder state starts at c; at each step t the "
-    "decoder cell reads the embedding of the t-th decoder input word together with c and "
-    "updates the state, and the output layer scores the vocabulary from the new state "
-    "together with c; the T steps' logits form a (B, T, V) tensor",
+    hint=(
+        "Compare your logits with the case's at the first step only, then at the second: what "
+        "does the decoder cell read at step t (which word, and what else), which state does it "
+        "start from, and which state does the output layer see? Print the shape of one step's "
+        "logits, (B, V), and of the stacked result, (B, T, V)."
+    ),
 )
 
 
@@ -615,11 +617,12 @@ GREEDY = Exercise(
     call=_greedy_call,
     mistakes=GREEDY_MISTAKES,
     compare=close(),
-    hint="encode the source once (the model also builds its source mask); start every row from "
-    "BOS with the context as the state; each step asks the model's decode step for the logits "
-    "and the next state, takes the highest-scoring word, writes PAD for rows that have already "
-    "finished; stop when all rows have produced "
-    "EOS or after max_len steps; return (B, T') without BOS",
+    hint=(
+        "Decode one short sentence by hand with max_len = 3 and print, at each step, the word fed"
+        " in, the word chosen and the state passed on: does the next step read the chosen word? "
+        "Then look at a batch where one row ends early: what does that row hold after its EOS, "
+        "and when may the loop stop? Is BOS part of what you return?"
+    ),
 )
 
 
@@ -934,10 +937,12 @@ LOOP = Exercise(
     call=_loop_call,
     mistakes=LOOP_MISTAKES,
     compare=close(rtol=1e-6, atol=1e-8),
-    hint="per step: logits from forward(...), masked mean cross-entropy against tgt_out, "
-    "zero the gradients, backward, clip the global norm, optimizer step, scheduler step; every "
-    "eval_every-th step a loss on val_batch in eval mode under torch.no_grad(), then back to "
-    "train mode",
+    hint=(
+        "Print the first few training losses and model.training during validation: does the loss "
+        "fall on one small batch repeated? Print one parameter's gradient norm at each step: does"
+        " step 2 still carry step 1's gradient? Which positions of tgt_out should the loss count,"
+        " and does validation run without gradients and with dropout off?"
+    ),
     contract=Contract(updates_weights=True),  # a training step: the weights change
 )
 

@@ -171,8 +171,12 @@ SCORES = Exercise(
     call=_scores_call,
     mistakes=SCORES_MISTAKES,
     compare=close(),
-    hint="e[b, j] = v . tanh(W_query @ query[b] + W_key @ keys[b, j]): project the query to "
-    "(B, 1, A), the keys to (B, S, A), add, tanh, then @ v gives (B, S)",
+    hint=(
+        "Work out the shapes on paper first: the query is (B, Dq), the keys (B, S, Dk), the "
+        "result one number per (b, j). Where must a size-1 axis go so that one projected query "
+        "meets every key? Compute e[0, 0] by hand from the prompt's formula and compare it with "
+        "yours."
+    ),
 )
 
 # ----------------------------------------------------------------------------- 02.2 weights + context
@@ -322,9 +326,12 @@ ATTENTION = Exercise(
     call=_attn_call,
     mistakes=ATTENTION_MISTAKES,
     compare=close(),
-    hint="the (B, S) scores of exercise 02.1; padded positions (mask False) count as -inf; a "
-    "softmax over the source positions gives the weights; the context is the weights' "
-    "average of the values, one Dv-vector per row",
+    hint=(
+        "Print your weights for a row with padding: do they sum to 1, and are the padded "
+        "positions exactly 0? Which axis does the softmax normalise, and which value must a "
+        "padded score take before it (not after)? Is the context (B, Dv), an average of the "
+        "values, not of the keys?"
+    ),
 )
 
 
@@ -539,11 +546,12 @@ DECODER_STEP = Exercise(
     call=_call,
     mistakes=MISTAKES,
     compare=close(),
-    hint="one step: the model's attention, scored from the PREVIOUS state over the encoder "
-    "states (padding masked), gives this step's context and weights; the decoder cell reads "
-    "the previous word's embedding together with that context and updates the state; the "
-    "output layer reads the new state together with the context; return the logits, the new "
-    "state and the weights, in that order",
+    hint=(
+        "Compare with the case piece by piece: which state does the attention query, the one "
+        "coming in or the one this step computes? Print the context's shape and check the order "
+        "of what you concatenate against the prompt. Are the weights you return the ones this "
+        "step used, with padding at 0?"
+    ),
 )
 
 

@@ -14,6 +14,7 @@ import math
 import torch
 from torch import Tensor
 
+from course_utils.checks import mistakes
 from course_utils.checks._common import (
     FUSED_ATTENTION_OPS,
     as_pair,
@@ -131,38 +132,10 @@ def _swapped_outputs(q, k, v, attn_mask=None):
 
 
 # Mistakes a mask can cause, shared with later notebooks' checks (05.3, 06.4).
-MASK_MISTAKES_HINTS = {
-    "after": (
-        "mask before the softmax: fill blocked scores with float('-inf'), then softmax; "
-        "zeroing weights afterwards leaves each row summing to less than 1"
-    ),
-    "zero": (
-        "a blocked score of 0 still gets weight exp(0) > 0: fill blocked positions with "
-        "float('-inf')"
-    ),
-    "inverted": (
-        "the mask is True where a query MAY attend: block the positions where it is False "
-        "(the convention of F.scaled_dot_product_attention; nn.MultiheadAttention's is the "
-        "opposite)"
-    ),
-    "ignored": "blocked positions (mask False) must get zero weight",
-    "nan": (
-        "a row whose keys are all blocked is all -inf and the softmax gives 0/0 = NaN there: "
-        "such a row must come out as zero weights (and a zero output). Notebook 05 shows the "
-        "robust way, which never computes 0/0: an empty row is shifted by 0, not by its -inf "
-        "maximum, and divided by 1 where its sum is 0"
-    ),
-    "uniform": (
-        "a finite fill like -1e9 makes a fully blocked row uniform (1/S everywhere); "
-        "the course convention is zeros: zero the weights of rows with no allowed key"
-    ),
-}
-
 SDPA_MISTAKES = [
-    Mistake(
-        "missing 1/sqrt(d_k) scaling",
-        "divide the scores q @ k^T by sqrt(d_k) = sqrt(q.shape[-1]) before the softmax",
+    mistakes.MISSING_SCALE(
         sdpa_variant(scale=lambda q, v: 1.0),
+        hint="divide the scores q @ k^T by sqrt(d_k) = sqrt(q.shape[-1]) before the softmax",
     ),
     Mistake(
         "scaled by 1/sqrt(d_v) instead of 1/sqrt(d_k)",
@@ -185,49 +158,22 @@ SDPA_MISTAKES = [
         "(B, T, D) inputs and the number of heads for (B, H, T, D)",
         sdpa_variant(scale=lambda q, v: 1 / math.sqrt(q.shape[1])),
     ),
-    Mistake(
-        "softmax over the query axis (dim=-2) instead of the keys (dim=-1)",
-        "each query's weights over the keys must sum to 1: softmax(scores, dim=-1) on (..., T, S)",
+    mistakes.SOFTMAX_OVER_QUERIES(
         sdpa_variant(softmax_dim=-2),
+        hint="each query's weights over the keys must sum to 1: softmax(scores, dim=-1) on (..., T, S)",
     ),
     Mistake(
         "scaling applied after the softmax",
         "scale the scores before the softmax; scaling the weights afterwards breaks their sum to 1",
         sdpa_variant(scale_after=True),
     ),
-    Mistake(
-        "mask applied after the softmax", MASK_MISTAKES_HINTS["after"], sdpa_variant(weigh=_after)
-    ),
-    Mistake(
-        "masked scores filled with 0 instead of -inf",
-        MASK_MISTAKES_HINTS["zero"],
-        sdpa_variant(weigh=_masked(0.0)),
-    ),
-    Mistake(
-        "mask inverted (True treated as blocked)",
-        MASK_MISTAKES_HINTS["inverted"],
-        sdpa_variant(weigh=_masked(float("-inf"), invert=True)),
-    ),
-    Mistake(
-        "mask inverted (True treated as blocked)",
-        MASK_MISTAKES_HINTS["inverted"],
-        sdpa_variant(weigh=_inverted_safe),
-    ),
-    Mistake(
-        "mask ignored",
-        MASK_MISTAKES_HINTS["ignored"],
-        sdpa_variant(weigh=lambda s, m: torch.softmax(s, dim=-1)),
-    ),
-    Mistake(
-        "NaN on fully masked rows",
-        MASK_MISTAKES_HINTS["nan"],
-        sdpa_variant(weigh=_masked(float("-inf"))),
-    ),
-    Mistake(
-        "fully masked rows get uniform weights (finite fill such as -1e9)",
-        MASK_MISTAKES_HINTS["uniform"],
-        sdpa_variant(weigh=_masked(-1e9)),
-    ),
+    mistakes.MASK_AFTER_SOFTMAX(sdpa_variant(weigh=_after)),
+    mistakes.MASK_FILLED_WITH_ZERO(sdpa_variant(weigh=_masked(0.0))),
+    mistakes.MASK_INVERTED(sdpa_variant(weigh=_masked(float("-inf"), invert=True))),
+    mistakes.MASK_INVERTED(sdpa_variant(weigh=_inverted_safe)),
+    mistakes.MASK_IGNORED(sdpa_variant(weigh=lambda s, m: torch.softmax(s, dim=-1))),
+    mistakes.MASKED_ROW_NAN(sdpa_variant(weigh=_masked(float("-inf")))),
+    mistakes.MASKED_ROW_UNIFORM(sdpa_variant(weigh=_masked(-1e9))),
     Mistake(
         "returned (weights, output) instead of (output, weights)",
         "return the output first, then the weights",
@@ -248,10 +194,12 @@ SDPA = Exercise(
     mistakes=SDPA_MISTAKES,
     compare=close(),
     forbids=FUSED_ATTENTION_OPS,
-    hint="the scores are the query-key dot products divided by the square root of the key width "
-    "d_k, (..., T, S); blocked positions (mask False) count as -inf; a softmax over the keys, "
-    "rows with no allowed key all zero; the output is the weights' average of the values, "
-    "(..., T, Dv)",
+    hint=(
+        "Work a tiny case by hand (one query, two keys of width 4): what are the scores, and "
+        "which factor keeps their spread independent of d_k? Print your weights: does each row "
+        "sum to 1 over the keys, are masked keys at 0, and what does a row with every key masked "
+        "give (zeros, never NaN)? Check the shapes with T != S and d_k != d_v."
+    ),
 )
 
 # ----------------------------------------------------------------------------- 03.2 q/k/v projections
@@ -426,8 +374,11 @@ QKV = Exercise(
     call=_qkv_call,
     mistakes=QKV_MISTAKES,
     compare=_qkv_compare,
-    hint="project the queries with W_q and the data vectors with W_k (keys) and W_v (values), "
-    "then attention with the 1/sqrt(Dk) scale (reuse your scaled_dot_product_attention).",
+    hint=(
+        "Which input do the queries come from, and which the keys and values? Print the shape "
+        "after each projection: (..., T, Dk), (..., S, Dk) and (..., S, Dv). Which width sets the"
+        " scale, the input's or the keys'? Your function of 03.1 does the rest."
+    ),
 )
 
 EXERCISES = [SDPA, QKV]

@@ -28,9 +28,9 @@ from functools import cache
 import torch
 from torch import Tensor, nn
 
+from course_utils.checks import mistakes
 from course_utils.checks._common import as_tensor, close, compare_or_raised, raised, size
 from course_utils.checks.core import Case, Contract, Exercise, Mistake, Outputs, generator, randn
-from course_utils.lessons.nb03_scaled_dot_product.exercises import MASK_MISTAKES_HINTS
 from course_utils.lessons.nb04_self_cross_position import LESSON
 from course_utils.modeling import positional
 from course_utils.modeling.attention import causal_mask, scaled_dot_product_attention
@@ -118,11 +118,7 @@ class _MaskMistake(SelfAttention):
 
 
 SELF_ATTENTION_MISTAKES = [
-    Mistake(
-        "mask inverted (True treated as blocked)",
-        MASK_MISTAKES_HINTS["inverted"],
-        type("InvertedMask", (_MaskMistake,), {"how": "inverted"}),
-    ),
+    mistakes.MASK_INVERTED(type("InvertedMask", (_MaskMistake,), {"how": "inverted"})),
     Mistake(
         "bool mask added to the scores as 0/1",
         "a bool mask says which keys may be attended (True): adding it as a number only "
@@ -136,10 +132,9 @@ SELF_ATTENTION_MISTAKES = [
         "weights average. You used W_v for the keys and W_k for the values.",
         _mistake(lambda s, x, c: (s.W_q(x), s.W_v(c), s.W_k(c), _inv_sqrt(s.W_q(x)), -1, True)),
     ),
-    Mistake(
-        "missing 1/sqrt(d_k) scaling",
-        "divide the scores Q K^T by sqrt(d_k) before the softmax.",
+    mistakes.MISSING_SCALE(
         _mistake(lambda s, x, c: (s.W_q(x), s.W_k(c), s.W_v(c), 1.0, -1, True)),
+        hint="divide the scores Q K^T by sqrt(d_k) before the softmax.",
     ),
     Mistake(
         "scaled by sqrt(d_in) instead of sqrt(d_k)",
@@ -720,6 +715,17 @@ PE = Exercise(
 # ----------------------------------------------------------------------------- 04.4 RoPE
 
 
+def _far_positions_case() -> Case:
+    """The same at every seed, and first: positions near 4000 with D = 16, where float32 angles
+    are off by ~1e-4 (with the seeded cases' small D, sometimes only by ~1e-6, within the
+    tolerance: "angles computed in float32" passed 22 of 200 seeds)."""
+    g = generator(4004)
+    return Case(
+        "fixed: far positions (4000 and more), D = 16",
+        {"x": randn(g, 2, 4, 16), "positions": torch.arange(4) + 4005},
+    )
+
+
 def _rope_cases(seed: int) -> list[Case]:
     g = generator(seed)
     T, D = size(g, 3, 8), 2 * size(g, 2, 6)
@@ -727,6 +733,7 @@ def _rope_cases(seed: int) -> list[Case]:
     offset = size(g, 3, 20)
     scattered = torch.randperm(40, generator=g)[:T].sort().values
     return [
+        _far_positions_case(),
         Case("(T, D), default positions", {"x": randn(g, T, D)}),
         Case("heads (B, H, T, D), default positions", {"x": randn(g, B, H, T, D)}),
         Case(
@@ -841,7 +848,7 @@ def _rope_compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
     """:func:`close`; on the far-positions case, an answer within 1e-3 is told it lost
     precision (angles in float32) whatever its float32 formula's rounding."""
     problem = close()(case, got, expected)
-    if problem and case.name.startswith("far positions"):
+    if problem and "far positions" in case.name:
         if close(rtol=1e-3, atol=1e-3)(case, got, expected) is None:
             problem += (
                 " (close, but not to float64 precision: compute the angles in float64, take cos "

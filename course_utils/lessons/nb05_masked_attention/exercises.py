@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
+from course_utils.checks import mistakes
 from course_utils.checks._common import (
     as_tensor,
     close,
@@ -26,7 +27,6 @@ from course_utils.checks._common import (
     size,
 )
 from course_utils.checks.core import Case, Exercise, Mistake, allclose_compare, generator, randn
-from course_utils.lessons.nb03_scaled_dot_product.exercises import MASK_MISTAKES_HINTS
 from course_utils.lessons.nb05_masked_attention import LESSON
 from course_utils.modeling import attention
 
@@ -186,8 +186,11 @@ AVERAGE_PAST = Exercise(
     call=_average_call,
     mistakes=AVERAGE_MISTAKES,
     compare=_average_compare,
-    hint="y[..., t, :] is the mean over positions 0..t (inclusive) of x[..., :, :], for every t, "
-    "with the same shape as x",
+    hint=(
+        "Write out y for x = [[1], [2], [3]] by hand: which positions does y[t] average, and "
+        "divided by how many? Compare with yours row by row, and check that the output has x's "
+        "shape, with extra batch dimensions too."
+    ),
 )
 
 # ----------------------------------------------------------------------------- 05.2 causal mask
@@ -253,8 +256,11 @@ CAUSAL = Exercise(
     call=_causal_call,
     mistakes=CAUSAL_MISTAKES,
     compare=allclose_compare,  # exact for bool masks
-    hint="a (T, T) bool tensor: row i (the query) is True exactly at the columns j <= i (the keys "
-    "it may attend, itself included) and False at the future",
+    hint=(
+        "Print your mask for T = 3 and read it as a table, rows the queries and columns the keys:"
+        " which cells may a query read (may it read itself)? Is True the allowed side, and is the"
+        " dtype bool?"
+    ),
 )
 
 # ----------------------------------------------------------------------------- 05.3 masked softmax
@@ -378,36 +384,21 @@ def _naive_exp(scores: Tensor, mask: Tensor) -> Tensor:
 
 
 MASKED_SOFTMAX_MISTAKES = [
-    Mistake(
-        "mask applied after the softmax",
-        MASK_MISTAKES_HINTS["after"],
-        lambda s, m: torch.softmax(s, dim=-1) * m,
-    ),
-    Mistake(
-        "masked scores filled with 0 instead of -inf", MASK_MISTAKES_HINTS["zero"], _filled(0.0)
-    ),
-    Mistake(
-        "mask inverted (True treated as blocked)",
-        MASK_MISTAKES_HINTS["inverted"],
-        _filled(float("-inf"), invert=True),
-    ),
-    Mistake(
-        "mask inverted (True treated as blocked)",
-        MASK_MISTAKES_HINTS["inverted"],
-        lambda s, m: attention.masked_softmax(s, ~m),
-    ),
-    Mistake("mask ignored", MASK_MISTAKES_HINTS["ignored"], lambda s, m: torch.softmax(s, dim=-1)),
+    mistakes.MASK_AFTER_SOFTMAX(lambda s, m: torch.softmax(s, dim=-1) * m),
+    mistakes.MASK_FILLED_WITH_ZERO(_filled(0.0)),
+    mistakes.MASK_INVERTED(_filled(float("-inf"), invert=True)),
+    mistakes.MASK_INVERTED(lambda s, m: attention.masked_softmax(s, ~m)),
+    mistakes.MASK_IGNORED(lambda s, m: torch.softmax(s, dim=-1)),
     Mistake(
         "softmax over the wrong axis (dim=-2)",
         "normalise each query's row over the keys: dim=-1",
         lambda s, m: attention.masked_softmax(s, m, dim=-2),
     ),
-    Mistake(
-        "NaN on fully masked rows",
-        "a row whose keys are all blocked is all -inf, and the softmax computes 0/0 = NaN "
+    mistakes.MASKED_ROW_NAN(
+        _filled(float("-inf")),
+        hint="a row whose keys are all blocked is all -inf, and the softmax computes 0/0 = NaN "
         "there. Do not replace the NaN afterwards (section 9): never compute 0/0 -- shift an "
         "empty row by 0 instead of its -inf maximum, and divide by 1 where the row sum is 0",
-        _filled(float("-inf")),
     ),
     Mistake(
         "a NaN computed on a fully masked row, then replaced", _REPLACED_HINT, _filled_then_replaced
@@ -421,11 +412,7 @@ MASKED_SOFTMAX_MISTAKES = [
         "divide by 1 where the row sum is 0",
         _additive_nan_to_num,
     ),
-    Mistake(
-        "fully masked rows get uniform weights (finite fill such as -1e9)",
-        MASK_MISTAKES_HINTS["uniform"],
-        _filled(-1e9),
-    ),
+    mistakes.MASKED_ROW_UNIFORM(_filled(-1e9)),
     Mistake(
         "exp without subtracting the max (overflow)",
         "exp(1e4) is inf: subtract each row's maximum over the allowed entries before exp "
@@ -445,9 +432,12 @@ MASKED_SOFTMAX = Exercise(
     call=_masked_softmax_call,
     mistakes=MASKED_SOFTMAX_MISTAKES,
     compare=close(),
-    hint="blocked scores count as -inf, a stable softmax over the last dimension among the allowed "
-    "entries, and rows with no allowed entry all 0 in the forward and the backward pass, with "
-    "no NaN computed anywhere on the way (not even one replaced afterwards)",
+    hint=(
+        "Try one row with a masked entry and one row with every entry masked: what should each "
+        "give? Print the intermediate values: does any step compute 0/0 or -inf - (-inf), even on"
+        " a row you zero later? Call .sum().backward() on your output: is the fully masked row's "
+        "gradient finite?"
+    ),
 )
 
 EXERCISES = [AVERAGE_PAST, CAUSAL, MASKED_SOFTMAX]

@@ -20,6 +20,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from course_utils.checks import mistakes
 from course_utils.checks._common import (
     as_tensor,
     build_module,
@@ -31,7 +32,6 @@ from course_utils.checks._common import (
     size,
 )
 from course_utils.checks.core import Case, Contract, Exercise, Mistake, generator, randn
-from course_utils.lessons.nb03_scaled_dot_product.exercises import MASK_MISTAKES_HINTS
 from course_utils.lessons.nb06_multi_head import LESSON
 from course_utils.modeling import attention, layers
 
@@ -62,14 +62,18 @@ def _loop_cases(seed: int) -> list[Case]:
 
     def case(name: str, *, B: int = B, T: int = T, H: int = H, Dh: int = Dh) -> Case:
         D = H * Dh + 1  # the input width differs from H * Dh: W_o's shape says which is which
+        # Weights at a layer's initial scale (std 1/sqrt(fan_in)): scores of order 1, as in a
+        # model. Unscaled ones gave scores near 100 on some seeds, where a softmax written as
+        # exp(s) / sum(exp(s)) overflows in float32: a verdict that depended on the seed.
+        w = D**-0.5
         return Case(
             name,
             {
                 "x": randn(g, B, T, D),
-                "W_q": randn(g, H, D, Dh),  # stacked: the student gets a list of H matrices
-                "W_k": randn(g, H, D, Dh),
-                "W_v": randn(g, H, D, Dh),
-                "W_o": randn(g, H * Dh, D),
+                "W_q": randn(g, H, D, Dh) * w,  # stacked: the student gets a list of H matrices
+                "W_k": randn(g, H, D, Dh) * w,
+                "W_v": randn(g, H, D, Dh) * w,
+                "W_o": randn(g, H * Dh, D) * (H * Dh) ** -0.5,
             },
         )
 
@@ -133,10 +137,8 @@ LOOP_MISTAKES = [
         "after concatenating the heads multiply by W_o, which mixes what the heads found",
         _loop_variant(project_out=False),
     ),
-    Mistake(
-        "softmax over the query axis (dim=-2) instead of the keys (dim=-1)",
-        "normalise each query's scores over the keys: dim=-1",
-        _loop_variant(dim=-2),
+    mistakes.SOFTMAX_OVER_QUERIES(
+        _loop_variant(dim=-2), hint="normalise each query's scores over the keys: dim=-1"
     ),
 ]
 
@@ -439,35 +441,21 @@ MHA_MISTAKES = [
         "after merging the heads apply the output projection (W_O) to mix them",
         _mha_variant(project_out=False),
     ),
-    Mistake(
-        "softmax over the query axis (dim=-2) instead of the keys (dim=-1)",
-        "normalise each query's scores over the keys: dim=-1",
+    mistakes.SOFTMAX_OVER_QUERIES(
         _mha_variant(weigh=lambda s, m: attention.masked_softmax(s, m, dim=-2)),
+        hint="normalise each query's scores over the keys: dim=-1",
     ),
-    Mistake(
-        "mask inverted (True treated as blocked)",
-        MASK_MISTAKES_HINTS["inverted"],
-        _mha_variant(weigh=_softmax_fill(float("-inf"), invert=True)),
+    mistakes.MASK_INVERTED(_mha_variant(weigh=_softmax_fill(float("-inf"), invert=True))),
+    mistakes.MASK_INVERTED(
+        _mha_variant(weigh=lambda s, m: attention.masked_softmax(s, None if m is None else ~m))
     ),
-    Mistake(
-        "mask inverted (True treated as blocked)",
-        MASK_MISTAKES_HINTS["inverted"],
-        _mha_variant(weigh=lambda s, m: attention.masked_softmax(s, None if m is None else ~m)),
+    mistakes.MASK_FILLED_WITH_ZERO(_mha_variant(weigh=_softmax_fill(0.0))),
+    mistakes.MASK_AFTER_SOFTMAX(
+        _mha_variant(weigh=lambda s, m: torch.softmax(s, -1) * (1 if m is None else m))
     ),
-    Mistake(
-        "masked scores filled with 0 instead of -inf",
-        MASK_MISTAKES_HINTS["zero"],
-        _mha_variant(weigh=_softmax_fill(0.0)),
-    ),
-    Mistake(
-        "mask applied after the softmax",
-        MASK_MISTAKES_HINTS["after"],
-        _mha_variant(weigh=lambda s, m: torch.softmax(s, -1) * (1 if m is None else m)),
-    ),
-    Mistake(
-        "mask ignored",
-        "pass attn_mask on to the attention (True = may attend)",
+    mistakes.MASK_IGNORED(
         _mha_variant(weigh=lambda s, m: torch.softmax(s, dim=-1)),
+        hint="pass attn_mask on to the attention (True = may attend)",
     ),
 ]
 

@@ -233,9 +233,11 @@ LAYER_NORM = Exercise(
         "aten::native_layer_norm",
         "aten::layer_norm",
     ),
-    hint="over the last dimension only: the mean, and the biased variance (the mean of the "
-    "squared deviations, divided by D); centre the vector, divide by the square root of the "
-    "variance plus eps, then scale by weight and shift by bias, feature by feature",
+    hint=(
+        "Normalise one vector, e.g. [1, 2, 3, 4], by hand: its mean, its variance (divided by D "
+        "or by D - 1?), and where does eps go? Compare with yours, then check that weight and "
+        "bias act feature by feature, over the last dimension only."
+    ),
 )
 
 
@@ -399,9 +401,11 @@ MLP_EXERCISE = Exercise(
     call=_mlp_call,
     mistakes=MLP_MISTAKES,
     compare=_mlp_compare,
-    hint="two linear layers with biases, named fc1 (d_model to d_ff) and fc2 (d_ff to "
-    "d_model); the forward pass widens with fc1, applies the ReLU to the hidden units only, "
-    "and projects back with fc2",
+    hint=(
+        "Print the shapes through your forward for d_model = 4 and d_ff = 16: (..., 4) to (..., "
+        "16) and back. Which layer's output goes through the ReLU? Are the submodules named as "
+        "the prompt names them (the check loads the weights by name)?"
+    ),
 )
 
 
@@ -645,10 +649,11 @@ BLOCK = Exercise(
     call=_block_call,
     mistakes=BLOCK_MISTAKES,
     compare=close(),
-    hint="two sublayers in turn, attention (with norm1) then the MLP (with norm2), each "
-    "with a residual: post-norm normalises each residual sum, pre-norm normalises each "
-    "sublayer's input and leaves the stream unnormalised; self.norm_first chooses. Return a "
-    "new tensor: the caller's x must not change",
+    hint=(
+        "Set norm_first to each value and compare with the case: which tensor does each LayerNorm"
+        " see, the sublayer's input or the residual sum? Are the two sublayers in the prompt's "
+        "order? Print x before and after your forward: is the caller's tensor unchanged?"
+    ),
 )
 
 
@@ -883,10 +888,11 @@ PARAM_COUNT = Exercise(
     call=call,
     mistakes=MISTAKES,
     compare=compare,
-    hint="add up, per submodule: attention (W_Q, W_K, W_V, W_O with biases), the two "
-    "LayerNorms (gamma and beta each) and the MLP (fc1, fc2 with biases). Print "
-    "[(n, p.shape) for n, p in TransformerBlock(8, 2, 24).named_parameters()] to see "
-    "every tensor.",
+    hint=(
+        "Print [(n, p.shape) for n, p in TransformerBlock(8, 2, 24).named_parameters()] and add "
+        "the sizes up: which tensors did your formula miss or count twice? Does the number of "
+        "heads change the total?"
+    ),
 )
 
 EXERCISES = [LAYER_NORM, MLP_EXERCISE, BLOCK, PARAM_COUNT]

@@ -47,44 +47,30 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Config:
-    """Sizes of notebook 07's experiments."""
+    """Sizes of notebook 07's experiments (the fields no row of :data:`SIZES` sets keep these
+    defaults)."""
 
     # RNN vs CNN vs self attention
     lengths: tuple[int, ...]  # sequence lengths n timed
     d_model: int  # feature width D of every contender
     time_batch: int
-    kernel: int  # convolution kernel size k
-    n_heads: int
+    kernel: int = 3  # convolution kernel size k
+    n_heads: int = 4
     min_run_time: float  # seconds per torch.utils.benchmark measurement
-    influence_len: int  # n of the "who can reach the last output" picture
+    influence_len: int = 32  # n of the "who can reach the last output" picture
     # the deep stack
     depth: int
     stack_d_model: int
-    stack_n_heads: int
-    stack_d_ff: int
-    stack_len: int
-    stack_batch: int
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """The sizes of :class:`Config` that depend on the profile (one row of :data:`SIZES`)."""
-
-    lengths: tuple[int, ...]
-    d_model: int
-    time_batch: int
-    min_run_time: float
-    depth: int
-    stack_d_model: int
+    stack_n_heads: int = 4
     stack_d_ff: int
     stack_len: int
     stack_batch: int
 
 
 SIZES = ProfileTable(
-    ci=Sizes(
+    ci=Config(
         lengths=(16, 32, 64, 128, 256),
         d_model=32,
         time_batch=2,
@@ -95,7 +81,7 @@ SIZES = ProfileTable(
         stack_len=16,
         stack_batch=8,
     ),
-    cpu=Sizes(
+    cpu=Config(
         lengths=(16, 32, 64, 128, 256, 512, 1024),
         d_model=64,
         time_batch=4,
@@ -106,7 +92,7 @@ SIZES = ProfileTable(
         stack_len=32,
         stack_batch=16,
     ),
-    gpu=Sizes(
+    gpu=Config(
         lengths=(16, 32, 64, 128, 256, 512, 1024),
         d_model=64,
         time_batch=4,
@@ -121,23 +107,9 @@ SIZES = ProfileTable(
 
 
 def config(profile: str | None = None) -> Config:
-    """The sizes of the active profile (or of ``profile``: "ci", "cpu" or "gpu")."""
-    s = SIZES.for_profile(profile)
-    return Config(
-        lengths=s.lengths,
-        d_model=s.d_model,
-        time_batch=s.time_batch,
-        kernel=3,
-        n_heads=4,
-        min_run_time=s.min_run_time,
-        influence_len=32,
-        depth=s.depth,
-        stack_d_model=s.stack_d_model,
-        stack_n_heads=4,
-        stack_d_ff=s.stack_d_ff,
-        stack_len=s.stack_len,
-        stack_batch=s.stack_batch,
-    )
+    """The sizes of the active profile (or of ``profile``: "ci", "cpu" or "gpu"): that row of
+    :data:`SIZES`."""
+    return SIZES.for_profile(profile)
 
 
 # ----------------------------------------------------------------------------- contenders

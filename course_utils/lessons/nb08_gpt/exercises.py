@@ -423,10 +423,12 @@ MODEL = Exercise(
     call=_model_call,
     mistakes=MODEL_MISTAKES,
     compare=_model_compare,
-    hint="__init__: tok_emb Embedding(V, D), pos_emb Embedding(block_size, D), blocks a "
-    "ModuleList of pre-norm TransformerBlocks, ln_f LayerNorm(D), lm_head Linear(D, V, "
-    "bias=False) sharing tok_emb's weight; forward: embeddings of idx plus positions 0..T-1, "
-    "every block causal, ln_f, lm_head, mean cross-entropy over B*T positions",
+    hint=(
+        "Compare your model's named_parameters() with the course GPT's on the same config: which "
+        "names or shapes differ? Feed one short sequence: are the logits (B, T, V), and does "
+        "position t's logit change when you edit token t + 1 (it must not)? Over which positions "
+        "does the loss average?"
+    ),
 )
 
 
@@ -675,9 +677,12 @@ GENERATE = Exercise(
     call=_generate_call,
     mistakes=GENERATE_MISTAKES,
     compare=_generate_compare,
-    hint="each step: logits = model(idx[:, -block_size:])[0][:, -1, :] / temperature; mask all "
-    "but the top_k largest with -inf; probs = softmax(logits, -1); "
-    "torch.multinomial(probs, 1, generator=generator); torch.cat to idx",
+    hint=(
+        "Generate with top_k = 1: every new token must be the argmax, whatever the temperature. "
+        "Which positions does the model see once the sequence is longer than block_size, and "
+        "which position's logits do you sample from? Run twice with the same generator seed: the "
+        "same tokens?"
+    ),
 )
 
 
@@ -822,8 +827,12 @@ LR = Exercise(
     call=_lr_call,
     mistakes=LR_MISTAKES,
     compare=_lr_compare,
-    hint="warmup: max_lr * (step + 1) / warmup; then progress p = (step - warmup) / "
-    "(steps - warmup), capped at 1; min_lr + 0.5 * (1 + cos(pi p)) * (max_lr - min_lr)",
+    hint=(
+        "Print your rate at step 0, at warmup - 1, at warmup, halfway through the decay, at steps"
+        " and beyond: does the warmup reach max_lr at its last step, and the decay start at "
+        "max_lr and end at min_lr? Which step is the first of the cosine, and what comes after "
+        "steps?"
+    ),
 )
 
 
@@ -1007,9 +1016,11 @@ GROUPS = Exercise(
     call=_group_call,
     mistakes=GROUP_MISTAKES,
     compare=_group_compare,
-    hint="the trainable parameters (requires_grad) of model.parameters(), split by p.dim() >= 2: "
-    "[{'params': matrices, 'weight_decay': weight_decay}, {'params': the rest, "
-    "'weight_decay': 0.0}]",
+    hint=(
+        "Print each parameter's name, shape and the group you put it in: which tensors are "
+        "decayed (matrices) and which not (biases, LayerNorm weights)? Are frozen parameters left"
+        " out, and is every trainable one in exactly one group?"
+    ),
 )
 
 
@@ -1180,9 +1191,12 @@ STEP = Exercise(
     call=_step_call,
     mistakes=STEP_MISTAKES,
     compare=close(),
-    hint="set the rate in every parameter group; forward to get the loss; clear the old "
-    "gradients; backward; clip the global gradient norm; optimizer step; return the loss as "
-    "a number",
+    hint=(
+        "Run two steps on the same batch and print the loss and one parameter's gradient norm "
+        "after each: does the second step still see the first one's gradient? Print the "
+        "optimizer's lr after your step: is it the one you were given? Is the gradient clipped "
+        "before the update, and is the loss returned as a Python number?"
+    ),
     contract=Contract(updates_weights=True, returns=(float, int)),  # the weights change
 )
 
@@ -1328,8 +1342,12 @@ FLOPS = Exercise(
     call=_flops_call,
     mistakes=FLOPS_MISTAKES,
     compare=_flops_compare,
-    hint="weights: 2 FLOPs per parameter per token forward, twice that backward; attention: "
-    "two products of T * D multiply-adds per layer per token, times the same 3 for training",
+    hint=(
+        "Count by hand for a one-layer model: how many multiply-adds does one weight cost per "
+        "token in the forward pass, and how many FLOPs is a multiply-add? How much more does the "
+        "backward pass cost? Which products in attention involve no weight at all, and how do "
+        "they grow with T?"
+    ),
 )
 
 EXERCISES = [MODEL, GENERATE, LR, GROUPS, STEP, FLOPS]

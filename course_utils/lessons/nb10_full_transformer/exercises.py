@@ -350,10 +350,12 @@ DECODER_LAYER = Exercise(
     call=_layer_call,
     mistakes=LAYER_MISTAKES,
     compare=close(),
-    hint="three sublayers, each with its own norm and a residual: causal self-attention over "
-    "the target, cross-attention whose queries come from the target and whose keys and values "
-    "come from memory (with the memory's padding mask), then the MLP; pre-norm normalises each "
-    "sublayer's input, post-norm the sum after the residual",
+    hint=(
+        "Compare with the case sublayer by sublayer: in the cross attention, which tensor gives "
+        "the queries and which the keys and values (the target or memory?), and which mask goes "
+        "with memory? Is the self attention causal (editing a later target token must not change "
+        "an earlier output)? With norm_first False, what does each norm see?"
+    ),
 )
 
 # ----------------------------------------------------------------------------- 10.2 the assembled model
@@ -664,11 +666,12 @@ MODEL = Exercise(
     call=_model_call,
     mistakes=MODEL_MISTAKES,
     compare=close(),
-    hint="the source mask marks the real (non-PAD) positions of each sentence; both sides "
-    "embed their tokens scaled by sqrt(d_model) and add the positions of their own length; "
-    "the encoder stack uses the padding mask, the decoder stack reads the encoder's memory "
-    "with that same mask; each stack ends with its final norm, and the generator maps the "
-    "decoder's output to logits",
+    hint=(
+        "Check the pieces one at a time against the case's model: print the source padding mask "
+        "for a sentence of length 3 in a batch of width 5, the embeddings' scale, and where each "
+        "side's positions come from. Does the cross attention get the same mask as the encoder? "
+        "Does each stack end with its norm before the generator?"
+    ),
 )
 
 # ----------------------------------------------------------------------------- 10.3 greedy decoding
@@ -918,16 +921,17 @@ GREEDY = Exercise(
     call=_decode_call,
     mistakes=DECODE_MISTAKES,
     compare=close(),
-    hint="run the encoder once; start every row from BOS; at each step decode the prefix, "
-    "pick the most likely word at its last position, write PAD instead in rows that have "
-    "already finished, and append; stop when every row has produced EOS or after max_len "
-    "steps; return what was generated, without the BOS",
+    hint=(
+        "Decode a batch of two with max_len = 3 and print each step's prefix and chosen word: is "
+        "the chosen word the most likely one at the last position? What does a finished row hold "
+        "after its EOS, and when may the loop stop? Is BOS in what you return?"
+    ),
 )
 
 # ----------------------------------------------------------------------------- 10.4 the loss
 
 
-def _loss_cases(seed: int) -> list[Case]:
+def _loss_draw(seed: int) -> list[Case]:
     g = generator(seed)
 
     def case(name: str, B: int, T: int) -> Case:
@@ -964,6 +968,20 @@ def _loss_cases(seed: int) -> list[Case]:
         case("one sentence", 1, size(g, 3, 6)),
         case("two-word targets", 5, 2),
     ]
+
+
+# The loss is one number: on a random draw two mistakes can give the same one within the
+# tolerance (at seed 62, "loss averaged per sentence first" was named "target shifted the wrong
+# way"). On the first case of seed 3's draw every mistake's loss differs from the reference's
+# and from every other mistake's by 0.6% or more: that case comes first at every seed, so the
+# verdict on each mistake is decided there, the same in the check cell and the grader.
+LOSS_FIXED_SEED = 3
+
+
+def _loss_cases(seed: int) -> list[Case]:
+    """The fixed case (the first of seed :data:`LOSS_FIXED_SEED`'s draw), then seed's draw."""
+    fixed = _loss_draw(LOSS_FIXED_SEED)[0]
+    return [Case(f"fixed: {fixed.name}", fixed.inputs), *_loss_draw(seed)]
 
 
 def _loss_call(candidate, case: Case) -> dict[str, Tensor]:
@@ -1077,10 +1095,12 @@ LOSS = Exercise(
     call=_loss_call,
     mistakes=LOSS_MISTAKES,
     compare=close(),
-    hint="the decoder input is the target shifted right by one (BOS in front, the last "
-    "column dropped, still T columns); the model's forward gives the logits (B, T, V) for it; "
-    "the loss is the cross-entropy against the unshifted target, averaged over the non-PAD "
-    "target tokens of the whole batch",
+    hint=(
+        "Print the decoder input and the target of one sentence side by side: is each target the "
+        "word after the input at the same position, and does the input start with BOS? Which "
+        "target positions does the loss count, and is the average over the batch's real tokens or"
+        " per sentence?"
+    ),
 )
 
 EXERCISES = [DECODER_LAYER, MODEL, GREEDY, LOSS]

@@ -11,6 +11,6 @@ LESSON = Lesson(
     notebook="11_attention_at_scale",
     title="Attention at scale",
     slides="44",
-    builds="O(n²) measured; tiled (flash-style) attention; SDPA backends; KV cache; tensor parallelism (two all-reduces per block); data-parallel training of the course GPT; scale measured: a GPT size sweep, loss vs parameters and vs compute on log-log axes, a fitted power law",
-    gpu=GpuEstimate(minutes=6.0, memory_gb=12.0),
+    builds="O(n²) measured; tiled (flash-style) attention; SDPA backends; KV cache; tensor parallelism (two all-reduces per block); data-parallel training of the course GPT; scale measured: GPT size sweeps on text (where the data set the floor) and on fresh text of a generated language of known entropy (the distance from the floor as a power law, with a bootstrap interval), loss vs parameters and vs compute on log-log axes",
+    gpu=GpuEstimate(minutes=8.0, memory_gb=12.0),
 )

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
+from course_utils.checks import mistakes
 from course_utils.checks._common import (
     FUSED_ATTENTION_OPS,
     AllocationTracker,
@@ -261,10 +262,9 @@ TILED_MISTAKES = [
         "range(0, S, block_size) and slice k[..., start:start + block_size, :]",
         tiled_variant(drop_last=True),
     ),
-    Mistake(
-        "missing 1/sqrt(d_k) scaling",
-        "scale each block's scores by 1/sqrt(d_k) = 1/sqrt(q.shape[-1])",
+    mistakes.MISSING_SCALE(
         tiled_variant(scaled=False),
+        hint="scale each block's scores by 1/sqrt(d_k) = 1/sqrt(q.shape[-1])",
     ),
     Mistake(
         "causal mask built from block-local indices",
@@ -292,10 +292,13 @@ TILED = Exercise(
     mistakes=TILED_MISTAKES,
     compare=_tiled_compare,
     forbids=FUSED_ATTENTION_OPS,
-    hint="keep three running quantities per query over the key blocks: the largest score "
-    "seen so far, the softmax denominator and the weighted sum of values; when a block raises "
-    "the maximum, rescale the old denominator and sum by exp(old max - new max) before adding "
-    "the block's share; divide the sum by the denominator only at the end",
+    hint=(
+        "Run your tiling with one block (block_size >= S): it must equal plain attention. Then "
+        "use two blocks on a row whose largest score sits in the second block, and print the "
+        "running maximum, denominator and sum after each block: what must happen to the first "
+        "block's share when the maximum grows? With causal=True, which keys of a block may each "
+        "query see?"
+    ),
 )
 
 
@@ -430,10 +433,9 @@ MISTAKES = [
         "aligns the query with the FIRST key and hides all the others)",
         _top_left_causal,
     ),
-    Mistake(
-        "missing 1/sqrt(d_k) scaling",
-        "divide the scores q @ K^T by sqrt(Dk) = sqrt(W_k.shape[1]) before the softmax",
+    mistakes.MISSING_SCALE(
         _no_scaling,
+        hint="divide the scores q @ K^T by sqrt(Dk) = sqrt(W_k.shape[1]) before the softmax",
     ),
     Mistake(
         "new key projected with W_q",
@@ -573,10 +575,12 @@ KV_CACHE = Exercise(
     call=call,
     mistakes=MISTAKES,
     compare=compare,
-    hint="project the new token to its query, key and value; append the key and the value "
-    "to the caches along the sequence dimension (so they hold S + 1 positions); the new token "
-    "attends, scaled by sqrt(Dk), to every cached position including itself; return the "
-    "output and both grown caches",
+    hint=(
+        "Decode three tokens one by one and compare with full causal attention over the three: do"
+        " they agree at every step? Print the caches' shapes before and after a step: did they "
+        "grow by one position along the sequence axis? Which positions may the new token attend, "
+        "and which width sets the scale?"
+    ),
 )
 
 EXERCISES = [TILED, KV_CACHE]

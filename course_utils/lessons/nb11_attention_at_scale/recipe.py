@@ -771,12 +771,14 @@ if __name__ == "__main__":
 def gpu_summary() -> str:
     """What this notebook runs in the ``gpu`` profile, in words, from the gpu row of its table
     (``course doctor`` prints it beside the estimate)."""
+    from course_utils.lessons.nb11_attention_at_scale.known_entropy import SIZES as KNOWN
     from course_utils.lessons.nb11_attention_at_scale.scaling_sweep import SIZES as SWEEPS
 
-    s, sweep = SIZES.gpu, SWEEPS.gpu
+    s, sweep, known = SIZES.gpu, SWEEPS.gpu, KNOWN.gpu
     big = sweep.sizes[-1]
     return (
         f"attention sweep to n = {max(s.lengths)} (adapts to memory), backends up to "
         f"n = {max(s.backend_lengths)}, KV cache ({s.gen_tokens} tokens), DDP; scaling sweep of "
-        f"{len(sweep.sizes)} GPTs up to {big[0]}x{big[1]} on {sweep.tokens / 1e6:g}M tokens each"
+        f"{len(sweep.sizes)} GPTs up to {big[0]}x{big[1]} on {sweep.tokens / 1e6:g}M tokens each, "
+        f"and {len(known.sizes)} sizes x {len(known.seeds)} seeds on fresh generated text"
     )

@@ -10,10 +10,14 @@ is a property of those tensors, computed on the trusted side:
 - ``13.2`` causality: changing the token at ``p`` leaves every logit before ``p`` exactly as it
   was, and changes logits after ``p`` (the prediction uses the past);
 - ``13.3`` positions: shuffling the context before ``t`` (the token at ``t`` kept) changes the
-  prediction at ``t``: a bag of tokens cannot tell the orders apart;
+  prediction at ``t`` (a bag of tokens cannot tell the orders apart), and swapping two
+  neighbours late in the context moves it about as much as swapping two early ones (a model
+  with no position encoding knows order only by counting, which fades like 1 / position);
 - ``13.4`` it learns: the course's loop (notebook 08's recipe of the profile) trains it on the
   corpus; its validation loss must come within :data:`~.recipe.BAR_MARGIN` of the course's own
-  GPT trained the same way on the same text;
+  GPT trained the same way on the same text. Only a causal model within the budget is trained
+  (13.2's leak test and 13.1's count run first): a model that sees the token it must predict
+  copies it, and a bigger one buys its loss with parameters; either loss means nothing;
 - ``13.5`` it generates: the course's sampler (context cropped to ``block_size``) writes
   ``block_size + 8`` new tokens, all valid ids;
 - ``13.6`` written by you: every weight the forward uses is registered (the optimizer sees it).
@@ -44,6 +48,7 @@ from course_utils.modeling import layers as course_layers
 from course_utils.modeling.models.gpt import GPT
 
 NOTEBOOK = LESSON.filename
+MEASURED = " (measured: "  # where a problem's own numbers begin (see _verdict)
 TOL = 1e-5  # relative to the largest logit: float32 rounding is ~1e-7, a real effect far more
 
 # The finished pieces a capstone may not call: the library's Transformer and attention
@@ -121,11 +126,12 @@ def _logits(model: nn.Module, ids: Tensor) -> Tensor:
 def _verdict(problems: Callable[[Case, Outputs], list[str]]):
     """A compare from a property list: ``problems(case, outputs)`` says what is wrong with
     one run. The candidate agrees with a run (the reference's, or a mistake's) when both have
-    the same problems; the message is the candidate's."""
+    the same problems (a problem's text up to :data:`MEASURED`, where its own numbers begin,
+    so a student's model is named by the mistake it shares); the message is the candidate's."""
 
     def compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
         mine, theirs = problems(case, got), problems(case, expected)
-        if mine == theirs:
+        if [m.split(MEASURED)[0] for m in mine] == [t.split(MEASURED)[0] for t in theirs]:
             return None
         return f"case '{case.name}': " + "; ".join(mine or ["behaves unlike the reference"])
 
@@ -381,20 +387,98 @@ CAUSAL = _exercise(
 
 # ============================================================================ 13.3 positions
 
+# Position information that fades with distance from the start is what a causal model gets from
+# its mask alone: with no position encoding, attention at every layer is a weighted average over
+# a *set* of earlier states, and the only thing the mask adds is how many there are. Swapping the
+# neighbours at i and i + 1 then changes one prefix's mix of tokens, by about 1 / (i + 1): the
+# effect on a later prediction falls like 1 / i, at any depth and with any weights (a 2- or
+# 4-layer position-less model measures ~0.15 at block 32, its 1 / i estimate 4 / 27). With
+# positions (learned, sinusoidal, RoPE) a late swap moves it about as much as an early one
+# (0.75-1.2 measured). A model passes when the late swap moves it at least this fraction of
+# the early swap's effect:
+FADE_MIN = 0.4
+EARLY = 3  # the early swap: positions 3 and 4; the late one: T - 6 and T - 5; read at T - 1
+N_SWAP_SEQUENCES = 8
+
+
+def _swaps(g: torch.Generator, V: int, T: int) -> Tensor:
+    """(3, B, T): random ids, the same with positions EARLY, EARLY + 1 swapped, and with
+    T - 6, T - 5 swapped (each pair drawn distinct, so a swap always changes the sequence)."""
+    base = torch.randint(0, V, (N_SWAP_SEQUENCES, T), generator=g)
+    for i in (EARLY, T - 6):
+        base[:, i + 1] = (base[:, i] + torch.randint(1, V, (len(base),), generator=g)) % V
+    out = [base]
+    for i in (EARLY, T - 6):
+        swapped = base.clone()
+        swapped[:, [i, i + 1]] = base[:, [i + 1, i]]
+        out.append(swapped)
+    return torch.stack(out)
+
 
 def _position_cases(seed: int) -> list[Case]:
     g = generator(seed)
-    cases = []
-    for name in ("shuffled context, last position", "shuffled context, middle position"):
-        i = _sizes(g)
-        V, T = i["vocab_size"], i["block_size"]
-        t = T - 1 if "last" in name else T // 2
-        base = torch.randint(0, V, (2, T), generator=g)
-        shuffled = base.clone()
-        shuffled[:, :t] = base[:, torch.randperm(t, generator=g)]
-        ids = torch.stack([base, shuffled])
-        cases.append(Case(name, {**i, "t": t, "ids": ids}))
-    return cases
+    i = _sizes(g)
+    V, T = i["vocab_size"], i["block_size"]
+    base = torch.randint(0, V, (2, T), generator=g)
+    shuffled = base.clone()
+    shuffled[:, : T - 1] = base[:, torch.randperm(T - 1, generator=g)]
+    j = _sizes(g)
+    return [
+        Case(
+            "shuffled context, last position",
+            {**i, "t": T - 1, "ids": torch.stack([base, shuffled])},
+        ),
+        Case(
+            "neighbours swapped near the start and near the end",
+            {**j, "t": j["block_size"] - 1, "ids": _swaps(g, j["vocab_size"], j["block_size"])},
+        ),
+    ]
+
+
+# torch layers whose reset_parameters is PyTorch's default initialisation (a student's own
+# module may define a reset_parameters of its own: its matrices are drawn as bare parameters)
+_STANDARD_LAYERS = (nn.Linear, nn.Embedding, nn.LayerNorm, nn.Conv1d, nn.Bilinear)
+if hasattr(nn, "RMSNorm"):
+    _STANDARD_LAYERS += (nn.RMSNorm,)
+
+
+def _redraw(model: nn.Module, seed: int) -> nn.Module:
+    """The same architecture with standard weights: every torch layer's ``reset_parameters``
+    (PyTorch's default initialisation), then every other matrix (a bare ``nn.Parameter``)
+    drawn N(0, 1 / its last dimension). A small initialisation (std 0.02, as nanoGPT) makes
+    attention nearly uniform at step 0, which hides what a relative encoding such as RoPE
+    adds; the architecture, not the first weights, is what 13.3 asks about."""
+    torch.manual_seed(seed)
+    covered = set()
+    for module in model.modules():
+        reset = getattr(module, "reset_parameters", None)
+        if isinstance(module, _STANDARD_LAYERS) and callable(reset):
+            reset()
+            covered.update(id(p) for p in module.parameters(recurse=False))
+    with torch.no_grad():
+        for p in model.parameters():
+            if id(p) not in covered and p.dim() >= 2:
+                p.normal_(0.0, p.shape[-1] ** -0.5)
+    return model
+
+
+def _position_call(candidate, case: Case) -> Outputs:
+    """The logits on every sequence of the case, with the model's own weights and, for the
+    swap case, again with redrawn weights (:func:`_redraw`): (N, B, T, V) each."""
+    out = _many_logits(candidate, case)
+    if "neighbours" in case.name:
+        model = _redraw(_build(candidate, case.inputs), int(case.inputs["seed"]))
+        ids = case.inputs["ids"]
+        with torch.no_grad():
+            logits = _logits(model, ids.reshape(-1, ids.shape[-1]))
+        out["redrawn"] = logits.reshape(*ids.shape, -1).float()
+    return out
+
+
+def _swap_effects(L: Tensor, t: int) -> tuple[float, float]:
+    """The mean (over sequences) largest change of the logits at t: early swap, late swap."""
+    early, late = ((L[k, :, t] - L[0, :, t]).abs().amax(-1).mean() for k in (1, 2))
+    return float(early), float(late)
 
 
 def _position_problems(case: Case, out: Outputs) -> list[str]:
@@ -403,14 +487,34 @@ def _position_problems(case: Case, out: Outputs) -> list[str]:
         return [f"logits of shape {tuple(L.shape[1:])} per batch: see check 13.1 first"]
     t = int(case.inputs["t"])
     tol = TOL * float(L[0].abs().max()) + 1e-12
-    change = float((L[1, :, t] - L[0, :, t]).abs().max())
-    if change <= tol:
-        return [
-            f"shuffling the {t} tokens before position {t} (the token at {t} kept) left the "
-            f"prediction at {t} unchanged (largest change {change:.2g}): the model sees a bag "
-            "of tokens, not a sequence. See it: model(x)[:, t] for x and a shuffled x"
-        ]
-    return []
+    if "neighbours" not in case.name:
+        change = float((L[1, :, t] - L[0, :, t]).abs().max())
+        if change <= tol:
+            return [
+                f"shuffling the {t} tokens before position {t} (the token at {t} kept) left the "
+                f"prediction at {t} unchanged: the model sees a bag of tokens, not a sequence. "
+                f"See it: model(x)[:, t] for x and a shuffled x{MEASURED}largest change "
+                f"{change:.2g})"
+            ]
+        return []
+    fades = []
+    for key in ("logits", "redrawn"):
+        early, late = _swap_effects(out[key].double(), t)
+        if early <= tol:
+            return []  # no order effect at all: the shuffle case says so
+        fades.append(late / early)
+    if max(fades) >= FADE_MIN:
+        return []
+    T = int(case.inputs["block_size"])
+    return [
+        f"swapping the neighbours at {T - 6} and {T - 5} moves the prediction at {t} far less "
+        f"than swapping those at {EARLY} and {EARLY + 1}: the model knows the order only by "
+        "counting how many tokens the causal mask lets it see, which fades like 1 / position. "
+        "That is a model with no position information; add positions (notebook 04: learned, "
+        "sinusoidal or rotary). See it: the change of model(x)[:, -1] when two neighbours swap, "
+        f"early and late{MEASURED}late / early = {fades[0]:.2f} with your weights, "
+        f"{fades[1]:.2f} with standard ones; a model with positions gives at least {FADE_MIN})"
+    ]
 
 
 POSITIONS = _exercise(
@@ -418,7 +522,7 @@ POSITIONS = _exercise(
     "positions: the order of the context changes the prediction",
     2,
     make_cases=_position_cases,
-    call=_many_logits,
+    call=_position_call,
     compare=_verdict(_position_problems),
     mistakes=(
         Mistake(
@@ -426,6 +530,13 @@ POSITIONS = _exercise(
             "averaging the context forgets its order: attention with position information "
             "(notebook 04) lets each position weigh each earlier one differently",
             _mistake_model("bag"),
+        ),
+        Mistake(
+            "no position information (the causal mask alone)",
+            "token embeddings alone make every attention a weighted average over a set; a "
+            "deep model can count how many tokens it sees, and nothing more: add a position "
+            "embedding or rotate queries and keys by position (notebook 04)",
+            _mistake_model("no_positions"),
         ),
     ),
 )
@@ -439,23 +550,45 @@ def _learn_cases(seed: int) -> list[Case]:
     return [
         Case(
             f"{cap.steps} steps of the course's loop on the corpus",
-            {"seed": int(seed), "block_size": cap.block_size, "steps": cap.steps},
+            {
+                "seed": int(seed),
+                "block_size": cap.block_size,
+                "steps": cap.steps,
+                "max_params": cap.max_params,
+            },
         )
     ]
 
 
 def _learn_call(candidate, case: Case) -> Outputs:
+    """Trains the candidate only when it is causal (13.2's first case) and within the budget:
+    otherwise its loss would mean nothing (it can copy the answer, or it bought its loss with
+    parameters the brief does not allow) and the run is not spent."""
     i = case.inputs
+    leak = _causal_cases(int(i["seed"]))[0]
+    out = {
+        "causal": _many_logits(candidate, leak)["logits"],
+        "n_params": torch.tensor(0),
+        "is_bar": torch.tensor(candidate is CourseMakeModel),  # the reference's run: the bar
+    }
+    nan = torch.tensor(float("nan"))
+    untrained = {"init": nan, "val": nan, "vocab_size": torch.tensor(0), "seconds": nan}
+    if _leaks(leak, out["causal"]):
+        return {**out, **untrained}
     data = rc.load_dataset()
+    torch.manual_seed(int(i["seed"]))
+    model = candidate(data.vocab_size, int(i["block_size"]))
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"make_model returned a {type(model).__name__}, not an nn.Module")
+    out["n_params"] = torch.tensor(rc.count_params(model))
+    if int(out["n_params"]) > int(i["max_params"]):
+        return {**out, **untrained}
     if candidate is CourseMakeModel:  # the bar: trained once per process (trusted code)
         res = rc.course_run(int(i["seed"]), int(i["steps"]))
     else:
-        torch.manual_seed(int(i["seed"]))
-        model = candidate(data.vocab_size, int(i["block_size"]))
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"make_model returned a {type(model).__name__}, not an nn.Module")
         res = rc.train_lm(model, data, seed=int(i["seed"]), steps=int(i["steps"]))
     return {
+        **out,
         "init": torch.tensor(res.init),
         "val": torch.tensor(res.val),
         "vocab_size": torch.tensor(data.vocab_size),
@@ -463,8 +596,40 @@ def _learn_call(candidate, case: Case) -> Outputs:
     }
 
 
+MISTAKE_MATCH = 0.1  # nats/char: a failing loss this close to a mistake's is named after it
+
+
+def _leaks(case: Case, logits: Tensor) -> list[str]:
+    """13.2's problems that are leaks of the future (not the 'ignores the past' one)."""
+    problems = _causal_problems(case, {"logits": logits})
+    return [p for p in problems if "ignores the earlier tokens" not in p]
+
+
 def _learn_compare(case: Case, got: Outputs, expected: Outputs) -> str | None:
-    mine, bar = float(got["val"]), float(expected["val"]) + rc.BAR_MARGIN
+    leak_case = _causal_cases(int(case.inputs["seed"]))[0]
+    leak = _leaks(leak_case, got["causal"])
+    if leak:
+        if _leaks(leak_case, expected["causal"]):
+            return None  # a leaking mistake: the candidate agrees with it
+        return (
+            f"case '{case.name}': not trained: the model sees the future ({leak[0]}). A model "
+            "that reads the token it must predict reaches a low validation loss by copying it, "
+            "so 13.4 is awarded only to a causal model: fix check 13.2 first"
+        )
+    n, cap = int(got["n_params"]), int(case.inputs["max_params"])
+    if n > cap:
+        if int(expected["n_params"]) > cap:
+            return None  # an over-budget mistake: the candidate agrees with it
+        return (
+            f"case '{case.name}': not trained: {n:,} parameters, over this profile's budget of "
+            f"{cap:,} (check 13.1). More parameters buy a lower loss, so 13.4 trains only a "
+            "model within the budget"
+        )
+    mine = float(got["val"])
+    if not bool(expected["is_bar"]):  # a mistake's run: the candidate agrees when it is as bad
+        theirs = float(expected["val"])
+        return None if abs(mine - theirs) <= MISTAKE_MATCH else "a different loss"
+    bar = float(expected["val"]) + rc.BAR_MARGIN
     if math.isfinite(mine) and mine <= bar:
         return None
     V = int(got["vocab_size"])
@@ -486,10 +651,22 @@ LEARN = _exercise(
     compare=_learn_compare,
     mistakes=(
         Mistake(
-            "the context is not used (a one-token model)",
-            "a loss in this range is what a model that sees only the current character "
-            "reaches: make sure attention brings the earlier characters in",
-            _mistake_model("bigram"),
+            "the model sees the future",
+            "13.4 trains only a causal model: the causal mask must hide every later token "
+            "(check 13.2 says where it leaks)",
+            _mistake_model("off_by_one"),
+        ),
+        Mistake(
+            "over the parameter budget",
+            "13.4 trains only a model within the budget: make it narrower or shallower (check "
+            "13.1 counts the parameters)",
+            _mistake_model("wide"),
+        ),
+        Mistake(
+            "a bag of tokens",
+            "a loss in this range is what a model that averages its context reaches: it "
+            "knows which characters came before, not in which order (see check 13.3)",
+            _mistake_model("bag"),
         ),
         Mistake(
             "the ids are not used",

@@ -5,19 +5,24 @@ from __future__ import annotations
 from course_utils.checks.questions import Misconception, Question
 from course_utils.lessons.nb01_rnn_bottleneck import LESSON
 
-# 01.Q1 is predicted before the hidden-size sweep runs and answered after it; 01.Q2 reads the
-# linear probe's table. The right statements are the claims the notebook asserts in every
-# profile (``backed_by``); each distractor contradicts one of them.
+# 01.Q1 is predicted before the hidden-size sweep runs and answered after the control (section
+# 9): which of the two look-alike remedies did more, a bigger c or more steps? Every option
+# but (c) agrees with the notebook's thesis (the longest sentences stay out of reach), so the
+# thesis gives nothing away; the student compares two numbers of their run (the sweep's
+# largest H, "overall", and the control's "all" row). The notebook's thesis even points the
+# wrong way: a reader who believes "c is the bottleneck" expects the bigger c to win. 01.Q2
+# reads the linear probe's table. The right statements are the claims the notebook asserts in
+# every profile (``backed_by``); each distractor contradicts one of them.
 
-_SWEEP_CHOICES = {
-    "a": "A bigger c gets more sentences right overall, but on the longest sentences exact "
-    "match stays below 10% at every size.",
-    "b": "A bigger c gets more sentences right overall, and with the largest c the longest "
-    "sentences climb towards the short ones' level.",
-    "c": "Nothing changes overall or on the longest sentences: with the same data and steps, a "
-    "bigger model cannot learn more.",
-    "d": "Little changes overall, but the longest sentences gain the most: the extra room goes "
-    "first to the inputs with most words to store.",
+_REMEDY_CHOICES = {
+    "a": "The largest c raised exact match on all lengths more than the extra steps did; "
+    "neither brought the longest bucket above 25%.",
+    "b": "The extra steps raised exact match on all lengths more than the largest c did; "
+    "neither brought the longest bucket above 25%.",
+    "c": "The extra steps raised exact match on all lengths more than the largest c did, and "
+    "brought the longest bucket above 25% too.",
+    "d": "Neither raised exact match on all lengths by more than a few points: with this data "
+    "the model had learned what it could.",
 }
 
 _PROBE_CHOICES = {
@@ -34,40 +39,40 @@ _PROBE_CHOICES = {
 QUESTIONS = [
     Question(
         id="01.Q1",
-        title="Does a bigger c fix the long sentences?",
+        title="A bigger c or more steps?",
         points=2,
         notebook=LESSON.filename,
-        prompt="Same data, same steps, same seed, one model per hidden size: what does a "
-        "bigger context vector c do to exact match on the longest sentences?",
-        evidence="the sweep table (one row per hidden size, the last column of buckets is the "
-        "longest sentences) and its plots",
-        choices=_SWEEP_CHOICES,
-        correct="a",
+        prompt="The sweep trained bigger c's with the same steps; the control trained the main "
+        "model with several times the steps. Which did more for exact match on all lengths "
+        "together, and what did either do for the longest sentences?",
+        evidence="the sweep table's last column (all lengths, one row per hidden size) and the "
+        "control's table (its 'all' row and its longest bucket), or the line under them",
+        choices=_REMEDY_CHOICES,
+        correct="b",
         misconceptions=(
             Misconception(
-                "b",
-                "the bottleneck is only a matter of capacity",
-                "Read the longest bucket's column of the sweep table from the smallest H to "
-                "the largest, and compare it with the shortest bucket's column.",
+                "a",
+                "the bottleneck is the size of c alone: only a bigger c helps",
+                "Compare two numbers of your run: the 'overall' exact match of the largest H in "
+                "the sweep table, and the control's exact match on all lengths (its 'all' row).",
             ),
             Misconception(
                 "c",
-                "at a fixed budget, a bigger model cannot learn more",
-                'Compare the "overall" column of the sweep table between the smallest and the '
-                "largest H.",
+                "the long sentences fail only because the model is under-trained",
+                "Read the longest bucket's row of the control's table: how far did several "
+                "times the steps move its exact match?",
             ),
             Misconception(
                 "d",
-                "extra room goes to the inputs that need it most",
-                "For each bucket column of the sweep table, subtract the smallest H's score from "
-                "the largest H's: in which bucket is the gain largest, and how far did the "
-                "longest bucket move?",
+                "a model whose training loss has flattened has learned all it can",
+                "Compare the 'overall' column of the sweep table from the smallest H to the "
+                "largest, and the main model's 'all' row with the control's.",
             ),
         ),
         backed_by=(
-            "at every hidden size the longest bucket stays below 10% exact match",
-            "a larger c gets more sentences right overall: the largest hidden size beats the "
-            "smallest on all lengths together",
+            "more steps did more than a bigger c: the control's exact match on all lengths "
+            "together beats the largest hidden size's",
+            "neither a bigger c nor more steps brings the longest bucket above 25% exact match",
         ),
     ),
     Question(

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.modeling.models.gpt import GPT, GPTConfig
+from course_utils.modeling.module_state import eval_mode
 from course_utils.runtime.profiles import ProfileTable
 from course_utils.scaling import fit_power_law, fit_power_law_with_floor, local_slopes
 
@@ -285,10 +286,8 @@ def expected_loss(
 ) -> tuple[float, float]:
     """``(loss, excess)``: the mean of ``-sum_y P(y|s_t) log Q(y|x_<=t)`` over positions whose
     context is complete, and its mean excess over ``H(P(.|s_t))`` (the KL divergence)."""
-    was = model.training
-    model.eval()
-    logits, _ = model(tokens)
-    model.train(was)
+    with eval_mode(model):
+        logits, _ = model(tokens)
     logq = F.log_softmax(logits.double(), -1)  # (B, T, V)
     valid = contexts >= 0
     p = source.table.to(logq.device)[contexts.clamp_min(0)]  # (B, T, V)

@@ -39,6 +39,7 @@ without its last column, and the loss the mean cross-entropy over the real (non-
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -715,67 +716,89 @@ def _finish_steps(tokens: Tensor, max_len: int, eos: int) -> list[int]:
     return out
 
 
-def _decode_cases(seed: int) -> list[Case]:
-    g = generator(seed)
-
-    def case(name: str, B: int, V_tgt: int, max_len: int) -> Case:
-        V_src = size(g, 6, 9)
-        cfg = {
-            "src_vocab": V_src,
-            "tgt_vocab": V_tgt,
-            "d_model": 8,
-            "n_heads": 2,
-            "n_layers": 1,
-            "d_ff": 16,
-            "max_len": 32,
-        }
-        S = size(g, 4, 7)
-        lengths = torch.randint(2, S + 1, (B,), generator=g)
-        lengths[0] = S
-        src = torch.randint(3, V_src, (B, S), generator=g)
-        src = src.masked_fill(torch.arange(S)[None, :] >= lengths[:, None], 0)
-        # A model (seeded weights) and an EOS bias under which rows end at different steps:
-        # some early, some late, ideally one never. Try a few models until one qualifies.
-        best_score, best_model = -1, None
-        for _ in range(8):
-            model_seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g))
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(model_seed)
-                model = EncoderDecoderTransformer(
-                    V_src, V_tgt, **{k: cfg[k] for k in _MODEL_KEYS[2:]}
-                )
-            model = model.double().eval()
+def _decode_case(g: torch.Generator, name: str, B: int, V_tgt: int, max_len: int) -> Case:
+    """One 10.3 case: a seeded model whose rows end at different steps, a padded batch."""
+    V_src = size(g, 6, 9)
+    cfg = {
+        "src_vocab": V_src,
+        "tgt_vocab": V_tgt,
+        "d_model": 8,
+        "n_heads": 2,
+        "n_layers": 1,
+        "d_ff": 16,
+        "max_len": 32,
+    }
+    S = size(g, 4, 7)
+    lengths = torch.randint(2, S + 1, (B,), generator=g)
+    lengths[0] = S
+    src = torch.randint(3, V_src, (B, S), generator=g)
+    src = src.masked_fill(torch.arange(S)[None, :] >= lengths[:, None], 0)
+    # A model (seeded weights) and an EOS bias under which rows end at different steps:
+    # some early, some late, ideally one never. Try a few models until one qualifies.
+    best_score, best_model = -1, None
+    for _ in range(8):
+        model_seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(model_seed)
+            model = EncoderDecoderTransformer(V_src, V_tgt, **{k: cfg[k] for k in _MODEL_KEYS[2:]})
+        model = model.double().eval()
+        with torch.no_grad():
+            model.generator.weight.mul_(3.0)  # confident argmax: no near-ties
+            model.generator.bias[[model.pad_id, model.bos_id]] = -20.0  # never predicted
+            base = model.generator.bias.clone()
+        for bias in torch.arange(-3.0, 3.01, 0.5).tolist():
             with torch.no_grad():
-                model.generator.weight.mul_(3.0)  # confident argmax: no near-ties
-                model.generator.bias[[model.pad_id, model.bos_id]] = -20.0  # never predicted
-                base = model.generator.bias.clone()
-            for bias in torch.arange(-3.0, 3.01, 0.5).tolist():
-                with torch.no_grad():
-                    model.generator.bias.copy_(base)
-                    model.generator.bias[model.eos_id] += bias
-                steps = _finish_steps(
-                    model.greedy_decode(src, lengths, max_len)[0], max_len, model.eos_id
-                )
-                if min(steps) > max_len:
-                    continue
-                score = len(set(steps)) + (min(steps) > 1) + (max(steps) > max_len)
-                if score > best_score:
-                    best_score, best_model = score, weights_of(model)
-            if best_score >= min(B, 4):
-                break
-        if best_model is None:  # no EOS anywhere: still a valid (if easier) case
-            best_model = weights_of(model)
-        return Case(
-            name,
-            {**cfg, "src": src, "src_lengths": lengths, "max_len_decode": max_len, **best_model},
-        )
+                model.generator.bias.copy_(base)
+                model.generator.bias[model.eos_id] += bias
+            steps = _finish_steps(
+                model.greedy_decode(src, lengths, max_len)[0], max_len, model.eos_id
+            )
+            if min(steps) > max_len:
+                continue
+            score = len(set(steps)) + (min(steps) > 1) + (max(steps) > max_len)
+            if score > best_score:
+                best_score, best_model = score, weights_of(model)
+        if best_score >= min(B, 4):
+            break
+    if best_model is None:  # no EOS anywhere: still a valid (if easier) case
+        best_model = weights_of(model)
+    return Case(
+        name,
+        {**cfg, "src": src, "src_lengths": lengths, "max_len_decode": max_len, **best_model},
+    )
 
-    # Case 1 has B == tgt_vocab, so an argmax over the batch dimension runs (and is named).
+
+_PADDING_CASE_NAME = "batch of 6, padding that changes the words"
+
+
+@functools.lru_cache(maxsize=1)
+def _padding_case_seed() -> int:
+    """The first generator seed whose case decodes differently when the source padding mask is
+    ignored (found once, then fixed: that mistake fails at every grading seed)."""
+    for seed in range(90_000, 90_200):
+        case = _decode_case(generator(seed), _PADDING_CASE_NAME, 6, 6, 8)
+        i = case.inputs
+        model = _build_seq2seq(i)
+        args = (model, i["src"], i["src_lengths"], int(i["max_len_decode"]))
+        with torch.no_grad():
+            if not torch.equal(_greedy(*args), _greedy(*args, use_mask=False)):
+                return seed
+    raise RuntimeError("no 10.3 case where the source padding mask changes the output")
+
+
+def _decode_cases(seed: int) -> list[Case]:
+    """The fixed padding case first (it separates "source padding mask ignored" at every seed),
+    then four cases drawn from ``seed``."""
+    g = generator(seed)
+    fixed = _decode_case(generator(_padding_case_seed()), _PADDING_CASE_NAME, 6, 6, 8)
+    # Case 1 of each draw has B == tgt_vocab, so an argmax over the batch dimension runs (and
+    # is named); so does the fixed case.
     return [
-        case("batch of 6, rows ending at different steps", 6, 6, 8),
-        case("batch of 4, larger vocabulary", 4, 9, 10),
-        case("one sentence", 1, 7, 6),
-        case("batch of 3, max_len 3", 3, 8, 3),
+        fixed,
+        _decode_case(g, "batch of 6, rows ending at different steps", 6, 6, 8),
+        _decode_case(g, "batch of 4, larger vocabulary", 4, 9, 10),
+        _decode_case(g, "one sentence", 1, 7, 6),
+        _decode_case(g, "batch of 3, max_len 3", 3, 8, 3),
     ]
 
 

@@ -19,10 +19,10 @@ SCALING_EXPONENT = Question(
         "a": "Yes: the local slopes between neighbouring sizes stay within a factor 1.5 of one "
         "another, so one exponent describes the whole range.",
         "b": "No: the local slope between the two largest sizes is less than half the slope "
-        "between the two smallest, and the curve with a floor fits far better: the loss bends "
-        "towards a floor set by this token budget.",
-        "c": "No: the local slope grows with N, so every tenfold increase in size buys more than "
-        "the one before.",
+        "between the two smallest, and the fit with a floor has a far smaller squared error.",
+        "c": "No: the local slope between the two largest sizes is more than twice the slope "
+        "between the two smallest, so every tenfold increase in size buys more than the one "
+        "before.",
         "d": "No: the loss stops falling; the largest model does no better than the smallest.",
     },
     correct="b",

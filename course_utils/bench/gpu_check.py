@@ -36,7 +36,7 @@ from typing import Any
 from course_utils.lessons.nb08_gpt.recipe import GPU_VAL_BAR
 
 STAGES = ("doctor", "paths", "notebooks", "gpt-bar", "bench")
-BUDGET_S = {"doctor": 10, "paths": 60, "notebooks": 180, "gpt-bar": 200, "bench": 60}
+BUDGET_S = {"doctor": 10, "paths": 60, "notebooks": 180, "gpt-bar": 200, "bench": 100}
 # --card t4: Colab's / Kaggle's T4 (16 GB, fp16 + GradScaler, no bf16). Its budgets are an
 # ESTIMATE until the check runs on one: the data-centre budgets times the ratio of peak
 # throughput (T4: 65 TFLOPS fp16, 320 GB/s; A100: 312 TFLOPS bf16, 1555 GB/s; about 5x).
@@ -63,6 +63,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=60, help="training steps in the smoke runs")
     p.add_argument(
         "--bar-steps", type=int, default=None, help="GPT bar steps (default: the recipe's)"
+    )
+    p.add_argument(
+        "--nb-timeout",
+        type=int,
+        default=180,
+        help="seconds one notebook may run in the notebooks stage before it is a failed row",
     )
     p.add_argument("--data", default=None, help="tinyshakespeare.txt (default: the data cache)")
     p.add_argument("--solutions", default="solutions", help="folder of the solution notebooks")
@@ -179,7 +185,7 @@ def stage_notebooks(opts: argparse.Namespace) -> dict[str, Any]:
         env["COURSE_DEVICE"] = opts.device
     with _environ(env):
         for path in paths:
-            seconds, status = time_notebook(path, profile=opts.profile)
+            seconds, status = time_notebook(path, timeout=opts.nb_timeout, profile=opts.profile)
             rows.append({"notebook": path.stem, "seconds": round(seconds, 1), "status": status})
             print(f"  {path.stem}: {seconds:.1f} s ({status})", flush=True)
     return {"rows": rows, "all_ok": all(r["status"] == "ok" for r in rows)}
@@ -248,8 +254,12 @@ def _environ(values: dict[str, str]):
 # ----------------------------------------------------------------------------- driver
 
 
-def run(opts: argparse.Namespace) -> dict[str, Any]:
-    """Run the chosen stages under the profile; returns the report (also written to OUT)."""
+def run(
+    opts: argparse.Namespace, after_stage: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """Run the chosen stages under the profile; returns the report. ``after_stage(report)`` is
+    called after each stage, so a run stopped part-way (a lease's time limit) still leaves what
+    it measured."""
     from course_utils.bench.common import machine_info
 
     report: dict[str, Any] = {"plan": plan(opts), "stages": {}}
@@ -260,13 +270,16 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
             t0 = time.perf_counter()
             try:
                 result = RUNNERS[name](opts)
-                status = "ok"
+                failed = [r["notebook"] for r in result.get("rows", []) if r["status"] != "ok"]
+                status = f"FAILED: {len(failed)} failed: {', '.join(failed)}" if failed else "ok"
             except Exception as exc:  # a failing stage is a row in the report
                 result = {"error": traceback.format_exc(limit=8)}
                 status = f"FAILED: {type(exc).__name__}: {str(exc).strip()[:120]}"
             seconds = time.perf_counter() - t0
             report["stages"][name] = {"status": status, "seconds": seconds, **result}
             print(f"   {name}: {status} in {seconds:.1f} s", flush=True)
+            if after_stage is not None:
+                after_stage(report)
     return report
 
 
@@ -302,11 +315,15 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     log = io.StringIO()
+
+    def write(report: dict[str, Any]) -> None:
+        (out / "gpu.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+        (out / "gpu.md").write_text(summary_markdown(report))
+        (out / "gpu.txt").write_text(log.getvalue())
+
     with contextlib.redirect_stdout(_Tee(sys.stdout, log)):
-        report = run(opts)
-    (out / "gpu.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
-    (out / "gpu.md").write_text(summary_markdown(report))
-    (out / "gpu.txt").write_text(log.getvalue())
+        report = run(opts, after_stage=write)
+    write(report)
     print(summary_markdown(report))
     failed = any(st["status"] != "ok" for st in report["stages"].values())
     missed = report["stages"].get("gpt-bar", {}).get("met") is False

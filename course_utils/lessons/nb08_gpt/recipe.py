@@ -64,6 +64,9 @@ class Config:
     final_eval_batches: int = 50  # batches per split for the final, more precise estimate
     eval_batch_size: int = 64
     time_budget_s: float | None = None  # stop training after this many seconds (None: steps)
+    # Keep the weights of the best periodic evaluation (nanoGPT's always_save_checkpoint=False
+    # for this corpus: a 10M-parameter model overfits 1M characters, val turns up near the end)
+    keep_best: bool = False
     autocast_dtype: torch.dtype | None = None  # e.g. torch.bfloat16 on a GPU
     device: str | None = None  # None: the profile's device
 
@@ -115,6 +118,7 @@ RECIPES = ProfileTable(
         eval_batches=20,
         final_eval_batches=100,
         eval_batch_size=64,
+        keep_best=True,
         autocast_dtype=torch.bfloat16,
     ),
 )
@@ -210,6 +214,7 @@ class CharGPTHistory(History):
 
     tokens_per_step: int = 0
     final: dict[str, float] = field(default_factory=dict)  # final estimate_loss
+    kept_step: int | None = None  # the evaluation whose weights were kept (Config.keep_best)
 
     @property
     def tokens_seen(self) -> int:
@@ -232,7 +237,13 @@ class CharGPTHistory(History):
             f"({self.train_seconds:.1f} s in optimizer steps, "
             f"{self.tokens_per_second:,.0f} tokens/s); final loss: train "
             f"{self.final.get('train', float('nan')):.3f}, val {self.final_val:.3f} "
-            f"(stopped by {self.stopped_by})"
+            f"(stopped by {self.stopped_by}"
+            + (
+                f"; weights of step {self.kept_step} kept, val's best"
+                if self.kept_step is not None
+                else ""
+            )
+            + ")"
         )
 
 
@@ -283,6 +294,8 @@ def train_char_gpt(
     model.to(device)
     T, B = model.config.block_size, cfg.batch_size
 
+    best: dict[str, Any] = {}  # keep_best: the lowest periodic val, its index and weights
+
     def evaluate(net: GPT) -> dict[str, float]:
         losses = estimate_loss(
             net,
@@ -291,6 +304,10 @@ def train_char_gpt(
             batch_size=cfg.eval_batch_size,
             autocast_dtype=cfg.autocast_dtype,
         )
+        best["calls"] = best.get("calls", 0) + 1
+        if cfg.keep_best and losses["val"] < best.get("val", float("inf")):
+            state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+            best.update(val=losses["val"], index=best["calls"] - 1, state=state)
         return {"train loss (eval)": losses["train"], "val loss": losses["val"]}
 
     history = train(
@@ -315,6 +332,9 @@ def train_char_gpt(
         desc=desc,
     )
     hist = CharGPTHistory(**vars(history), tokens_per_step=B * T)
+    if best.get("index") is not None and best["index"] < best["calls"] - 1:
+        model.load_state_dict(best["state"])  # an earlier evaluation beat the last one
+        hist.kept_step = hist.eval_step[best["index"]]
     hist.final = estimate_loss(
         model,
         ds,

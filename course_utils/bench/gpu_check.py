@@ -25,6 +25,7 @@ import contextlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -169,9 +170,10 @@ def data_parallel_stage(gpus: int) -> dict[str, Any]:
 
 
 def stage_notebooks(opts: argparse.Namespace) -> dict[str, Any]:
-    """Every solution notebook in the profile with training cut to ``--max-steps``."""
+    """Every solution notebook in the profile with training cut to ``--max-steps``, each in its
+    own process under a wall-clock limit of ``--nb-timeout`` seconds (a slow notebook is a
+    failed row, not the end of the check)."""
     from course_utils.authoring.claims import KEEP_GOING_ENV_VAR
-    from course_utils.bench.notebooks import time_notebook
 
     paths = sorted(Path(opts.solutions).glob("[0-9][0-9]_*.ipynb"))
     if not paths:
@@ -185,10 +187,42 @@ def stage_notebooks(opts: argparse.Namespace) -> dict[str, Any]:
         env["COURSE_DEVICE"] = opts.device
     with _environ(env):
         for path in paths:
-            seconds, status = time_notebook(path, timeout=opts.nb_timeout, profile=opts.profile)
+            seconds, status = notebook_in_child(path, opts.profile, opts.nb_timeout)
             rows.append({"notebook": path.stem, "seconds": round(seconds, 1), "status": status})
             print(f"  {path.stem}: {seconds:.1f} s ({status})", flush=True)
     return {"rows": rows, "all_ok": all(r["status"] == "ok" for r in rows)}
+
+
+_CHILD = (
+    "import json, sys\n"
+    "from pathlib import Path\n"
+    "from course_utils.bench.notebooks import time_notebook\n"
+    "s, status = time_notebook(Path(sys.argv[1]), timeout=int(sys.argv[3]), profile=sys.argv[2])\n"
+    "print('GPU-CHECK-ROW ' + json.dumps([s, status]))\n"
+)
+
+
+def notebook_in_child(path: Path, profile: str, timeout_s: int) -> tuple[float, str]:
+    """Seconds and "ok"/the error of one notebook run by :func:`time_notebook` in a child
+    process (its own session, so its kernel goes with it), killed after ``timeout_s``."""
+    t0 = time.perf_counter()
+    cmd = [sys.executable, "-c", _CHILD, str(path), profile, str(timeout_s)]
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return time.perf_counter() - t0, f"timed out after {timeout_s} s (--nb-timeout)"
+    for line in out.splitlines():
+        if line.startswith("GPU-CHECK-ROW "):
+            seconds, status = json.loads(line.removeprefix("GPU-CHECK-ROW "))
+            return float(seconds), str(status)
+    tail = (err.strip().splitlines() or ["no output"])[-1][:120]
+    return time.perf_counter() - t0, f"the child exited {proc.returncode}: {tail}"
 
 
 def stage_gpt_bar(opts: argparse.Namespace) -> dict[str, Any]:

@@ -14,6 +14,7 @@ which is the same table in one line.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 from collections.abc import Iterator
@@ -166,7 +167,10 @@ class ProfileTable(Generic[T]):
     5000
 
     ``current()`` is the active profile's value. No profile falls back to another's: a table
-    missing one is a ``TypeError`` when the module defining it is imported.
+    missing one is a ``TypeError`` when the module defining it is imported. Under
+    ``COURSE_MAX_STEPS`` (the GPU check's smoke runs) a recipe dataclass with an integer
+    ``steps`` field comes back with its steps capped, so training loops that take
+    ``r.steps`` (a student's own loop among them) stop early too.
     """
 
     ci: T
@@ -178,7 +182,7 @@ class ProfileTable(Generic[T]):
         name = profile_name() if name is None else name
         if name not in PROFILES:
             raise ValueError(f"expected profile 'ci', 'cpu' or 'gpu', got {name!r}")
-        return getattr(self, name)
+        return _steps_capped(getattr(self, name))
 
     def current(self) -> T:
         """The active profile's value (:func:`profile_name`)."""
@@ -187,6 +191,22 @@ class ProfileTable(Generic[T]):
     def items(self) -> tuple[tuple[str, T], ...]:
         """``(("ci", value), ("cpu", value), ("gpu", value))``."""
         return tuple((name, getattr(self, name)) for name in PROFILES)
+
+
+def _steps_capped(value: T) -> T:
+    """``value`` with its ``steps`` field capped by :func:`cap_steps` when ``COURSE_MAX_STEPS``
+    is set and ``value`` is a dataclass instance with an integer ``steps``; else ``value``."""
+    steps = getattr(value, "steps", None)
+    if (
+        not os.environ.get(MAX_STEPS_VAR, "").strip()
+        or not dataclasses.is_dataclass(value)
+        or isinstance(value, type)
+        or not isinstance(steps, int)
+        or isinstance(steps, bool)
+    ):
+        return value
+    capped = cap_steps(steps)
+    return value if capped == steps else dataclasses.replace(value, steps=capped)
 
 
 def pick(*, ci: T, cpu: T, gpu: T) -> T:

@@ -387,11 +387,9 @@ def beam_captions(
     beam_size: int,
     alpha: float,
     search: Callable = beam_search,
-    temperature: float = 1.0,
 ) -> torch.Tensor:
     """Beam-search captions (N, T) (PAD after EOS, T = model.max_len - 2) with ``search``
-    (signature of :func:`course_utils.modeling.decoding.beam_search`), one image at a time;
-    ``temperature`` divides the logits first (> 1: a less confident model, same argmax)."""
+    (signature of :func:`course_utils.modeling.decoding.beam_search`), one image at a time."""
     device = devices.model_device(model)
     T = model.max_len - 2
     out = torch.full((images.shape[0], T), PAD, dtype=torch.long)
@@ -402,7 +400,7 @@ def beam_captions(
             def log_probs(prefixes: torch.Tensor, memory=memory) -> torch.Tensor:
                 prefixes = prefixes.to(device)
                 mem = memory.expand(prefixes.shape[0], -1, -1)
-                return (model.decode(prefixes, mem)[:, -1] / temperature).log_softmax(dim=-1)
+                return model.decode(prefixes, mem)[:, -1].log_softmax(dim=-1)
 
             tokens, _ = search(log_probs, BOS, EOS, beam_size, T, alpha)
             tokens = torch.as_tensor(tokens).long().cpu()[:T]

@@ -87,7 +87,7 @@ class Sizes:
     patch: int = 4
     seed: int = 0
     early_step: int = 50  # the checkpoint section 6 decodes beside the trained model
-    beam_scenes: int = 100  # test scenes per split that section 6 decodes
+    beam_scenes: int = 60  # test scenes per split that section 6 decodes
 
 
 SIZES = ProfileTable(

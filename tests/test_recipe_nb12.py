@@ -221,9 +221,7 @@ def test_checkpoints_keep_the_weights_of_their_step(data):
     final, early = nb12.at_checkpoint(run, 4), nb12.at_checkpoint(run, 1)
     for name, p in run.model.state_dict().items():
         assert torch.equal(final.state_dict()[name], p)
-    assert any(
-        not torch.equal(early.state_dict()[k], p) for k, p in run.model.state_dict().items()
-    )
+    assert any(not torch.equal(early.state_dict()[k], p) for k, p in run.model.state_dict().items())
     assert early is not run.model and not early.training
     with pytest.raises(KeyError, match="no checkpoint at step 2"):
         nb12.at_checkpoint(run, 2)

@@ -17,9 +17,9 @@ mean of the patch features) share the data, the sizes and the number of optimize
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
-import copy
 from dataclasses import dataclass, field
 
 import torch
@@ -314,6 +314,7 @@ def train_captioner(
     def keep(step: int, model: nn.Module) -> None:
         if step + 1 in checkpoints:
             kept[step + 1] = copy.deepcopy(model.state_dict())
+
     t0 = time.perf_counter()
     history = train(
         model,
@@ -409,7 +410,9 @@ def beam_captions(
 
 
 @torch.no_grad()
-def caption_log_prob(model: Captioner, images: torch.Tensor, captions: torch.Tensor) -> torch.Tensor:
+def caption_log_prob(
+    model: Captioner, images: torch.Tensor, captions: torch.Tensor
+) -> torch.Tensor:
     """log P(caption | image) under ``model`` for each row: images (N, 1, H, W), captions (N, T)
     (words, EOS, PAD after it) -> (N,), the sum over the words and the EOS (PAD ignored)."""
     device = devices.model_device(model)

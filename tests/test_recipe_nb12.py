@@ -306,3 +306,27 @@ def test_beam_search_changes_the_early_checkpoint_not_the_trained_model_in_ci(ci
         log_p[name] = [nb12.caption_log_prob(model, part.images, c).mean() for c in (beam, greedy)]
     assert changed["early"] > changed["trained"], changed
     assert log_p["early"][0] > log_p["early"][1], log_p
+
+
+def test_the_seed_sweep_measures_every_claim_quantity(monkeypatch):
+    from course_utils.lessons.nb12_image_captioning import seeds
+
+    tiny = replace(
+        nb12.config("ci"),
+        n_train=40,
+        n_test=6,
+        n_test_iid=6,
+        d_model=16,
+        n_heads=2,
+        d_ff=16,
+        steps=3,
+        batch_size=8,
+        warmup=1,
+        early_step=2,
+        beam_scenes=3,
+    )
+    monkeypatch.setattr(nb12, "config", lambda profile=None: tiny)
+    row = seeds.measure("ci", 5)
+    assert row["seed"] == 5 and 0.0 <= row["seen places"] <= 1.0
+    assert all(0 <= n <= 6 for n in row["beam changed (early, trained)"])
+    assert isinstance(row["early: a0 shorter than greedy"], bool)

@@ -8,6 +8,8 @@ measurements.
     run.exact_iid, run.per_word_iid                  # ... and in-distribution test scenes
     attention_on_named_digit(run.model, data.test)   # (share on the named digit, chance)
     beam_captions(run.model, data.test[:50].images, beam_size=4, alpha=0.6)
+    early = at_checkpoint(run, cfg.early_step)       # train_captioner(..., checkpoints=(50,))
+    caption_log_prob(early, images, captions)        # log P of each caption under a model
 
 The two contenders (cross attention to every patch, and the pooled baseline whose memory is the
 mean of the patch features) share the data, the sizes and the number of optimizer steps.
@@ -15,9 +17,10 @@ mean of the patch features) share the data, the sizes and the number of optimize
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +62,8 @@ __all__ = [
     "attention_on_named_digit",
     "beam_captions",
     "captions_differ",
+    "at_checkpoint",
+    "caption_log_prob",
 ]
 
 
@@ -78,12 +83,17 @@ class Sizes:
     lr: float
     warmup: int
     n_test_iid: int = 300  # in-distribution test scenes (the novel ones: n_test)
-    canvas: int = 24
+    canvas: int = 24  # 16: each 8x8 digit fills its cell (no random offset)
     patch: int = 4
     seed: int = 0
+    early_step: int = 50  # the checkpoint section 6 decodes beside the trained model
+    beam_scenes: int = 60  # test scenes per split that section 6 decodes
 
 
 SIZES = ProfileTable(
+    # ci: a smaller, easier picture than cpu's (16 x 16, each digit filling its 8 x 8 cell, 2 x 2
+    # patches of 4 pixels per digit) so that 400 steps learn to read the digits; on cpu's 24 x 24
+    # canvas with offsets, 200-600 steps name digits at chance (evidence-findings.md, CI-4)
     ci=Sizes(
         n_train=1000,
         n_test=150,
@@ -93,11 +103,13 @@ SIZES = ProfileTable(
         dec_layers=1,
         d_ff=96,
         batch_size=32,
-        steps=200,
+        steps=400,
         lr=3e-3,
         warmup=20,
         n_test_iid=150,
-        patch=6,
+        canvas=16,
+        patch=4,
+        beam_scenes=40,
     ),
     cpu=Sizes(
         n_train=3000,
@@ -127,6 +139,8 @@ SIZES = ProfileTable(
         warmup=200,
         n_test_iid=1000,
         patch=6,
+        early_step=200,  # the end of its warm-up (lr 1e-3): not measured on a GPU
+        beam_scenes=200,
     ),
 )
 
@@ -258,6 +272,7 @@ class Run:
     n_params: int
     exact_iid: float  # the same two on the in-distribution test scenes
     per_word_iid: float
+    checkpoints: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)  # step -> weights
 
     def __repr__(self) -> str:
         return (
@@ -285,13 +300,21 @@ def train_captioner(
     seed: int = 0,
     progress: bool | str = "auto",
     device: torch.device | str | None = None,
+    checkpoints: tuple[int, ...] = (),
 ) -> Run:
     """Train a captioner for ``cfg.steps`` steps with ``forward``'s teacher-forced loss on
     ``device`` (default: the profile's) and measure greedy captions on ``data.test`` (novel
-    combinations) and ``data.test_iid`` (in distribution)."""
+    combinations) and ``data.test_iid`` (in distribution). ``checkpoints``: steps (1-based) after
+    which a copy of the weights is kept in ``Run.checkpoints`` (see :func:`at_checkpoint`)."""
     torch.manual_seed(seed)
     model = build_model(cfg, data, pooled=pooled)
     name = "pooled vector" if pooled else "cross attention"
+    kept: dict[int, dict[str, torch.Tensor]] = {}
+
+    def keep(step: int, model: nn.Module) -> None:
+        if step + 1 in checkpoints:
+            kept[step + 1] = copy.deepcopy(model.state_dict())
+
     t0 = time.perf_counter()
     history = train(
         model,
@@ -305,13 +328,26 @@ def train_captioner(
         progress=progress,
         desc=name,
         device=devices.resolve(device),
+        on_step=keep if checkpoints else None,
     )
     seconds = time.perf_counter() - t0
     exact, per_word = caption_accuracy(greedy_captions(model, data.test), data.test.captions)
     iid = data.test_iid
     exact_iid, per_word_iid = caption_accuracy(greedy_captions(model, iid), iid.captions)
     n_params = sum(p.numel() for p in model.parameters())
-    return Run(name, model, history, exact, per_word, seconds, n_params, exact_iid, per_word_iid)
+    return Run(
+        name, model, history, exact, per_word, seconds, n_params, exact_iid, per_word_iid, kept
+    )
+
+
+def at_checkpoint(run: Run, step: int) -> Captioner:
+    """A copy of ``run``'s model with the weights it had after ``step`` steps (kept by
+    :func:`train_captioner`'s ``checkpoints``), in eval mode."""
+    if step not in run.checkpoints:
+        raise KeyError(f"no checkpoint at step {step}; kept: {sorted(run.checkpoints)}")
+    model = copy.deepcopy(run.model)
+    model.load_state_dict(run.checkpoints[step])
+    return model.eval()
 
 
 @torch.no_grad()
@@ -371,6 +407,21 @@ def beam_captions(
             tokens = torch.as_tensor(tokens).long().cpu()[:T]
             out[i, : len(tokens)] = tokens
     return out
+
+
+@torch.no_grad()
+def caption_log_prob(
+    model: Captioner, images: torch.Tensor, captions: torch.Tensor
+) -> torch.Tensor:
+    """log P(caption | image) under ``model`` for each row: images (N, 1, H, W), captions (N, T)
+    (words, EOS, PAD after it) -> (N,), the sum over the words and the EOS (PAD ignored)."""
+    device = devices.model_device(model)
+    images, captions = images.to(device), captions.to(device)
+    bos = torch.full_like(captions[:, :1], BOS)
+    with eval_mode(model):
+        logp = model(images, torch.cat([bos, captions[:, :-1]], dim=1)).log_softmax(dim=-1)
+    picked = logp.gather(-1, captions[..., None])[..., 0]  # (N, T)
+    return picked.masked_fill(captions == PAD, 0.0).sum(dim=1).cpu()
 
 
 def captions_differ(a: torch.Tensor, b: torch.Tensor) -> int:

@@ -79,3 +79,86 @@ def test_01_look_alikes_sentence_is_scoped_and_rendered_from_the_run_C_01d():
     stored = outputs(run)
     assert stored.count("✓ In the `cpu` and `gpu` profiles") == 4, stored
     assert "Where each look-alike helped, in this run:" in stored, stored
+
+
+# ----------------------------------------------------------------------------- 02
+
+NB02 = ROOT / "solutions" / "02_additive_attention.ipynb"
+
+
+def test_02_bidirectional_encoder_is_measured_not_its_mechanism_stated_C_02a():
+    """C-02a: "which is what an output word that depends on a later source word ... needs" stated
+    a mechanism the run does not measure (both encoders are at 100% on the trained lengths; the
+    bidirectional lead appears beyond them). The run renders both buckets' numbers and claims the
+    gap, scoped to the `cpu` profile's one seed."""
+    text = flat(cell(NB02, "variants-read")["source"])
+    assert "which is what an output word" not in text
+    assert "it does not measure why" in text
+    run = cell(NB02, "variants-claims")
+    assert (
+        'claim("In the `cpu` profile, at its one seed, the bidirectional encoder is level'
+        in "".join(run["source"])
+    )
+    stored = outputs(run)
+    assert "✓ In the `cpu` profile, at its one seed, the bidirectional encoder" in stored, stored
+    assert re.search(r"on 18-20 words, never seen in training, [\d.]+% and [\d.]+%", stored), stored
+
+
+def test_02_summary_states_luongs_general_score_as_his_C_02b():
+    """C-02b: the summary called "(W_q s) . (W_k h_i)" Luong's score; his "general" score is one
+    matrix on the current state, and the factored, scaled, s_{t-1} form is this notebook's."""
+    text = flat(cell(NB02, "summary")["source"])
+    assert (
+        'Luong\'s "general" score $s_t^\\top W_a h_i$ is one matrix on the *current* state' in text
+    )
+    assert "this notebook's variant, factored as $(W_q s_{t-1})\\cdot(W_k h_i)$" in text
+
+
+def test_02_closing_note_explains_the_dot_product_timing_without_an_empty_margin_C_02c():
+    """C-02c: "only a gap as large as the claim's is read as a result" had no content (the claim
+    has no margin), and the slowest dot-product model was unexplained."""
+    source = "".join(cell(NB02, "closing-note-run")["source"])
+    assert "a gap as large as the claim's" not in source
+    assert "queries come one step at a time" in " ".join(source.split())
+    stored = outputs(cell(NB02, "closing-note-run"))
+    assert re.search(r"the dot-product model took \d+ s, the additive one \d+ s", stored), stored
+
+
+def test_02_q1s_answer_is_not_read_above_its_answer_cell_C_02d():
+    """C-02d: 02.Q1 was telegraphed by cell 19's "two questions" (inside vs beyond the training
+    lengths). 02.Q1 now asks how the attention models fail beyond the training lengths (every
+    option agrees that they do), and nothing above its answer cell says how: the early stops are
+    read only below it."""
+    from course_utils.lessons.nb02_additive_attention.questions import QUESTIONS as QUESTIONS_02
+
+    q = next(q for q in QUESTIONS_02 if q.id == "02.Q1")
+    assert q.correct == "a" and "stop too early" in q.choices["a"]
+    cells = json.loads(NB02.read_text(encoding="utf-8"))["cells"]
+    answer_at = next(i for i, c in enumerate(cells) if c.get("id") == "answer-02-Q1")
+    for c in cells[:answer_at]:
+        if c["cell_type"] != "markdown" or c.get("id") in ("predict-02-Q1-md", "question-02-Q1"):
+            continue
+        text = flat(c["source"]).lower()
+        for telling in (
+            "stop too early",
+            "stops too early",
+            "end before the reference",
+            "early eos",
+        ):
+            assert telling not in text, (c.get("id"), telling)
+    below = " ".join(
+        flat(c["source"]) for c in cells[answer_at + 1 :] if c["cell_type"] == "markdown"
+    )
+    assert "stop too early" in below
+
+
+def test_02_quality_bar_claim_names_no_profiles_bucket_C_02h():
+    """C-02h: the cpu/gpu quality-bar claim ended "on {inside} words", so where it is skipped (in
+    `ci`, inside is 6-8) it named the `ci` bucket for a bar set on `cpu`'s 12-14."""
+    source = " ".join("".join(cell(NB02, "verdict")["source"]).split())
+    m = re.search(
+        r'claim\((f?)"In the `cpu` and `gpu` profiles, with attention the model reaches the '
+        r'quality bar, >= 95% exact match on the " "longest trained bucket"',
+        source,
+    )
+    assert m and not m.group(1), source

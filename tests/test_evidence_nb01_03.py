@@ -162,3 +162,48 @@ def test_02_quality_bar_claim_names_no_profiles_bucket_C_02h():
         source,
     )
     assert m and not m.group(1), source
+
+
+# ----------------------------------------------------------------------------- 03
+
+NB03 = ROOT / "solutions" / "03_scaled_dot_product.ipynb"
+
+
+def test_03_saturation_stalls_learning_where_to_look_not_the_values_C_03c():
+    """C-03c: "nothing reaches the parameters that produced q and x": x is key and value, and
+    through the value path the selected x_j still receives a_j u. What stalls is the score path."""
+    text = flat(cell(NB03, "gradient-math")["source"])
+    assert "produced $q$ and $x$" not in text
+    assert "nothing reaches the parameters that produced $q$ and the keys" in text
+    assert "The values still learn" in text and "learning *where to look*" in text
+
+
+def test_03_default_init_scores_have_variance_d_k_over_9_and_soft_weights_C_03d():
+    """C-03d: takeaway 2's "Var(q.k) ~ d_k/9: still soft at d_k = 64" was unmeasured. The
+    measurement the notebook runs: at d_k = 64 with nn.Linear's default init the score variance is
+    d_k/9 and the unscaled weights' median entropy stays above 1 nat (of log 16 = 2.77), where
+    unit-variance q and k of the same width give under 0.5."""
+    import torch
+
+    from course_utils.lessons.nb03_scaled_dot_product import recipe as nb03
+
+    gen = torch.Generator().manual_seed(0)
+    var, ent = nb03.default_init_scores(64, 512, 256, 16, gen)
+    ent_unit, _ = nb03.saturation(64, False, 256, 16, gen)
+    assert abs(var / (64 / 9) - 1) < 0.2, var
+    assert ent > 1 > 0.5 > ent_unit, (ent, ent_unit)
+    # the init seed comes from gen, not the global stream, which is left as it was
+    state = torch.random.get_rng_state()
+    nb03.default_init_scores(64, 512, 4, 16, torch.Generator().manual_seed(1))
+    assert torch.equal(state, torch.random.get_rng_state())
+
+
+def test_03_still_soft_at_64_is_measured_and_claimed_in_the_stored_run_C_03d():
+    text = flat(cell(NB03, "summary")["source"])
+    assert "still soft at $d_k = 64$, a median entropy above 1 nat" in text
+    stored = outputs(cell(NB03, "default-init"))
+    assert "✓ with that init the unscaled weights at d_k = 64 are still soft" in stored, stored
+    assert (
+        "✓ with PyTorch's default nn.Linear init, Var(q.k) at d_k = 64 is within 20% of d_k/9"
+        in stored
+    )

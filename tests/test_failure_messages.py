@@ -161,3 +161,36 @@ def test_no_failure_message_prints_a_line_of_the_solution(exercise_id):
         assert leaks, f"{exercise_id} no longer leaks: remove it from KNOWN_LEAKS"
         return
     assert not leaks, f"{exercise_id}:\n" + "\n".join(leaks)
+
+
+# Review C (turn 4), C-L1: an unrecognised wrong answer to these checks printed the whole
+# algorithm in words ("encode the source once to get c; the decoder state starts at c; at each
+# step t ..."). Their generic feedback now sends the student to look at something instead.
+STEP_LISTS_OF_REVIEW_C = {
+    "01.1": "encode the source once to get c; the decoder state starts at c; at each step t",
+    "02.3": "one step: the model's attention, scored from the PREVIOUS state over the encoder",
+    "03.1": "the scores are the query-key dot products divided by the square root of the key",
+}
+
+
+def _asks_instead_of_listing_steps(message: str) -> bool:
+    hint = message.split("Hint:", 1)[-1]
+    return "?" in hint and hint.count(";") <= 1
+
+
+@pytest.mark.parametrize("exercise_id", sorted(STEP_LISTS_OF_REVIEW_C))
+def test_an_unrecognised_wrong_answer_is_sent_to_look_not_told_the_steps_C_L1(exercise_id):
+    exercise = checks.get(exercise_id)
+    for what, candidate in list(_candidates(exercise))[-2:]:  # shifted output, all zeros
+        result = checks.run(exercise_id, candidate, seed=0)
+        assert not result.passed, what
+        assert exercise.hint in result.message, (what, result.message)
+        assert _asks_instead_of_listing_steps(result.message), (what, result.message)
+        assert STEP_LISTS_OF_REVIEW_C[exercise_id] not in result.message
+    # the criterion rejects the step list review C quoted
+    assert not _asks_instead_of_listing_steps(
+        "Hint: encode the source once to get c; the decoder state starts at c; at each step t the"
+        " decoder cell reads the embedding of the t-th decoder input word together with c and "
+        "updates the state, and the output layer scores the vocabulary from the new state "
+        "together with c; the T steps' logits form a (B, T, V) tensor"
+    )

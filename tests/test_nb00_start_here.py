@@ -83,3 +83,18 @@ def test_the_notebook_has_a_live_explorer_with_a_stored_picture():
     assert "✓ the naive formula is right at c = 86 and nan at c = 87" in "".join(
         "".join(o.get("text", "")) for o in cell["outputs"]
     )
+
+
+def test_the_overflow_example_says_aligned_vectors_and_its_arithmetic_holds_C_00a():
+    """Review C (turn 4), C-00a: "a dot product of two 512-dimensional vectors with entries
+    around 1.5 already gives about 1000" holds only for aligned vectors; independent signs give
+    the sqrt(d) size notebook 03 measures. The cell says "aligned" and both figures it prints
+    are the arithmetic they claim to be."""
+    text = next(source(c) for c in cells(SOLUTION) if c.get("id") == "overflow-md")
+    flat = " ".join(text.split())
+    assert "two *aligned* 512-dimensional vectors" in flat
+    aligned = re.search(r"512 \\cdot 1\.5\^2 \\approx (\d+)", flat)
+    independent = re.search(r"\\sqrt\{512\} \\cdot 1\.5\^2 \\approx (\d+)", flat)
+    assert aligned and independent, flat
+    assert abs(int(aligned.group(1)) - 512 * 1.5**2) / (512 * 1.5**2) < 0.01
+    assert int(independent.group(1)) == round(512**0.5 * 1.5**2)

@@ -25,6 +25,8 @@ class Config:
     n_pairs: int  # random (q, x) pairs per width for the variance measurement
     n_keys: int = 16  # keys per query in the softmax-saturation experiment
     n_queries: int  # queries per width (the median over them is plotted)
+    init_d_k: int = 64  # head width of the default-init measurement (the base Transformer's)
+    init_d_model: int = 512  # its input width (8 heads x 64)
     recall_steps: int  # training steps of the key/value recall task
     recall_batch: int  # episodes per step
     recall_records: int = 8  # records (data vectors) per episode
@@ -95,6 +97,29 @@ def saturation(
     ((probs @ v) * u).sum().backward()
     grad = scores.grad.norm(dim=-1)  # (N, 1)
     return softmax_entropy(probs.detach()).median().item(), grad.median().item()
+
+
+def default_init_scores(
+    d_k: int, d_model: int, n_queries: int, n_keys: int, gen: torch.Generator
+) -> tuple[float, float]:
+    """Variance of the unscaled scores ``q . k`` and the median softmax entropy (nats) of their
+    weights when ``q`` and ``k`` come from two ``nn.Linear(d_model, d_k)`` with PyTorch's default
+    init, applied to unit-variance inputs: ``n_queries`` queries against ``n_keys`` keys each.
+
+    That init draws weights from U(-1/sqrt(d_model), 1/sqrt(d_model)), variance
+    1/(3 d_model), so each component of q and k has variance about 1/3 and
+    Var(q . k) is about d_k / 9 (the takeaway of notebook 03). ``gen`` draws the inputs and the
+    seed of the layers' init, which runs on a forked global RNG (the caller's stream is
+    untouched; seeding it with the inputs' own seed would correlate weights and inputs)."""
+    init_seed = int(torch.randint(2**31 - 1, (1,), generator=gen))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(init_seed)
+        w_q, w_k = torch.nn.Linear(d_model, d_k), torch.nn.Linear(d_model, d_k)
+    x_q = torch.randn(n_queries, 1, d_model, generator=gen)  # (N, 1, d_model)
+    x_k = torch.randn(n_queries, n_keys, d_model, generator=gen)  # (N, S, d_model)
+    with torch.no_grad():
+        scores = w_q(x_q) @ w_k(x_k).transpose(-2, -1)  # (N, 1, S), no 1/sqrt(d_k)
+    return scores.var().item(), softmax_entropy(scores.softmax(dim=-1)).median().item()
 
 
 def recall_batch(

@@ -294,7 +294,7 @@ def train_char_gpt(
     model.to(device)
     T, B = model.config.block_size, cfg.batch_size
 
-    best: dict[str, Any] = {}  # keep_best: the lowest periodic val, its index and weights
+    keeper = _BestKeeper(cfg.keep_best)
 
     def evaluate(net: GPT) -> dict[str, float]:
         losses = estimate_loss(
@@ -304,10 +304,7 @@ def train_char_gpt(
             batch_size=cfg.eval_batch_size,
             autocast_dtype=cfg.autocast_dtype,
         )
-        best["calls"] = best.get("calls", 0) + 1
-        if cfg.keep_best and losses["val"] < best.get("val", float("inf")):
-            state = {k: v.detach().clone() for k, v in net.state_dict().items()}
-            best.update(val=losses["val"], index=best["calls"] - 1, state=state)
+        keeper.see(net, losses["val"])
         return {"train loss (eval)": losses["train"], "val loss": losses["val"]}
 
     history = train(
@@ -332,9 +329,7 @@ def train_char_gpt(
         desc=desc,
     )
     hist = CharGPTHistory(**vars(history), tokens_per_step=B * T)
-    if best.get("index") is not None and best["index"] < best["calls"] - 1:
-        model.load_state_dict(best["state"])  # an earlier evaluation beat the last one
-        hist.kept_step = hist.eval_step[best["index"]]
+    hist.kept_step = keeper.restore(model, hist.eval_step)
     hist.final = estimate_loss(
         model,
         ds,
@@ -344,6 +339,30 @@ def train_char_gpt(
     )
     _record_eval(hist, max(hist.steps_done - 1, 0), hist.wall_seconds, hist.final)
     return model, hist
+
+
+class _BestKeeper:
+    """Config.keep_best: remembers the weights of the periodic evaluation with the lowest
+    validation loss (nanoGPT's always_save_checkpoint=False) and puts them back at the end."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled, self.calls, self.index = enabled, 0, None
+        self.val, self.state = float("inf"), None
+
+    def see(self, net: torch.nn.Module, val: float) -> None:
+        """One periodic evaluation of ``net`` with validation loss ``val``."""
+        self.calls += 1
+        if self.enabled and val < self.val:
+            self.val, self.index = val, self.calls - 1
+            self.state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+
+    def restore(self, net: torch.nn.Module, eval_steps: list[int]) -> int | None:
+        """Load the kept weights into ``net`` when an earlier evaluation beat the last one;
+        returns that evaluation's step (``eval_steps[index]``), else None."""
+        if self.index is None or self.index == self.calls - 1:
+            return None
+        net.load_state_dict(self.state)
+        return eval_steps[self.index]
 
 
 def _record_eval(hist: History, step: int, t: float, losses: dict[str, float]) -> None:

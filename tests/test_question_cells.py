@@ -196,6 +196,23 @@ def test_the_right_statement_is_not_echoed_above_the_answer_cell(q: Question):
         )
 
 
+def test_10_t2_the_target_shift_mechanism_is_stated_only_below_10q1s_answer_cell():
+    """Review D, 10-T2: "the very word it must predict" is 10.Q1's mechanism; stated above the
+    answer cell (it once was, in the exercise 10.4 prompt) it rules out (a) and (d) unread.
+    It belongs in the collapsed reading below the answer."""
+    nb = _load(REPO / "solutions" / BY_ID["10.Q1"].notebook)
+    answer_at = _answer_index(nb, BY_ID["10.Q1"])
+    mechanism = re.compile(r"very word|reads \$?y_t\$?|sees the word it", re.I)
+    above = [i for i, text in _text_above(nb, BY_ID["10.Q1"]) if mechanism.search(text)]
+    below = [
+        i
+        for i, cell in enumerate(nb["cells"][answer_at + 1 :], answer_at + 1)
+        if cell["cell_type"] == "markdown" and mechanism.search(cell_source(cell))
+    ]
+    assert not above, f"cells {above} state the target shift's mechanism above 10.Q1's answer"
+    assert below, "the mechanism's explanation is gone from below 10.Q1's answer cell"
+
+
 # -- the audit ---------------------------------------------------------------------------------------
 AUDIT = REPO / "course_utils" / "lessons" / "question-audit.md"
 

@@ -544,3 +544,39 @@ def test_a_batch_names_students_by_folder_only_with_one_folder_each(tmp_path, ca
     options = GradeOptions()
     grade_cli._question_options(args, options, together)
     assert not options.student_by_folder and "default seed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("student", [None, "alice", "bob"])
+def test_13_q1_what_reasoning_about_ln_v_gives_fails(student):
+    """Question audit, 13.Q1: it was a choice a reader who knows cross-entropy answers without
+    running anything (ln V is the uniform guess). Now what such a reader can produce, for any
+    student, misses the band: a start at ln V (0), the course's own start (k = 1), log2 V or
+    the unigram entropy against ln V, and the estimate s²/2 even with the probe's logit spread
+    s measured; only the probe's own number passes."""
+    import math
+
+    import torch
+
+    from course_utils.checks.questions import student_seed
+    from course_utils.lessons.nb13_capstone_gpt import recipe as nb13
+
+    (q,) = [q for q in QUESTIONS if q.id == "13.Q1"]
+    seed = student_seed(student)
+    data = nb13.load_dataset()
+    V = data.vocab_size
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed)
+        cap = nb13.capstone("ci")
+        model = nb13.course_model(V, cap.block_size, "ci").eval()
+        x, _ = data.get_batch("train", cap.block_size, 16, torch.Generator().manual_seed(seed))
+        spread = (nb13.logit_factor(seed) * model(x)).std().item()
+    reasoned = {
+        "a start at ln V": 0.0,
+        "the course's own start": nb13.confident_start_loss(data, seed, 1.0) - math.log(V),
+        "log2 V": math.log2(V) - math.log(V),
+        "the unigram entropy": nb13.unigram_entropy(data.train_data, V) - math.log(V),
+        "s^2 / 2": spread**2 / 2,
+    }
+    for name, value in reasoned.items():
+        assert check_answer(q, round(value, 3), seed=seed).status == FAILED, (name, value)
+    assert check_answer(q, round(q.expected(seed), 3), seed=seed).status == PASSED

@@ -2,55 +2,50 @@
 
 from __future__ import annotations
 
-from course_utils.checks.questions import Misconception, Question
+import math
+
+from course_utils.checks.questions import Question
 from course_utils.lessons.nb13_capstone_gpt import LESSON
 
+
+def confident_start_excess(seed: int = 0) -> float:
+    """Question 13.Q1's truth for the student's ``seed``: how many nats per character the
+    probe's loss at initialisation (:func:`~.recipe.confident_start_loss`: the course's GPT,
+    its logits multiplied by the personal factor k) lies above ln V of the corpus the run
+    loads (tiny-shakespeare, bundled with the package). Computed by the function the
+    notebook's probe cell calls, so only a student who ran it has the number: with the default
+    seed 0 (k = 4.0) it is 0.344 nats; a neighbour's seed gives another k and another number."""
+    from course_utils.lessons.nb13_capstone_gpt import recipe
+
+    data = recipe.load_dataset()
+    return recipe.confident_start_loss(data, seed) - math.log(data.vocab_size)
+
+
+# 13.Q1 was a multiple-choice question ("which statement explains your first loss?") whose
+# right option a reader who knows cross-entropy picks without running anything (ln V, the
+# uniform guess) and which was also the longest option (question audit, issue 32). Now it is
+# a number from two of the run's outputs, personal as 03.Q1: the probe's factor k and its
+# initial weights come from the student's seed, so reasoning about ln V alone gets nowhere
+# near the 0.01-nat band, and a neighbour's number fails.
 FIRST_LOSS = Question(
     id="13.Q1",
-    title="your model's loss at initialisation",
+    title="how far above ln V a confidently wrong start sits",
     points=1,
     notebook=LESSON.filename,
-    prompt="The training cell printed your model's loss at initialisation beside ln V, log2 V "
-    "and the entropy of the character frequencies. Which statement explains your number?",
-    evidence="the line 'loss at initialisation ...' printed by the training cell above, and the "
-    "loss after training on the next line",
-    choices={
-        "a": "ln V is the best loss any model can reach on this text: a first loss near it means "
-        "the model has nothing left to learn.",
-        "b": "ln V is the loss of a uniform guess over the V characters: a freshly built model "
-        "whose logits are all small makes that guess, so its first loss sits near ln V; a first "
-        "loss well above it means large initial logits, confidently wrong.",
-        "c": "A fresh model already predicts each character as often as it occurs in the text, "
-        "so its first loss is the entropy of the character frequencies.",
-        "d": "The loss is counted in bits, so a uniform guess costs log2 V and a fresh model "
-        "starts there.",
-    },
-    correct="b",
-    misconceptions=(
-        Misconception(
-            "a",
-            "ln V is the floor of the loss",
-            "Read the next line of the training cell: after training the loss is far below ln V. "
-            "A uniform guess is where a model starts, not the best it can do.",
-        ),
-        Misconception(
-            "c",
-            "an untrained model already knows the character frequencies",
-            "Compare the entropy of the character frequencies with your first loss: which one "
-            "is it near? Frequencies are the first thing training teaches; nothing has been "
-            "learned at initialisation.",
-        ),
-        Misconception(
-            "d",
-            "the loss is in bits",
-            "Compare log2 V with your first loss. The course's loss is the cross-entropy of "
-            "PyTorch, with the natural logarithm: nats per character.",
-        ),
-    ),
+    prompt="By how many nats per character does the probe's loss at initialisation (the "
+    "course's GPT with its logits multiplied by your factor k) lie above ln V? Answer the "
+    "difference of the two numbers the probe cell printed, to three decimals. Your number is "
+    "personal: it depends on your seed (COURSE_STUDENT).",
+    evidence="the lines 'probe: ...' printed by the probe cell above (your k, the probe's loss "
+    "at initialisation and ln V)",
+    truth=confident_start_excess,
+    personal=True,
+    # the probe prints three decimals: 0.001 of rounding in each of the two numbers at most
+    abs_tolerance=0.01,
+    unit="nats/char",
     backed_by=(
-        "the entropy of the character frequencies is more than 0.5 nats below ln V",
-        "training takes the validation loss below ln V",
-        "log2 V is more than 1.5 above ln V",
+        "logits k times larger start the probe more than 0.1 nats above ln V",
+        "at its own initialisation the course's GPT starts within 0.1 nats of ln V",
     ),
 )
 

@@ -45,6 +45,8 @@ __all__ = [
     "course_run",
     "count_params",
     "unigram_entropy",
+    "logit_factor",
+    "confident_start_loss",
     "gpu_summary",
 ]
 
@@ -258,6 +260,31 @@ def course_run(seed: int = 0, steps: int | None = None) -> TrainResult:
     this machine has: the bar of check 13.4. Cached per process."""
     steps = capstone().steps if steps is None else steps
     return _course_run(profile_name(), load_dataset().corpus.name, seed, steps)
+
+
+def logit_factor(seed: int) -> float:
+    """Question 13.Q1's personal factor k for the student's ``seed``: 4.0 to 12.0 in steps of
+    0.1 (4.0 for the default seed 0)."""
+    return 4.0 + (seed % 81) / 10
+
+
+def confident_start_loss(data: CharDataset, seed: int, factor: float | None = None) -> float:
+    """The loss at initialisation (nats/char) of a confidently wrong start, question 13.Q1's
+    probe: the course's GPT at the ``ci`` capstone's size (in every profile, so the grader
+    recomputes it alike), built after ``torch.manual_seed(seed)`` for ``data``'s vocabulary,
+    its logits multiplied by ``factor`` (default :func:`logit_factor` ``(seed)``, as an output
+    layer drawn k times too large would give; 1 is the course's own initialisation), on 16
+    training windows of ``block_size`` drawn with ``seed``.
+    Deterministic on any CPU up to float rounding; the random generators are left as found."""
+    cap = capstone("ci")
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed)
+        model = course_model(data.vocab_size, cap.block_size, "ci").eval()
+        x, y = data.get_batch("train", cap.block_size, 16, torch.Generator().manual_seed(seed))
+        k = logit_factor(seed) if factor is None else factor
+        logits = k * model(x)  # (16, T, V)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+    return float(loss)
 
 
 def gpu_summary() -> str:

@@ -45,7 +45,7 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from course_utils.authoring.execute import AUTHOR_ENV_VAR
+from course_utils.authoring.author_env import AUTHOR_ENV_VAR
 from course_utils.runtime.profiles import PROFILES, profile_name, using_environment
 
 LOG_ENV_VAR = "COURSE_CLAIMS_LOG"

@@ -10,10 +10,8 @@ from typing import Any
 
 import nbformat
 
+from course_utils.authoring.author_env import AUTHOR_ENV_VAR
 from course_utils.authoring.release import VOLATILE_CELL_METADATA, render
-
-# "1" in the environment of the authoring tools' runs: a failed claim speaks to the author
-AUTHOR_ENV_VAR = "COURSE_CLAIMS_AUTHOR"
 
 
 def run_notebook(

@@ -125,6 +125,12 @@ def _report_arguments(out) -> None:
         metavar="DIR",
         help="also save each notebook as the grader executed it (capped outputs)",
     )
+    out.add_argument(
+        "--all-cells",
+        action="store_true",
+        help="also run the notebook's own unchanged cells after the last check (they decide "
+        "no grade and are skipped by default; --executed runs them too)",
+    )
     out.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
     out.add_argument(
         "--similarity",
@@ -906,6 +912,7 @@ def main(args: argparse.Namespace) -> int:
         gpu=args.gpu,
         zero_flagged=args.zero_flagged,
         executed_dir=args.executed,
+        all_cells=args.all_cells,
         max_procs=args.max_procs,
         disk_mb=args.disk_mb,
         cpu_s=args.cpu_seconds,

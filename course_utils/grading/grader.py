@@ -139,7 +139,7 @@ def _skeleton(path: str, seed: int | None) -> dict[str, Any]:
         "error": None,
         "error_kind": None,
         "kernel": {"status": "not_started", "detail": ""},
-        "cells": {"executed": 0, "errors": []},
+        "cells": {"executed": 0, "errors": [], "not_run": 0},
         "output": {"bytes_seen": 0, "bytes_kept": 0, "truncated": False},
         "seed": seed,
         "runtime_s": 0.0,

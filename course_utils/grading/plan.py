@@ -25,6 +25,15 @@ change nothing. The check position of exercise X is:
    notebook (which may rebind the name, e.g. ``softmax = fallback(...)``) run after the check;
 2. if ``E`` is missing: before the first landmark, else at the end of the notebook.
 
+**The tail.** The cells after the last check position decide nothing: every exercise has been
+judged by then, and questions are graded from the answer cells' source in the grader's own
+process. The plan's ``tail`` counts its last steps that are the reference's own cells, unchanged
+(same source as the reference cell they match), after the last check and after every cell the
+student wrote or changed; the grader does not run them unless asked (``--all-cells``, or
+``--executed``, whose notebook shows the whole run). In nb03 they are the key/value training
+run and its plots: a fifth of the kernel's CPU. A cell the student wrote or changed, hostile or
+not, always runs, and so does every cell above it.
+
 Points, titles and function names always come from the registry (trusted), never from the
 submission's metadata.
 """
@@ -398,6 +407,11 @@ class Plan:
     steps: list[Step]
     exercise_cells: dict[str, list[int]]  # exercise id -> submission cell indices
     notes: list[str]
+    tail: int = 0  # the last steps that decide nothing (see "The tail" above)
+
+    def graded_steps(self, all_cells: bool = False) -> list[Step]:
+        """The steps to run: all of them with ``all_cells``, else all but the tail."""
+        return self.steps if all_cells else self.steps[: len(self.steps) - self.tail]
 
 
 def _norm(source: str) -> str:
@@ -444,7 +458,18 @@ def build_plan(sub_nb: dict[str, Any], assignment: Assignment) -> Plan:
     for x in ids:
         at = _check_position(cells, x, exercise_cells[x], own_checks[x])
         insert_before.setdefault(at, []).append(x)
-    return Plan(_steps(cells, ids, insert_before), exercise_cells, notes)
+    steps = _steps(cells, ids, insert_before)
+    return Plan(steps, exercise_cells, notes, tail=_tail(cells, steps))
+
+
+def _tail(cells: _MatchedCells, steps: list[Step]) -> int:
+    """How many of the last ``steps`` are unchanged reference cells after the last check."""
+    n = 0
+    for step in reversed(steps):
+        if step.kind != "cell" or not cells.unchanged(step.index):
+            break
+        n += 1
+    return n
 
 
 @dataclass
@@ -483,6 +508,13 @@ class _MatchedCells:
         """:func:`course_meta` of the reference cell submission cell ``i`` is, if any."""
         j = self.match[i]
         return course_meta(self.ref_cells[j]) if j is not None else (None, None)
+
+    def unchanged(self, i: int) -> bool:
+        """Whether submission cell ``i`` is the reference cell it matches, source unchanged."""
+        j = self.match[i]
+        return j is not None and _norm(self.cells[i]["source"]) == _norm(
+            self.ref_cells[j]["source"]
+        )
 
     def is_landmark(self, i: int, x: str) -> bool:
         """Whether submission cell ``i`` ends the run of cells exercise ``x``'s check follows:

@@ -165,7 +165,9 @@ def _execute_plan(run: Run) -> None:
     deadline = time.monotonic() + opts.timeout
     trusted = {"collect_outputs": hv.fingerprint(core.collect_outputs)}
     by_id = {g.id: g for g in run.assignment.exercises}
-    for step in run.plan.steps:
+    steps = run.plan.graded_steps(opts.all_cells or bool(opts.executed_dir))
+    run.report["cells"]["not_run"] = len(run.plan.steps) - len(steps)
+    for step in steps:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             message = (

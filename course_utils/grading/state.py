@@ -29,6 +29,7 @@ class GradeOptions:
     gpu: bool = False
     zero_flagged: bool = False
     executed_dir: str | None = None
+    all_cells: bool = False  # also run the plan's tail (the cells that decide nothing)
     kernel_name: str = "python3"
     startup_timeout: float = 120.0
     interrupt_grace: float = 5.0

@@ -480,6 +480,15 @@ def test_C_FA1_04_2_any_instead_of_all_is_rejected_at_every_seed():
     )
 
 
+def test_04_2_any_instead_of_all_is_named_at_seed_9_where_it_took_the_swaps_name():
+    """The seed sweep's finding: at seed 9 this answer drew a permutation (of T = 6 tokens) that
+    commutes with 'the first two alike' and was named 'one fixed swap of tokens 0 and 1'; the
+    fixed first case (T = 16) names it at every seed."""
+    assert_rejected(
+        "04.2", _c_any, "yes as soon as one permutation agrees (any instead of all)", (9,)
+    )
+
+
 def test_C_FA2_04_2_one_fixed_swap_of_tokens_0_and_1_is_rejected():
     assert_rejected("04.2", _c_swap01, "one fixed swap of tokens 0 and 1")
 

@@ -10,7 +10,6 @@ lands, and fails here when a piece the registry expects is missing.
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import re
 from pathlib import Path
@@ -440,18 +439,14 @@ OUTLINE_HINT_08_3 = (
 )
 
 
-def reference_statements(exercise) -> tuple[list[str], set[str]]:
-    """The statements of an exercise's reference (its solution region in the notebook and the
-    source of its reference function or class), and the reference's parameter names."""
-    from course_utils.authoring.leaks import _statements, parameter_names, source_statements
+def reference_statements(exercise) -> tuple[list[list[str]], set[str]]:
+    """The statements of an exercise's reference, one list per implementation (its solution
+    region in the notebook, the source of its reference function or class), and the reference's
+    parameter names (leaks.reference_statement_groups)."""
+    from course_utils.authoring.leaks import reference_statement_groups
 
     nb = json.loads((ROOT / "solutions" / exercise.notebook).read_text())
-    found = list(_statements(nb).get(exercise.id, []))
-    try:
-        source = inspect.getsource(exercise.reference)
-    except (OSError, TypeError):
-        return found, set()
-    return found + source_statements(source), parameter_names(source)
+    return reference_statement_groups(exercise, nb)
 
 
 @pytest.mark.parametrize("exercise_id", TEACHING_HINTS)

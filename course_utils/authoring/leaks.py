@@ -312,18 +312,245 @@ def translating_ladders(
     return bad
 
 
+# -- generic hints that outline the reference (issue 31) ----------------------------------------
 # A generic hint (``Exercise.hint``: the message when no named mistake matches) is one string,
-# not a ladder: it outlines the solution when its clauses map onto :data:`MAX_MAPPED_HINT`
-# statements of the reference (the exercise's solution region and its reference function's
-# source), or onto half of them (at least 2). A clause that is code (an assignment, a call, or
-# arithmetic between names) maps onto a statement as pseudo-code does (half of its words, and
-# two or more); a prose clause as a ladder's prose does (:data:`PROSE_SHARE` of its words, three
-# words or more), and only through a word other than the parameters' names (the signature is in
-# the prompt: "does the warmup reach max_lr at its last step?" asks, it does not outline).
+# not a ladder. It *outlines* the reference when its clauses map onto the reference's statements
+# one by one, as the generic hints before issue 31 did ("encode the source once; start every
+# row from BOS; ..."): onto :data:`MAX_MAPPED_HINT` statements of one implementation, or onto
+# more than half of them (at least 2 of 3 or more). The implementations are the exercise's
+# solution region (logical statements: a bracket left open continues the line) and its
+# reference function's source (for a class, the methods the solution region writes).
+#
+# Both sides are read as *concepts*: identifiers split at underscores (as :func:`_words`), a
+# prose word read as the code name it stands for ("source" src, "average" mean, "together" cat,
+# "divided" divide, ...), code operators read as words (``/`` divide, ``@`` matmul, ``-``
+# subtract, ...), ``q``/``k``/``v`` read as query/key/value, other one-letter names and English
+# words that are also code names ("out", "one", "all") left out. A statement's concepts are those
+# of what it computes, plus the names it assigns (prose names them: "the weights", "the
+# context"), less the names the student chooses freely (``for`` loop variables, nested helpers'
+# names and parameters). A clause maps onto a statement when it names a concept of the statement
+# other than the reference's parameters' names (the signature is in the prompt), at least two of
+# its concepts and at least half of what it computes beyond the parameters. A clause that asks
+# (its sentence is a question) or sends the student to debug ("print ...", "compare ...", "write
+# out ... by hand") maps only when it is code (an assignment, a call, arithmetic between names):
+# "does the warmup reach max_lr at its last step?" asks, it does not outline; LaTeX math is the
+# idea, not code. Each statement needs its own clause (a maximum matching), except that a clause
+# of code may stand for two statements (a formula: ``exp(x - m) / sum(exp(x - m))``). Clauses
+# end at ``;:?``, at a full stop or comma followed by a space, and at a line break.
 
 MAX_MAPPED_HINT = 3
 _TRY_VALUE = re.compile(r"\b[A-Za-z_]\w*\s*=\s*-?[\d.]+\b(?!\s*[-+*/(])")
-_CODE_CLAUSE = re.compile(r"(?<![<>=!])=(?!=)|\w\(|[\w)\]]\s*[-+*/@]\s*[\w(]")
+# code: an assignment, a call, arithmetic between names (a hyphen inside a word is prose)
+_CODE_CLAUSE = re.compile(r"(?<![<>=!])=(?!=)|\w\(|[\w)\]]\s*[+*/@]\s*[\w(]|[\w)\]]\s+-\s+[\w(]")
+_MATH = re.compile(r"\$[^$]*\$")
+_DEBUG = re.compile(
+    r"^\W*(?:then\s+|and\s+|first\s+)?(?:print|compare|check|try|plot|write out|work out|"
+    r"write down|(?:decode|count|normalise)\b.*\bby hand|set \w+ to each)\b",
+    re.I,
+)
+_OPERATORS = {
+    ast.Div: "divide",
+    ast.FloorDiv: "divide",
+    ast.Mult: "multiply",
+    ast.Add: "add",
+    ast.Sub: "subtract",
+    ast.MatMult: "matmul",
+    ast.Pow: "power",
+}
+_OPERATOR_TEXT = [
+    (re.compile(r"(?<=[\w)\]])\s*/\s*(?=[\w(])"), "divide"),
+    (re.compile(r"(?<=[\w)\]])\s*\*\s*(?=[\w(])"), "multiply"),
+    (re.compile(r"(?<=[\w)\]])\s*\+\s*(?=[\w(])"), "add"),
+    (re.compile(r"(?<=[\w)\]])\s+-\s+(?=[\w(])"), "subtract"),
+    (re.compile(r"@"), "matmul"),
+]
+_CODE_NAME = {  # a word (after :func:`_words`) and the concept it names, in prose and code
+    **dict.fromkeys(["source"], "src"),
+    **dict.fromkeys(["target"], "tgt"),
+    **dict.fromkeys(["embedding", "embedded"], "embed"),
+    **dict.fromkeys(["previou"], "prev"),
+    **dict.fromkeys(["output"], "out"),
+    **dict.fromkeys(["variance"], "var"),
+    **dict.fromkeys(["root"], "sqrt"),
+    **dict.fromkeys(["average", "averaged"], "mean"),
+    **dict.fromkeys(
+        ["together", "concatenate", "concatenated", "concat", "append", "appended"], "cat"
+    ),
+    **dict.fromkeys(["highest", "likely"], "argmax"),
+    **dict.fromkeys(["probabilitie", "probability", "prob"], "prob"),
+    **dict.fromkeys(["gradient"], "grad"),
+    **dict.fromkeys(["param"], "parameter"),
+    **dict.fromkeys(["triangle", "triangular"], "tril"),
+    **dict.fromkeys(["cumulative"], "cumsum"),
+    **dict.fromkeys(["infinity", "isinf", "finite"], "inf"),
+    **dict.fromkeys(["divided"], "divide"),
+    **dict.fromkeys(["time", "multiplied"], "multiply"),
+    **dict.fromkeys(["plu", "added"], "add"),
+    **dict.fromkeys(["minu", "subtracted"], "subtract"),
+    **dict.fromkeys(["project", "projected", "projection", "dot"], "matmul"),
+    **dict.fromkeys(["blocked", "masked", "padded", "masking"], "mask"),
+    **dict.fromkeys(["squared"], "power"),
+    **dict.fromkeys(["largest", "biggest"], "max"),
+    **dict.fromkeys(["exponentiate"], "exp"),
+    **dict.fromkeys(["scored", "scoring"], "score"),
+    **dict.fromkeys(["word"], "token"),
+    **dict.fromkeys(["querie"], "query"),
+    **dict.fromkeys(["encoder"], "encode"),
+    **dict.fromkeys(["stacked"], "stack"),
+    **dict.fromkeys(["clipped", "clipping"], "clip"),
+    **dict.fromkeys(["sample", "sampled"], "multinomial"),
+    **dict.fromkeys(["zero", "0"], "zero"),
+    **dict.fromkeys(["dropped"], "drop"),
+    **dict.fromkeys(["shifted"], "shift"),
+    **dict.fromkeys(["scaled"], "scale"),
+    **dict.fromkeys(["cached"], "cache"),
+    **dict.fromkeys(["attn"], "attention"),
+    **dict.fromkeys(["number"], "item"),  # `.item()` gives the loss as a number
+    **dict.fromkeys(["rate"], "lr"),
+}
+_LETTER = {"q": "query", "k": "key", "v": "value"}
+# English words that are also code names (``model.out``, ``torch.ones``, ``t.all()``): in prose
+# they are the English word
+_ENGLISH = frozenset(
+    "out one all new get the a an of to at by it its is are in on with and or per each every no".split()
+)
+_LONE_ZERO = re.compile(r"(?<![\w.])0(?![\w.])")
+
+
+def _hint_concepts(text: str) -> set[str]:
+    """The concepts a hint's clause names (see the section's comment)."""
+    text = _MATH.sub(" ", text)
+    words = _words(text) | ({"0"} if _LONE_ZERO.search(text) else set())
+    out = {_CODE_NAME.get(w, w) for w in words if w not in _ENGLISH and (len(w) > 1 or w == "0")}
+    return out | {name for rx, name in _OPERATOR_TEXT if rx.search(text)}
+
+
+def _code_concepts(code: str) -> set[str]:
+    """The concepts of code's names (``q``/``k``/``v`` read as query/key/value)."""
+    words = _words(code)
+    return {_LETTER.get(w, _CODE_NAME.get(w, w)) for w in words if len(w) > 1 or w in _LETTER}
+
+
+def _statement_concepts(stmt: str, free: set[str]) -> tuple[set[str], set[str]]:
+    """``(computed, assigned)``: the concepts of what a statement computes (its names, less the
+    freely chosen ``free`` ones, and its operators) and of the names it assigns."""
+    op = _operation(stmt)
+    computed = _code_concepts(op) - free
+    try:
+        tree = ast.parse(op.strip())
+    except SyntaxError:
+        computed |= {name for rx, name in _OPERATOR_TEXT if rx.search(op)}
+    else:
+        computed |= {
+            _OPERATORS[type(n.op)]
+            for n in ast.walk(tree)
+            if isinstance(n, ast.BinOp) and type(n.op) in _OPERATORS
+        }
+    assigned = _code_concepts(stmt.replace(op, " ", 1)) if op != stmt else set()
+    return computed, assigned
+
+
+def _free_names(statements: list[str]) -> set[str]:
+    """Names a solution binds as ``for`` loop variables or as a nested helper's name and
+    parameters: the student's choice, which a hint may use without outlining anything."""
+    names: set[str] = set()
+    for stmt in statements:
+        loop = re.match(r"\s*for\s+(.+?)\s+in\b", stmt)
+        if loop:
+            names |= _code_concepts(loop.group(1))
+        helper = re.match(r"\s*def\s+(\w+)\((.*)\)", stmt)
+        if helper:
+            names |= _code_concepts(helper.group(1)) | _code_concepts(helper.group(2))
+    return names
+
+
+def hint_clauses(hint: str) -> list[tuple[str, bool]]:
+    """``(clause, asks)`` for each clause of ``hint``; ``asks`` when its sentence is a question
+    or the clause or its sentence sends the student to debug (see the section's comment)."""
+    out = []
+    for sentence in re.split(r"(?<=[.?!])\s+(?=[-*A-Z(\[`$])|\n", hint):
+        asks = "?" in sentence or bool(_DEBUG.match(sentence))
+        for clause in re.split(r"[;:?]\s*|[.,]\s+", sentence):
+            if _words(clause):
+                out.append((clause.strip(), asks or bool(_DEBUG.match(clause))))
+    return out
+
+
+def _clause_maps(
+    clause: str, asks: bool, computed: set[str], assigned: set[str], given: set[str]
+) -> bool:
+    text = _TRY_VALUE.sub(" ", clause)
+    have = _hint_concepts(text)
+    beyond = computed - given
+    hits = (computed | assigned) & have
+    if not beyond & have or len(hits) < max(2, 0.5 * len(beyond)):
+        return False
+    return bool(_CODE_CLAUSE.search(_MATH.sub(" ", text))) or not asks
+
+
+def _matching(edges: dict[str, list[tuple[int, int]]]) -> dict[str, tuple[int, int]]:
+    """A maximum matching of statements to clause slots (``edges``: the slots each statement
+    may take), by augmenting paths."""
+    owner: dict[tuple[int, int], str] = {}
+
+    def take(stmt: str, seen: set) -> bool:
+        for slot in edges[stmt]:
+            if slot not in seen:
+                seen.add(slot)
+                if slot not in owner or take(owner[slot], seen):
+                    owner[slot] = stmt
+                    return True
+        return False
+
+    for stmt in edges:
+        take(stmt, set())
+    return {stmt: slot for slot, stmt in owner.items()}
+
+
+def _outline_of(
+    clauses: list[tuple[str, bool]], statements: list[str], given: set[str]
+) -> list[tuple[str, str]]:
+    free = _free_names(statements) - given
+    slots = [2 if _CODE_CLAUSE.search(_MATH.sub(" ", c)) else 1 for c, _ in clauses]
+    edges, seen = {}, set()
+    for stmt in dict.fromkeys(statements):
+        if re.match(r"\s*(?:def|for|class)\b", stmt):
+            continue
+        computed, assigned = _statement_concepts(stmt, free)
+        key = (frozenset(computed), frozenset(assigned))
+        if len(computed | assigned) < 2 or key in seen:
+            continue  # too little to map; or if/else twins the words cannot tell apart
+        seen.add(key)
+        edges[stmt] = [
+            (i, k)
+            for i, (c, asks) in enumerate(clauses)
+            if _clause_maps(c, asks, computed, assigned, given)
+            for k in range(slots[i])
+        ]
+    n = len(edges)
+    found = _matching({s: e for s, e in edges.items() if e})
+    if len(found) >= MAX_MAPPED_HINT or (len(found) >= 2 and n >= 3 and 2 * len(found) > n):
+        return [(clauses[slot[0]][0], stmt) for stmt, slot in found.items()]
+    return []
+
+
+def hint_outline(
+    hint: str, statements: list[str] | list[list[str]], parameters: set[str] = frozenset()
+) -> list[tuple[str, str]]:
+    """``(hint clause, statement)`` for each statement a clause of ``hint`` maps onto when the
+    hint outlines one implementation of the reference (see the comment above), else empty.
+    ``statements``: one implementation's statements, or a list of implementations (the solution
+    region's and the reference function's, :func:`reference_statement_groups`); ``parameters``:
+    the reference's parameter names."""
+    groups = [statements] if statements and isinstance(statements[0], str) else statements
+    given = _code_concepts(" ".join(parameters))
+    clauses = hint_clauses(hint)
+    best: list[tuple[str, str]] = []
+    for group in groups:
+        found = _outline_of(clauses, list(group), given)
+        if len(found) > len(best):
+            best = found
+    return best
 
 
 def source_statements(source: str) -> list[str]:
@@ -368,29 +595,66 @@ def parameter_names(source: str) -> set[str]:
     return names
 
 
-def _clause_maps(clause: str, need: set[str], given: set[str]) -> bool:
-    if _CODE_CLAUSE.search(_TRY_VALUE.sub(" ", clause)):
-        shared = need & _words(clause)
-        return len(shared) >= 2 and len(shared) >= MAP_SHARE * len(need)
-    shared = need & _words(_TRY_VALUE.sub(" ", clause))
-    return len(need) >= 3 and len(shared) >= PROSE_SHARE * len(need) and bool(shared - given)
+def logical_statements(lines: list[str]) -> list[str]:
+    """Code lines joined into logical statements (a line that leaves a bracket open continues on
+    the next), comments and blank lines dropped."""
+    out: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for line in lines:
+        code = strip_comment(line)
+        if not code:
+            continue
+        current.append(code)
+        depth += sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
+        if depth <= 0:
+            out.append(" ".join(current))
+            current, depth = [], 0
+    if current:
+        out.append(" ".join(current))
+    return out
 
 
-def hint_outline(
-    hint: str, statements: list[str], parameters: set[str] = frozenset()
-) -> list[tuple[str, str]]:
-    """``(hint clause, statement)`` for each statement a clause of ``hint`` maps onto when the
-    hint outlines ``statements`` (see the comment above), else empty. ``parameters``: the
-    reference's parameter names."""
-    given = _words(" ".join(parameters))
-    clauses = [c.strip() for c in re.split(r"[\n;:?]\s*|[.,]\s+", hint) if _words(c)]
-    found: dict[str, str] = {}
-    for stmt in dict.fromkeys(statements):
-        need = _words(_operation(stmt))
-        clause = next((c for c in clauses if _clause_maps(c, need, given)), None)
-        if clause is not None:
-            found[stmt] = clause
-    n = len(set(statements))
-    if len(found) >= MAX_MAPPED_HINT or (len(found) >= 2 and 2 * len(found) >= n):
-        return [(clause, stmt) for stmt, clause in found.items()]
-    return []
+def _written_methods(cells: list[Mapping[str, Any]]) -> set[str]:
+    """The methods an exercise's solution regions write: the ``def`` each region sits in, and the
+    ``def``s inside it."""
+    names: set[str] = set()
+    for cell in cells:
+        lines = cell_source(cell).split("\n")
+        for r in find_regions(cell_source(cell))[0]:
+            before = re.findall(r"def (\w+)\(", "\n".join(lines[: r.begin]))
+            names.update(before[-1:])
+            names.update(re.findall(r"def (\w+)\(", "\n".join(lines[r.begin : r.end])))
+    return names
+
+
+def reference_statement_groups(
+    exercise: Any, nb: Mapping[str, Any]
+) -> tuple[list[list[str]], set[str]]:
+    """``(implementations, parameters)`` of an exercise's reference, for :func:`hint_outline`:
+    its solution region's logical statements in ``nb`` (the solution notebook), and the
+    statements of its reference function's source (for a class, of the methods the solution
+    region writes, else ``__init__`` and ``forward``: the class's other methods are the course's
+    own); the parameter names of that source."""
+    import inspect
+    import textwrap
+
+    cells = [
+        c
+        for c in nb.get("cells", [])
+        if c.get("cell_type") == "code" and exercise_id(c) == exercise.id
+    ]
+    groups = [logical_statements([ln for c in cells for ln in _solution_lines(c)[0]])]
+    reference = exercise.reference
+    try:
+        if isinstance(reference, type):
+            wanted = [m for m in _written_methods(cells) if m in vars(reference)]
+            wanted = wanted or [m for m in ("__init__", "forward") if m in vars(reference)]
+            sources = [textwrap.dedent(inspect.getsource(vars(reference)[m])) for m in wanted]
+            source = "\n".join(sources) or inspect.getsource(reference)
+        else:
+            source = inspect.getsource(reference)
+    except (OSError, TypeError):
+        return [g for g in groups if g], set()
+    groups.append(source_statements(source))
+    return [g for g in groups if g], parameter_names(source)

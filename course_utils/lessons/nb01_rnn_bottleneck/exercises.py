@@ -418,7 +418,7 @@ def _end_steps(margins: Tensor, bias: float) -> Tensor:
     return torch.where(below.any(dim=1), below.float().argmax(dim=1), never)
 
 
-def _greedy_cases(seed: int) -> list[Case]:
+def _greedy_draw(seed: int) -> list[Case]:
     """Cases whose sentences end at many different steps (and one that never ends).
 
     For a seeded model, a pool of random sources is decoded once; an EOS bias and then the B
@@ -473,6 +473,22 @@ def _greedy_cases(seed: int) -> list[Case]:
             Case(name, {**inputs, "src": src[:, :keep], "src_lengths": lengths, "max_len": max_len})
         )
     return cases
+
+
+# The first case is the same at every seed: the first case of this seed's draw, on which every
+# mistake's tokens differ from the reference's and from every other mistake's. On a seed's random
+# model two mistakes can give the same tokens (feeding BOS at every step, or not carrying the
+# state, ended the rows as stopping at the first EOS or as replacing EOS by PAD did), and the
+# first failing case names the first mistake that matches: the seed sweep found 'the prediction
+# is not fed back' and 'decoder state not carried' under other names at seeds 58, 64, 114, 132
+# and 168 of 200.
+GREEDY_FIXED_SEED = 1000
+
+
+def _greedy_cases(seed: int) -> list[Case]:
+    """The fixed case (the first of seed :data:`GREEDY_FIXED_SEED`'s draw), then seed's draw."""
+    fixed = _greedy_draw(GREEDY_FIXED_SEED)[0]
+    return [Case(f"fixed: {fixed.name}", fixed.inputs), *_greedy_draw(seed)]
 
 
 def _greedy_call(candidate, case: Case) -> dict[str, Tensor]:

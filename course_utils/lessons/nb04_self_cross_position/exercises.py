@@ -388,11 +388,31 @@ REPEATED_FUNCTIONS: list[tuple[str, Callable[[Tensor], Tensor], bool, int]] = [
 ]
 
 
+# The first case is the same at every seed, with T = 16 tokens (x and x_long alike) and the
+# candidate's permutations seeded by EQUIVARIANCE_FIXED_SEED: at T = 6 a test of a few random
+# permutations draws one that commutes with a non-equivariant function now and then (the
+# identity, the swap of tokens 0 and 1 for 'the first two alike', 48 of the 720 for a reversal),
+# so 'any instead of all' misjudged a different function at some seeds and took another
+# mistake's name (the sweep: 'one fixed swap of tokens 0 and 1' at seed 9). At T = 16 such a
+# draw is beyond chance, and the first failing case is the one diagnosed.
+EQUIVARIANCE_FIXED_SEED = 4242
+
+
 def make_equivariance_cases(seed: int) -> list[Case]:
-    """Inputs x (B, T, D) and x_long (B, 16, D) in float32, and a seed for the candidate's
+    """A fixed case (x and x_long (2, 16, 4), the same at every seed), then inputs x (B, T, D)
+    and x_long (B, 16, D) in float32 drawn from ``seed``; each with a seed for the candidate's
     own random permutations."""
+    fixed = generator(EQUIVARIANCE_FIXED_SEED)
     gen = generator(seed)
     return [
+        Case(
+            "fixed: x of shape (2, 16, 4)",
+            {
+                "x": randn(fixed, 2, 16, 4, dtype=torch.float32) * 2,
+                "x_long": randn(fixed, 2, 16, 4, dtype=torch.float32) * 2,
+                "seed": EQUIVARIANCE_FIXED_SEED,
+            },
+        ),
         Case(
             "x of shape (2, 6, 4)",
             {

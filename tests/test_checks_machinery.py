@@ -412,3 +412,26 @@ def test_the_mask_catalogue_is_used_by_every_lesson_that_masks_scores():
         if (m.name, m.hint) == (inverted.name, inverted.hint)
     }
     assert {"03", "04", "05", "06"} <= users
+
+
+def test_a_thread_started_inside_the_watch_cannot_break_its_reading():
+    """The slow tier, under load: 13.4 graded as 'RuntimeError: Set changed size during
+    iteration'. threading.setprofile gives threads started inside the watch its hook, and such
+    a thread can add a code object to ``seen`` while the check reads it. The readers now read a
+    copy (``set.copy`` runs without letting another thread in). The thread's add is made
+    deterministic here: ``seen`` grows while it is being iterated."""
+    from course_utils.checks import guard
+    from course_utils.runtime import profiles
+
+    class GrowsWhileRead(set):
+        def __iter__(self):
+            for i, code in enumerate(super().__iter__()):
+                if i == 0:  # what a thread started inside the watch does mid-read
+                    self.add(compile("0", "<late thread>", "eval"))
+                yield code
+
+    with guard.Watch(reference=guard.reference_keys(profiles.cap_steps), shapes={"none"}) as w:
+        profiles.cap_steps(3)
+    w.seen = GrowsWhileRead(w.seen)
+    assert w.ran_reference() is not None
+    assert w.ran_copy() is None

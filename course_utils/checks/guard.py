@@ -417,7 +417,7 @@ class Watch:
         if not self.reference:
             return None
         found = set()
-        for code in self.seen:
+        for code in self.seen.copy():  # threads started in the watch may still add to it
             if "course_utils" in code.co_filename:
                 key = code_key(code)
                 if key is not None and key in self.reference:
@@ -429,7 +429,7 @@ class Watch:
         """The name of a notebook function that ran and has the reference's shape (a copy)."""
         if not self.shapes:
             return None
-        for code in self.seen:
+        for code in self.seen.copy():  # threads started in the watch may still add to it
             if code in self.own or not _is_notebook_code(code):
                 continue
             if code_shape(code) in self.shapes:

@@ -203,6 +203,14 @@ def test_TAIL_same_grades_with_and_without_it_red_team_fixtures(tmp_path, monkey
         runs[all_cells] = grade_all(paths, opts, jobs=2, progress=False)
     skipped, full = _verdicts(runs[False]), _verdicts(runs[True])
     assert skipped.keys() == full.keys() and len(skipped) == len(sources)
-    different = {k: (skipped[k], full[k]) for k in skipped if skipped[k] != full[k]}
+    # 'neighbour' drives a ZMQ client inside its own kernel, which can abort that kernel
+    # (SIGABRT) at random, before or after its stubs are reached (seen once in the slow tier
+    # under load): its verdicts may differ run to run, with or without the tail, its points
+    # may not (0 either way)
+    shaky = {k for k in skipped if k.endswith("/neighbour")}
+    assert shaky and all(skipped[k][:2] == full[k][:2] == (0, 3) for k in shaky)
+    different = {
+        k: (skipped[k], full[k]) for k in skipped if k not in shaky and skipped[k] != full[k]
+    }
     assert not different, different
     assert sum(r["cells"]["not_run"] for r in runs[False]) >= len(sources) // 2

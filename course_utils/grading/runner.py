@@ -165,7 +165,7 @@ def _execute_plan(run: Run) -> None:
     deadline = time.monotonic() + opts.timeout
     trusted = {"collect_outputs": hv.fingerprint(core.collect_outputs)}
     by_id = {g.id: g for g in run.assignment.exercises}
-    steps = run.plan.graded_steps(opts.all_cells or bool(opts.executed_dir))
+    steps = run.plan.graded_steps(opts.runs_tail)
     run.report["cells"]["not_run"] = len(run.plan.steps) - len(steps)
     for step in steps:
         remaining = deadline - time.monotonic()

@@ -125,7 +125,7 @@ def options_fingerprint(args: Any, options: Any) -> dict[str, Any]:
         "cpu_seconds": args.cpu_seconds,
         "zero_flagged": args.zero_flagged,
         # the plan's tail run or not (--all-cells, or --executed): cells.not_run differs
-        "all_cells": bool(getattr(options, "all_cells", False) or options.executed_dir),
+        "all_cells": options.runs_tail,
         "threads": options.threads,
     }
 

@@ -44,6 +44,12 @@ class GradeOptions:
     student_by_folder: bool = False  # in a batch: the identity is the submission's folder name
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def runs_tail(self) -> bool:
+        """Whether the plan's tail runs: with ``all_cells``, or with ``executed_dir`` (the
+        executed notebook shows the whole run)."""
+        return self.all_cells or bool(self.executed_dir)
+
 
 @dataclass
 class Run:

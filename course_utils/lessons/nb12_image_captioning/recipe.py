@@ -64,6 +64,7 @@ __all__ = [
     "captions_differ",
     "at_checkpoint",
     "caption_log_prob",
+    "score_decoders",
 ]
 
 
@@ -422,6 +423,28 @@ def caption_log_prob(
         logp = model(images, torch.cat([bos, captions[:, :-1]], dim=1)).log_softmax(dim=-1)
     picked = logp.gather(-1, captions[..., None])[..., 0]  # (N, T)
     return picked.masked_fill(captions == PAD, 0.0).sum(dim=1).cpu()
+
+
+def score_decoders(
+    model: Captioner, part, *, search: Callable = beam_search
+) -> dict[str, tuple[float, float, float, float, int]]:
+    """Section 6's table for one model and one split ``part`` (images, captions): greedy
+    decoding and beam search (beam 4, alpha 0 and 0.6, with ``search``), each as
+    ``(exact, per word, mean length, mean log P under model, captions differing from greedy's)``,
+    keyed ``"greedy"``, ``"beam 4, α = 0.0"``, ``"beam 4, α = 0.6"``."""
+    rows = {"greedy": greedy_captions(model, part)}
+    for alpha in (0.0, 0.6):
+        rows[f"beam 4, α = {alpha}"] = beam_captions(
+            model, part.images, beam_size=4, alpha=alpha, search=search
+        )
+    out = {}
+    for name, pred in rows.items():
+        pred = pred[:, : part.captions.shape[1]]
+        exact, per_word = caption_accuracy(pred, part.captions)
+        length = (pred != PAD).sum(1).float().mean().item()
+        log_p = caption_log_prob(model, part.images, pred).mean().item()
+        out[name] = (exact, per_word, length, log_p, captions_differ(pred, rows["greedy"]))
+    return out
 
 
 def captions_differ(a: torch.Tensor, b: torch.Tensor) -> int:

@@ -16,23 +16,9 @@ from dataclasses import replace
 
 import torch
 
-from course_utils.data.captions import PAD
 from course_utils.lessons.nb12_image_captioning import recipe as nb12
 
-
-def _decode(model, part) -> dict[str, tuple[float, float, float, int]]:
-    """decoder -> (per word, mean length, mean log P, captions that differ from greedy's)."""
-    rows = {"greedy": nb12.greedy_captions(model, part)}
-    for alpha in (0.0, 0.6):
-        rows[f"a{alpha}"] = nb12.beam_captions(model, part.images, beam_size=4, alpha=alpha)
-    out = {}
-    for name, pred in rows.items():
-        pred = pred[:, : part.captions.shape[1]]
-        _, per_word = nb12.caption_accuracy(pred, part.captions)
-        length = (pred != PAD).sum(1).float().mean().item()
-        log_p = nb12.caption_log_prob(model, part.images, pred).mean().item()
-        out[name] = (per_word, length, log_p, nb12.captions_differ(pred, rows["greedy"]))
-    return out
+A0, A6 = "beam 4, α = 0.0", "beam 4, α = 0.6"  # nb12.score_decoders' beam rows
 
 
 def measure(profile: str, seed: int) -> dict[str, object]:
@@ -46,7 +32,7 @@ def measure(profile: str, seed: int) -> dict[str, object]:
     splits = {"iid": data.test_iid, "novel": data.test}
     models = {"trained": att.model, "early": nb12.at_checkpoint(att, cfg.early_step)}
     beam = {
-        (m, s): _decode(model, split[: cfg.beam_scenes])
+        (m, s): nb12.score_decoders(model, split[: cfg.beam_scenes])
         for m, model in models.items()
         for s, split in splits.items()
     }
@@ -63,18 +49,14 @@ def measure(profile: str, seed: int) -> dict[str, object]:
         "novel exact (att, pool)": (round(att.exact, 3), round(pool.exact, 3)),
         "share / chance": round(share / chance, 2),
         "beam changed (early, trained)": tuple(
-            sum(beam[m, s]["a0.0"][3] for s in splits) for m in ("early", "trained")
+            sum(beam[m, s][A0][4] for s in splits) for m in ("early", "trained")
         ),
         "early: beam log P above greedy's": every_split(
-            "early", lambda r: r["a0.0"][2] > r["greedy"][2]
+            "early", lambda r: r[A0][3] > r["greedy"][3]
         ),
-        "early: a0 shorter than greedy": every_split(
-            "early", lambda r: r["a0.0"][1] < r["greedy"][1]
-        ),
-        "early: a0.6 longer than a0": every_split("early", lambda r: r["a0.6"][1] > r["a0.0"][1]),
-        "early: a0.6 more words than a0": every_split(
-            "early", lambda r: r["a0.6"][0] > r["a0.0"][0]
-        ),
+        "early: a0 shorter than greedy": every_split("early", lambda r: r[A0][2] < r["greedy"][2]),
+        "early: a0.6 longer than a0": every_split("early", lambda r: r[A6][2] > r[A0][2]),
+        "early: a0.6 more words than a0": every_split("early", lambda r: r[A6][1] > r[A0][1]),
     }
 
 
